@@ -23,7 +23,9 @@ def _fsync_dir(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+def atomic_write(
+    path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"
+) -> Iterator[IO[Any]]:
     """Open a temp file beside ``path``; on success fsync and rename it over ``path``, on error delete it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

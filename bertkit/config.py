@@ -1,0 +1,218 @@
+"""BertConfig: the model's hyper-parameters under the names Hugging Face's ``config.json`` uses.
+
+A config read from a checkpoint directory round-trips: keys bertkit does not use are kept in
+``extra`` and written back, so a saved model stays loadable by transformers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+from .io import atomic_write_json
+
+logger = logging.getLogger("bertkit")
+
+# (layers, hidden, heads) of the paper's sizes and the small sizes released with "Well-Read Students".
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+
+# Keys transformers writes that carry no meaning for bertkit; kept silently.
+_KNOWN_PASSTHROUGH = {
+    "transformers_version",
+    "_name_or_path",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "gradient_checkpointing",
+    "output_past",
+    "architectures",
+}
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters of a BERT encoder and its heads (field names are config.json's)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    position_embedding_type: str = "absolute"
+    classifier_dropout: float | None = None
+    model_type: str = "bert"
+    # Head settings (HF stores the label maps; num_labels is derived from them).
+    id2label: dict[int, str] | None = None
+    problem_type: str | None = None
+    architectures: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        self.validate()
+
+    # ----------------------------------------------------------------- labels
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    @num_labels.setter
+    def num_labels(self, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"num_labels must be >= 1, got {n}")
+        if self.id2label is None or len(self.id2label) != n:
+            self.id2label = {i: f"LABEL_{i}" for i in range(n)}
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in (self.id2label or {0: "LABEL_0", 1: "LABEL_1"}).items()}
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    # ------------------------------------------------------------- validation
+    def validate(self) -> None:
+        """Raise ValueError naming the field and the fix for any impossible setting."""
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"BertConfig.{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"BertConfig.hidden_size ({self.hidden_size}) is not divisible by num_attention_heads "
+                f"({self.num_attention_heads}); choose heads that divide it (e.g. hidden_size/64 heads)"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            p = getattr(self, name)
+            if not 0.0 <= p < 1.0:
+                raise ValueError(f"BertConfig.{name} must be in [0, 1), got {p}")
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(
+                f"BertConfig.classifier_dropout must be in [0, 1) or null, got {self.classifier_dropout}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(
+                f"BertConfig.hidden_act {self.hidden_act!r} is not supported; use one of {ACTIVATIONS}"
+            )
+        if self.position_embedding_type != "absolute":
+            raise ValueError(
+                f"BertConfig.position_embedding_type {self.position_embedding_type!r} is not supported; "
+                "bertkit implements the paper's learned absolute positions ('absolute')"
+            )
+        if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
+            raise ValueError("BertConfig.initializer_range and layer_norm_eps must be positive")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(
+                f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})"
+            )
+
+    # ---------------------------------------------------------------- presets
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> BertConfig:
+        """A named size (tiny, mini, small, medium, base, large) with intermediate = 4 * hidden."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        layers, hidden, heads = PRESETS[name]
+        values: dict[str, Any] = dict(
+            num_hidden_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            intermediate_size=4 * hidden,
+        )
+        values.update(overrides)
+        return cls.from_dict(values)
+
+    # ---------------------------------------------------------------- JSON IO
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BertConfig:
+        """Build from a config.json dict; unknown keys go to ``extra``, ``num_labels`` sets the label map."""
+        data = dict(data)
+        num_labels = data.pop("num_labels", None)
+        data.pop("label2id", None)  # derived from id2label
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names}
+        extra.update(data.get("extra", {}) if isinstance(data.get("extra"), dict) else {})
+        extra.pop("extra", None)
+        unexpected = sorted(set(extra) - _KNOWN_PASSTHROUGH)
+        if unexpected:
+            logger.debug("config keys kept but not used by bertkit: %s", ", ".join(unexpected))
+        config = cls(**known, extra=extra)
+        if num_labels is not None:
+            config.num_labels = int(num_labels)
+        return config
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{path}: config file not found") from None
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: expected a JSON object of BERT settings")
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"{path}: {e}") from None
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike) -> BertConfig:
+        return cls.from_json_file(Path(model_dir) / "config.json")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A config.json dict that transformers reads (label maps with string keys, extra keys restored)."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):
+            if f.name in ("extra", "id2label"):
+                continue
+            out[f.name] = getattr(self, f.name)
+        if out.get("architectures") is None:
+            out.pop("architectures", None)
+        if self.id2label is not None:
+            out["id2label"] = {str(k): v for k, v in sorted(self.id2label.items())}
+            out["label2id"] = {v: k for k, v in sorted(self.id2label.items())}
+        return out
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        atomic_write_json(path, self.to_dict())
+
+    def save_pretrained(self, model_dir: str | os.PathLike) -> None:
+        self.to_json_file(Path(model_dir) / "config.json")

@@ -1,0 +1,319 @@
+"""The BERT encoder: embeddings, post-LN Transformer blocks, pooler.
+
+Parameter names equal transformers' ``BertModel`` state-dict names, so checkpoints move between the
+two by a rename-free load.
+
+Speed: when a batch carries padding, every position-wise operation (Q/K/V and output projections,
+feed-forward, LayerNorm) runs on the packed real tokens only ([N, H] with N = number of real
+tokens); only the attention itself sees the padded [B, heads, T, d] layout. The arithmetic per real
+token is unchanged, so results equal the padded computation up to float rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import BertConfig
+from .modeling_utils import BertPreTrainedModel
+
+
+def gelu(x: Tensor) -> Tensor:
+    """Exact GELU, x * Phi(x), as in the original release's later versions and transformers' "gelu"."""
+    return F.gelu(x)
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """The tanh approximation of GELU (transformers' "gelu_new")."""
+    return F.gelu(x, approximate="tanh")
+
+
+ACT2FN: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": gelu,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "relu": F.relu,
+}
+
+
+@dataclass
+class BertModelOutput:
+    """``last_hidden_state`` [B, T, H]; ``pooler_output`` [B, H] or None; ``hidden_states``: embeddings
+    output then each layer's output, each [B, T, H], when asked for."""
+
+    last_hidden_state: Tensor
+    pooler_output: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+
+    def __getitem__(self, i: int) -> Tensor | None:  # tuple-style access, as transformers allows
+        return (self.last_hidden_state, self.pooler_output, self.hidden_states)[i]
+
+
+class BertEmbeddings(nn.Module):
+    """word + position + segment embeddings, summed, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.register_buffer(
+            "position_ids", torch.arange(config.max_position_embeddings).unsqueeze(0), persistent=False
+        )
+
+    def forward(
+        self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor | None = None
+    ) -> Tensor:
+        """input_ids, token_type_ids: [B, T] -> [B, T, H]."""
+        seq_len = input_ids.shape[1]
+        if position_ids is None:
+            position_ids = self.position_ids[:, :seq_len]
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        x = x + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class BertSelfAttention(nn.Module):
+    """Multi-head scaled dot-product attention (query/key/value projections)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        h = config.hidden_size
+        self.query = nn.Linear(h, h)
+        self.key = nn.Linear(h, h)
+        self.value = nn.Linear(h, h)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def qkv(self, x: Tensor) -> Tensor:
+        """One fused projection: x [..., H] -> [..., 3H] (query, key, value side by side)."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        return F.linear(x, weight, bias)
+
+    def attend(self, qkv: Tensor, attn_mask: Tensor | None) -> Tensor:
+        """qkv [B, T, 3H], attn_mask broadcastable to [B, heads, T, T] (bool, True = attend) -> [B, T, H]."""
+        b, t, _ = qkv.shape
+        q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        ctx = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
+        )
+        return ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
+
+
+class BertSelfOutput(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config)
+        self.output = BertSelfOutput(config)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACT2FN[config.hidden_act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.dense(x))
+
+
+class BertOutput(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+
+
+class _Packing:
+    """Where the real tokens of a padded [B, T] batch sit, to move between [N, H] and [B, T, H]."""
+
+    def __init__(self, mask: Tensor) -> None:
+        self.batch, self.seq_len = mask.shape
+        self.index = mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of real tokens
+
+    def pack(self, x: Tensor) -> Tensor:
+        """[B, T, ...] -> [N, ...]"""
+        return x.reshape(self.batch * self.seq_len, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """[N, ...] -> [B, T, ...] with zeros at padded positions."""
+        out = x.new_zeros(self.batch * self.seq_len, *x.shape[1:])
+        out = out.index_copy(0, self.index, x)
+        return out.view(self.batch, self.seq_len, *x.shape[1:])
+
+
+class BertLayer(nn.Module):
+    """One post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attention = BertAttention(config)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config)
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None, packing: _Packing | None = None) -> Tensor:
+        """x: [B, T, H], or [N, H] of packed real tokens when ``packing`` is given."""
+        qkv = self.attention.self.qkv(x)
+        if packing is not None:
+            qkv = packing.unpack(qkv)
+        ctx = self.attention.self.attend(qkv, attn_mask)
+        if packing is not None:
+            ctx = packing.pack(ctx)
+        x = self.attention.output(ctx, x)
+        return self.output(self.intermediate(x), x)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.gradient_checkpointing = False
+
+    def forward(
+        self, x: Tensor, attn_mask: Tensor | None, packing: _Packing | None, output_hidden_states: bool
+    ) -> tuple[Tensor, list[Tensor]]:
+        states: list[Tensor] = [x] if output_hidden_states else []
+        for layer in self.layer:
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packing, use_reentrant=False)
+            else:
+                x = layer(x, attn_mask, packing)
+            if output_hidden_states:
+                states.append(x)
+        return x, states
+
+
+class BertPooler(nn.Module):
+    """dense + tanh on the first ([CLS]) token."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        """[B, T, H] -> [B, H]"""
+        return self.activation(self.dense(hidden_states[:, 0]))
+
+
+def attention_mask_for(
+    attention_mask: Tensor | None, seq_len: int, causal: bool, device: torch.device
+) -> Tensor | None:
+    """Boolean mask broadcastable to [B, heads, T, T] (True = may attend), or None when nothing is masked.
+
+    attention_mask: [B, T] with 1 for real tokens and 0 for padding.
+    """
+    mask = None
+    if attention_mask is not None:
+        mask = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, T]
+    if causal:
+        tri = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[None, None]
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+class BertModel(BertPreTrainedModel):
+    """The bidirectional Transformer encoder of the paper (and its pooler)."""
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__(config)
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        output_hidden_states: bool = False,
+        causal: bool = False,
+    ) -> BertModelOutput:
+        """input_ids, attention_mask, token_type_ids: [B, T] -> BertModelOutput.
+
+        ``causal=True`` lets each position attend only to itself and earlier ones (the left-to-right
+        LM ablation). Padded positions of the outputs hold values that carry no meaning.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+        batch, seq_len = input_ids.shape
+        if seq_len > self.config.max_position_embeddings:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds max_position_embeddings "
+                f"{self.config.max_position_embeddings}; truncate the input (max_length)"
+            )
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids)
+
+        has_padding = attention_mask is not None and not bool(attention_mask.all())
+        mask = attention_mask_for(attention_mask if has_padding else None, seq_len, causal, x.device)
+        # Packing pays off once there is real padding; outputs stay [B, T, H] either way.
+        packing = _Packing(attention_mask.bool()) if has_padding else None
+        if packing is not None:
+            x = packing.pack(x)
+        x, states = self.encoder(x, mask, packing, output_hidden_states)
+        if packing is not None:
+            x = packing.unpack(x)
+            states = [packing.unpack(s) for s in states]
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return BertModelOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            hidden_states=tuple(states) if output_hidden_states else None,
+        )
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def gradient_checkpointing_enable(self) -> None:
+        """Recompute each block's activations in backward: less memory for long sequences."""
+        self.encoder.gradient_checkpointing = True
+
+
+def num_parameters(module: nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    seen = {id(p): p.numel() for p in module.parameters()}
+    return int(sum(seen.values()))
+
+
+__all__ = [
+    "ACT2FN",
+    "BertEmbeddings",
+    "BertEncoder",
+    "BertLayer",
+    "BertModel",
+    "BertModelOutput",
+    "BertPooler",
+    "attention_mask_for",
+    "gelu",
+    "gelu_tanh",
+    "num_parameters",
+]
