@@ -1,0 +1,246 @@
+"""Corpus reading: documents (lists of sentence strings), streamed, never the whole corpus in memory.
+
+Formats (``fmt``):
+
+- ``"lines"`` - the original release's format: one sentence per line, a blank line between documents
+  (a file's end also ends its last document).
+- ``"file"`` - one document per file, one sentence per line (blank lines are ignored).
+- ``"prose"`` - one document per file of running text: paragraphs (separated by blank lines, or one per
+  line) are split into sentences by :func:`split_sentences`, a rule-based splitter that needs no download.
+- ``"jsonl"`` - one JSON object per line, its ``text`` field (``text_field``) a document of prose.
+- ``"auto"`` - ``.jsonl``/``.json`` files are ``jsonl``, everything else ``lines``.
+
+Directories are expanded to the files under them (sorted, hidden files skipped). Empty documents are
+dropped. Undecodable bytes or a malformed JSONL line raise :class:`bertkit.errors.UserError` naming the
+file and line, unless ``on_error="skip"``, which skips the line and counts it in :class:`CorpusStats`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+__all__ = ["FORMATS", "CorpusStats", "expand_paths", "iter_documents", "split_sentences", "read_documents"]
+
+FORMATS = ("auto", "lines", "file", "prose", "jsonl")
+
+
+@dataclass
+class CorpusStats:
+    """Counts gathered while reading (``skipped`` lists the first few skipped places)."""
+
+    files: int = 0
+    documents: int = 0
+    sentences: int = 0
+    bytes: int = 0
+    skipped_lines: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def skip(self, where: str) -> None:
+        self.skipped_lines += 1
+        if len(self.skipped) < 20:
+            self.skipped.append(where)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Files named, and the files under directories named (sorted); a missing path is a UserError."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            files = sorted(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+            )
+            if not files:
+                raise UserError(f"{p}: directory has no files; pass text files or a directory of them")
+            out.extend(files)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise UserError(f"{p}: no such file or directory (check the --corpus path)")
+    if not out:
+        raise UserError("no corpus files given (pass --corpus PATH...)")
+    return out
+
+
+# --- rule-based sentence splitting -------------------------------------------------------------------
+
+_ABBREVIATIONS = frozenset(
+    """mr mrs ms dr prof sr jr st mt ft vs etc e.g i.e cf al fig figs no nos vol vols pp ed eds gen col
+    lt sgt capt cmdr rev hon gov pres sen rep jan feb mar apr jun jul aug sep sept oct nov dec inc ltd co
+    corp dept univ approx est ca viz""".split()
+)
+# A sentence end: terminal punctuation, optional closing quotes/brackets, whitespace, then a likely start.
+_BOUNDARY = re.compile(r"""([.!?]+|\.\.\.|…)(["'”’)\]]*)(\s+)(?=["'“‘(\[]*[A-Z0-9À-Þ])""")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split running text into sentences with rules: ``. ! ?`` (and closing quotes) followed by space and a
+    capital or digit, except after common abbreviations (Mr., e.g., ...), single initials (J. Smith) and
+    numbers like ``No. 5``. Newlines inside a paragraph count as spaces."""
+    text = " ".join(text.split())
+    if not text:
+        return []
+    out: list[str] = []
+    start = 0
+    for m in _BOUNDARY.finditer(text):
+        end = m.end(2)
+        if m.group(1) == ".":
+            # The word before the period decides: abbreviation or initial -> not a boundary.
+            j = m.start(1)
+            k = j
+            while k > start and not text[k - 1].isspace():
+                k -= 1
+            word = text[k:j].lstrip("\"'“‘([").lower()
+            if (
+                word in _ABBREVIATIONS
+                or (len(word) == 1 and word.isalpha())
+                or re.fullmatch(r"(\w\.)+\w", word)
+            ):
+                continue
+        sentence = text[start:end].strip()
+        if sentence:
+            out.append(sentence)
+        start = m.end(3)
+    last = text[start:].strip()
+    if last:
+        out.append(last)
+    return out
+
+
+# --- readers -----------------------------------------------------------------------------------------
+
+
+def _decoded_lines(path: Path, on_error: str, stats: CorpusStats) -> Iterator[tuple[int, str]]:
+    """(line number, text without newline) for each line; bad UTF-8 raises or is skipped."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            stats.bytes += len(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if on_error == "skip":
+                    stats.skip(f"{path}:{lineno}")
+                    continue
+                raise UserError(
+                    f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start}); re-encode the file as UTF-8 "
+                    "or pass --on-error skip to skip such lines"
+                ) from None
+            if lineno == 1 and line.startswith("\ufeff"):
+                line = line[1:]
+            yield lineno, line.rstrip("\r\n")
+
+
+def _read_lines_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
+    doc: list[str] = []
+    for _, line in _decoded_lines(path, on_error, stats):
+        line = line.strip()
+        if not line:
+            if doc:
+                yield doc
+                doc = []
+        else:
+            doc.append(line)
+    if doc:
+        yield doc
+
+
+def _read_file_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
+    doc = [s for _, line in _decoded_lines(path, on_error, stats) if (s := line.strip())]
+    if doc:
+        yield doc
+
+
+def _read_prose_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
+    doc: list[str] = []
+    para: list[str] = []
+    for _, line in _decoded_lines(path, on_error, stats):
+        line = line.strip()
+        if line:
+            para.append(line)
+        elif para:
+            doc.extend(split_sentences(" ".join(para)))
+            para = []
+    if para:
+        doc.extend(split_sentences(" ".join(para)))
+    if doc:
+        yield doc
+
+
+def _read_jsonl_format(path: Path, on_error: str, stats: CorpusStats, text_field: str) -> Iterator[list[str]]:
+    for lineno, line in _decoded_lines(path, on_error, stats):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+            text = obj[text_field]
+            if not isinstance(text, str):
+                raise ValueError(f"field {text_field!r} is {type(text).__name__}, not a string")
+        except (ValueError, KeyError) as e:
+            if on_error == "skip":
+                stats.skip(f"{path}:{lineno}")
+                continue
+            what = f"missing field {text_field!r}" if isinstance(e, KeyError) else str(e)
+            raise UserError(
+                f"{path}:{lineno}: malformed JSONL line ({what}); each line must be an object with a "
+                f"{text_field!r} string, or pass --on-error skip to skip bad lines"
+            ) from None
+        doc: list[str] = []
+        for para in text.split("\n\n"):
+            doc.extend(split_sentences(para))
+        if doc:
+            yield doc
+
+
+def _format_of(path: Path, fmt: str) -> str:
+    if fmt != "auto":
+        return fmt
+    return "jsonl" if path.suffix.lower() in (".jsonl", ".json") else "lines"
+
+
+def iter_documents(
+    paths: Iterable[str | os.PathLike],
+    fmt: str = "auto",
+    on_error: str = "raise",
+    stats: CorpusStats | None = None,
+    text_field: str = "text",
+) -> Iterator[list[str]]:
+    """Stream documents (each a list of sentence strings) from files/directories in reading order."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown corpus format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if on_error not in ("raise", "skip"):
+        raise UserError(f"--on-error must be 'raise' or 'skip', not {on_error!r}")
+    stats = stats if stats is not None else CorpusStats()
+    for path in expand_paths(paths):
+        stats.files += 1
+        kind = _format_of(path, fmt)
+        if kind == "lines":
+            docs = _read_lines_format(path, on_error, stats)
+        elif kind == "file":
+            docs = _read_file_format(path, on_error, stats)
+        elif kind == "prose":
+            docs = _read_prose_format(path, on_error, stats)
+        else:
+            docs = _read_jsonl_format(path, on_error, stats, text_field)
+        for doc in docs:
+            stats.documents += 1
+            stats.sentences += len(doc)
+            yield doc
+
+
+def read_documents(paths: Iterable[str | os.PathLike], fmt: str = "auto", **kw) -> list[list[str]]:
+    """All documents as a list (small corpora and tests; use :func:`iter_documents` for large ones)."""
+    return list(iter_documents(paths, fmt, **kw))
