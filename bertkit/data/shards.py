@@ -1,0 +1,391 @@
+"""Binary token shards: ``bertkit prepare`` writes them, :class:`ShardSet` memory-maps them back.
+
+Layout of ``DATA_DIR``::
+
+    manifest.json            counts, vocab sha256, per-shard file sha256s, options
+    vocab.txt                copy of the vocabulary the ids refer to
+    shard_00000.ids.npy      token ids, flat (uint16 when the vocab has < 65536 entries, else int32)
+    shard_00000.sents.npy    int64 [n_sentences + 1]: sentence k is ids[sents[k]:sents[k+1]]
+    shard_00000.docs.npy     int64 [n_documents + 1]: document d is sentences docs[d]:docs[d+1]
+    shard_00000.json         the shard's own record (written last: its presence means "finished")
+
+The corpus is streamed: the main process groups documents into shards of about ``shard_size_mb`` of text
+and hands them to ``workers`` processes (at most ``2 * workers`` shards in flight, so memory is bounded by
+the shard size, not the corpus size). A shard whose record matches the text it would be built from (sha256),
+the vocabulary and the options is skipped, so re-running after an interruption only does the rest.
+Loading checks every file's size and structure (``verify=True`` also its sha256) and raises
+:class:`bertkit.errors.UserError` naming the broken file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.data.corpus import CorpusStats, iter_documents
+from bertkit.errors import UserError
+from bertkit.io import atomic_write, atomic_write_json
+
+__all__ = ["prepare", "ShardSet", "load_tokenizer", "sha256_file", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+_ARRAYS = ("ids", "sents", "docs")
+
+
+def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(bufsize):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
+    """The project's :class:`bertkit.tokenizer.Tokenizer` for ``vocab_file``."""
+    from bertkit.tokenizer import Tokenizer
+
+    return Tokenizer(str(vocab_file), lowercase=lowercase)
+
+
+def _read_vocab(vocab_file: Path) -> list[str]:
+    if not vocab_file.is_file():
+        raise UserError(f"{vocab_file}: vocabulary file not found (train one with `bertkit vocab`)")
+    with open(vocab_file, encoding="utf-8") as f:
+        words = [line.rstrip("\n").rstrip("\r") for line in f]
+    while words and not words[-1]:
+        words.pop()
+    missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in set(words)]
+    if missing:
+        raise UserError(f"{vocab_file}: vocabulary lacks {' '.join(missing)}; use a BERT vocab.txt")
+    return words
+
+
+# --- writing -----------------------------------------------------------------------------------------
+
+_WORKER: dict = {}
+
+
+def _init_worker(vocab_file: str, lowercase: bool) -> None:
+    _WORKER["tok"] = load_tokenizer(vocab_file, lowercase)
+
+
+def _shard_name(index: int) -> str:
+    return f"shard_{index:05d}"
+
+
+def _build_shard(task: tuple) -> dict:
+    """Tokenize one group of documents and write its arrays + record (runs in a worker)."""
+    index, docs, text_sha, out_dir, dtype, options = task
+    tok = _WORKER["tok"]
+    sentences = [s for doc in docs for s in doc]
+    encoded = tok.encode_batch_ids(sentences, add_special_tokens=False) if sentences else []
+    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    # Drop sentences that tokenize to nothing, then documents left empty.
+    doc_sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+    doc_of_sent = np.repeat(np.arange(len(docs)), doc_sizes)
+    keep = lengths > 0
+    kept_per_doc = np.bincount(doc_of_sent[keep], minlength=len(docs))
+    kept_per_doc = kept_per_doc[kept_per_doc > 0]
+    flat = [i for e, k in zip(encoded, keep) if k for i in e]
+    ids = np.asarray(flat, dtype=dtype)
+    sents = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+    np.cumsum(lengths[keep], out=sents[1:])
+    docs_arr = np.zeros(len(kept_per_doc) + 1, dtype=np.int64)
+    np.cumsum(kept_per_doc, out=docs_arr[1:])
+    out_dir = Path(out_dir)
+    name = _shard_name(index)
+    record = {
+        "name": name,
+        "index": index,
+        "documents": len(kept_per_doc),
+        "sentences": int(keep.sum()),
+        "tokens": int(ids.size),
+        "text_sha256": text_sha,
+        "options": options,
+        "files": {},
+    }
+    for key, arr in zip(_ARRAYS, (ids, sents, docs_arr)):
+        path = out_dir / f"{name}.{key}.npy"
+        with atomic_write(path, "wb") as f:
+            np.save(f, arr)
+        record["files"][key] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    atomic_write_json(out_dir / f"{name}.json", record)
+    return record
+
+
+def _group_documents(
+    docs: Iterable[list[str]], shard_bytes: int
+) -> Iterator[tuple[list[list[str]], str, int]]:
+    """Groups of documents of about ``shard_bytes`` of text, with the sha256 of their text and byte size."""
+    group: list[list[str]] = []
+    h = hashlib.sha256()
+    size = 0
+    for doc in docs:
+        group.append(doc)
+        for s in doc:
+            b = s.encode("utf-8")
+            h.update(b)
+            h.update(b"\n")
+            size += len(b) + 1
+        h.update(b"\n")
+        if size >= shard_bytes:
+            yield group, h.hexdigest(), size
+            group, h, size = [], hashlib.sha256(), 0
+    if group:
+        yield group, h.hexdigest(), size
+
+
+def _finished_record(out_dir: Path, index: int, text_sha: str, options: dict) -> dict | None:
+    rec_path = out_dir / f"{_shard_name(index)}.json"
+    if not rec_path.is_file():
+        return None
+    try:
+        rec = json.loads(rec_path.read_text(encoding="utf-8"))
+        if rec.get("text_sha256") != text_sha or rec.get("options") != options:
+            return None
+        for key in _ARRAYS:
+            p = out_dir / f"{rec['name']}.{key}.npy"
+            if not p.is_file() or p.stat().st_size != rec["files"][key]["bytes"]:
+                return None
+    except (ValueError, KeyError, OSError):
+        return None
+    return rec
+
+
+def prepare(
+    corpus: Iterable[str | os.PathLike],
+    vocab_file: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    max_seq_length: int = 128,
+    workers: int = 1,
+    lowercase: bool = True,
+    fmt: str = "auto",
+    on_error: str = "raise",
+    shard_size_mb: float = 16.0,
+    progress: bool = True,
+) -> dict:
+    """Tokenize a corpus into shards under ``out_dir``; returns the manifest (plus run statistics)."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    vocab_file = Path(vocab_file)
+    out_dir = Path(out_dir)
+    words = _read_vocab(vocab_file)
+    load_tokenizer(vocab_file, lowercase)  # fail early (in this process) on a bad vocabulary
+    vocab_sha = sha256_file(vocab_file)
+    dtype = "uint16" if len(words) < 65536 else "int32"
+    options = {
+        "vocab_sha256": vocab_sha,
+        "lowercase": bool(lowercase),
+        "dtype": dtype,
+        "version": FORMAT_VERSION,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stats = CorpusStats()
+    groups = _group_documents(
+        iter_documents(corpus, fmt, on_error=on_error, stats=stats), max(1, int(shard_size_mb * 2**20))
+    )
+    records: list[dict] = []
+    skipped = 0
+    bar = tqdm(total=None, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1)
+
+    def tasks() -> Iterator[tuple]:
+        nonlocal skipped
+        for index, (docs, text_sha, size) in enumerate(groups):
+            rec = _finished_record(out_dir, index, text_sha, options)
+            if rec is not None:
+                skipped += 1
+                records.append(rec)
+                bar.update(size)
+                continue
+            yield (index, docs, text_sha, str(out_dir), dtype, options), size
+
+    if workers <= 1:
+        _init_worker(str(vocab_file), lowercase)
+        for task, size in tasks():
+            records.append(_build_shard(task))
+            bar.update(size)
+    else:
+        ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase)) as pool:
+            pending: deque = deque()
+            for task, size in tasks():
+                pending.append((pool.apply_async(_build_shard, (task,)), size))
+                while len(pending) >= 2 * workers:  # bounded: memory ~ shard size x in-flight shards
+                    res, sz = pending.popleft()
+                    records.append(res.get())
+                    bar.update(sz)
+            while pending:
+                res, sz = pending.popleft()
+                records.append(res.get())
+                bar.update(sz)
+    bar.close()
+    records.sort(key=lambda r: r["index"])
+    # Shards beyond the corpus's current end (it shrank since a previous run) are stale: remove them.
+    n = len(records)
+    for p in out_dir.glob("shard_*.json"):
+        try:
+            stale = int(p.name[6:11]) >= n
+        except ValueError:
+            continue
+        if stale:
+            for key in _ARRAYS:
+                (out_dir / f"{p.stem}.{key}.npy").unlink(missing_ok=True)
+            p.unlink()
+    if out_dir.resolve() != vocab_file.parent.resolve() or vocab_file.name != "vocab.txt":
+        with atomic_write(out_dir / "vocab.txt", "wb") as f, open(vocab_file, "rb") as src:
+            shutil.copyfileobj(src, f)
+    manifest = {
+        "format": "bertkit-shards",
+        "version": FORMAT_VERSION,
+        "vocab_file": "vocab.txt",
+        "vocab_sha256": vocab_sha,
+        "vocab_size": len(words),
+        "lowercase": bool(lowercase),
+        "dtype": dtype,
+        "max_seq_length": max_seq_length,
+        "corpus": [str(p) for p in corpus],
+        "corpus_format": fmt,
+        "documents": sum(r["documents"] for r in records),
+        "sentences": sum(r["sentences"] for r in records),
+        "tokens": sum(r["tokens"] for r in records),
+        "text_bytes": stats.bytes,
+        "skipped_lines": stats.skipped_lines,
+        "shards": [
+            {k: r[k] for k in ("name", "documents", "sentences", "tokens", "files", "text_sha256")}
+            for r in records
+        ],
+    }
+    atomic_write_json(out_dir / "manifest.json", manifest)
+    seconds = time.perf_counter() - t0
+    return {
+        **{k: v for k, v in manifest.items() if k != "shards"},
+        "out": str(out_dir),
+        "num_shards": len(records),
+        "shards_skipped": skipped,
+        "shards_written": len(records) - skipped,
+        "skipped": stats.skipped,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(stats.bytes / 2**20 / max(seconds, 1e-9), 3),
+    }
+
+
+# --- reading -----------------------------------------------------------------------------------------
+
+
+class ShardSet:
+    """Memory-mapped shards of a ``prepare`` output directory.
+
+    ``documents`` (count), ``document(d) -> list[np.ndarray]`` (its sentences' ids), and flat per-document
+    index arrays (``doc_shard``, ``doc_sent_lo``, ``doc_sent_hi``) for vectorised samplers. The memmaps are
+    opened lazily in each process (pickling a ShardSet sends only paths), so DataLoader workers share pages.
+    """
+
+    def __init__(self, data_dir: str | os.PathLike, verify: bool = False):
+        self.data_dir = Path(data_dir)
+        mpath = self.data_dir / "manifest.json"
+        if not mpath.is_file():
+            raise UserError(f"{mpath}: not found; create the data directory with `bertkit prepare`")
+        try:
+            self.manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise UserError(f"{mpath}: corrupted manifest ({e}); re-run `bertkit prepare`") from None
+        if self.manifest.get("format") != "bertkit-shards" or self.manifest.get("version") != FORMAT_VERSION:
+            raise UserError(
+                f"{mpath}: not a bertkit shard manifest of version {FORMAT_VERSION}; re-run `bertkit prepare`"
+            )
+        self.vocab_file = self.data_dir / self.manifest["vocab_file"]
+        self.vocab_size = int(self.manifest["vocab_size"])
+        self.lowercase = bool(self.manifest.get("lowercase", True))
+        self._arrays: list[dict[str, np.ndarray]] | None = None
+        arrays = self._open(verify)
+        lo, hi, shard = [], [], []
+        for k, arr in enumerate(arrays):
+            docs = np.asarray(arr["docs"])
+            lo.append(docs[:-1])
+            hi.append(docs[1:])
+            shard.append(np.full(len(docs) - 1, k, dtype=np.int32))
+        self.doc_shard = np.concatenate(shard) if shard else np.zeros(0, np.int32)
+        self.doc_sent_lo = np.concatenate(lo) if lo else np.zeros(0, np.int64)
+        self.doc_sent_hi = np.concatenate(hi) if hi else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.doc_shard)
+
+    @property
+    def documents(self) -> int:
+        return len(self.doc_shard)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_arrays"] = None
+        return state
+
+    @property
+    def arrays(self) -> list[dict[str, np.ndarray]]:
+        if self._arrays is None:
+            self._open(False)
+        return self._arrays
+
+    def _open(self, verify: bool) -> list[dict[str, np.ndarray]]:
+        fix = "delete it and re-run `bertkit prepare` with the same arguments to rebuild it"
+        arrays = []
+        for rec in self.manifest["shards"]:
+            shard = {}
+            for key in _ARRAYS:
+                path = self.data_dir / f"{rec['name']}.{key}.npy"
+                info = rec["files"][key]
+                if not path.is_file():
+                    raise UserError(
+                        f"{path}: shard file missing; re-run `bertkit prepare` with the same arguments"
+                    )
+                size = path.stat().st_size
+                if size != info["bytes"]:
+                    raise UserError(
+                        f"{path}: truncated or corrupted shard ({size} bytes, manifest says {info['bytes']}); {fix}"
+                    )
+                if verify and sha256_file(path) != info["sha256"]:
+                    raise UserError(f"{path}: corrupted shard (sha256 differs from manifest.json); {fix}")
+                try:
+                    shard[key] = np.load(path, mmap_mode="r")
+                except (ValueError, OSError, EOFError) as e:
+                    raise UserError(f"{path}: corrupted shard ({e}); {fix}") from None
+            ids, sents, docs = shard["ids"], shard["sents"], shard["docs"]
+            ok = (
+                ids.ndim == 1
+                and ids.size == rec["tokens"]
+                and sents.shape == (rec["sentences"] + 1,)
+                and docs.shape == (rec["documents"] + 1,)
+                and (sents.size == 0 or int(sents[-1]) == ids.size)
+                and (docs.size == 0 or int(docs[-1]) == rec["sentences"])
+            )
+            if not ok:
+                raise UserError(f"{self.data_dir / rec['name']}.*.npy: inconsistent shard arrays; {fix}")
+            arrays.append(shard)
+        self._arrays = arrays
+        return arrays
+
+    def document(self, d: int) -> list[np.ndarray]:
+        """Document ``d``'s sentences as arrays of token ids."""
+        arr = self.arrays[int(self.doc_shard[d])]
+        sents = arr["sents"]
+        ids = arr["ids"]
+        lo, hi = int(self.doc_sent_lo[d]), int(self.doc_sent_hi[d])
+        bounds = np.asarray(sents[lo : hi + 1])
+        return [ids[bounds[k] : bounds[k + 1]] for k in range(hi - lo)]
+
+    def iter_documents(self) -> Iterator[list[np.ndarray]]:
+        for d in range(self.documents):
+            yield self.document(d)
+
+    def vocab_words(self) -> list[str]:
+        return _read_vocab(self.vocab_file)
