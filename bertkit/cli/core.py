@@ -1,0 +1,75 @@
+"""``bertkit info`` and ``bertkit tokenize``: look inside a model directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("info", help="config, parameter count and vocabulary of a model directory")
+    p.add_argument("model_dir", type=Path, metavar="DIR")
+    p.set_defaults(func=info)
+
+    p = subparsers.add_parser("tokenize", help="WordPiece tokens and ids of a text")
+    p.add_argument("model_dir", type=Path, metavar="DIR", help="model directory or vocab.txt")
+    p.add_argument("text")
+    p.add_argument("pair", nargs="?", default=None, help="optional second segment")
+    p.add_argument("--max-length", type=int, default=None)
+    p.set_defaults(func=tokenize)
+
+
+def info(args: argparse.Namespace) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    from ..checkpoint import SAFETENSORS, checkpoint_file, load_state_dict
+    from ..config import BertConfig
+    from ..tokenizer import Tokenizer
+
+    config = BertConfig.from_pretrained(args.model_dir)
+    weights = checkpoint_file(args.model_dir)
+    if weights.name == SAFETENSORS:  # count without loading the tensors
+        with safe_open(str(weights), "pt") as f:
+            shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+    else:
+        shapes = {k: list(v.shape) for k, v in load_state_dict(args.model_dir).items()}
+    n_params = 0
+    for shape in shapes.values():
+        size = 1
+        for d in shape:
+            size *= d
+        n_params += size
+    heads = sorted(
+        {k.split(".")[0] for k in shapes if not k.startswith(("bert.", "embeddings.", "encoder.", "pooler."))}
+    )
+    result: dict[str, Any] = {
+        "model_dir": str(args.model_dir),
+        "architectures": config.architectures,
+        "config": config.to_dict(),
+        "parameters": n_params,
+        "tensors": len(shapes),
+        "weights_file": weights.name,
+        "heads": heads,
+    }
+    try:
+        tok = Tokenizer.from_pretrained(args.model_dir)
+        result["vocab_size"] = len(tok)
+        result["lowercase"] = tok.lowercase
+    except Exception as e:  # a weights-only directory is still worth describing
+        result["vocab_size"] = None
+        result["tokenizer_error"] = str(e)
+    return result
+
+
+def tokenize(args: argparse.Namespace) -> dict[str, Any]:
+    from ..tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(args.model_dir)
+    enc = tok.encode(args.text, args.pair, max_length=args.max_length)
+    return {
+        "tokens": enc.tokens,
+        "ids": enc.ids,
+        "type_ids": enc.type_ids,
+        "offsets": [list(o) for o in enc.offsets],
+    }

@@ -1,0 +1,456 @@
+"""BERT tokenization: normalisation + WordPiece, built from the ``tokenizers`` library's components.
+
+The pipeline is the original release's: clean control characters and whitespace, put spaces around
+CJK characters, lowercase and strip accents (uncased models), split on whitespace and punctuation,
+then greedy longest-match-first WordPiece with ``##`` continuations; a word longer than
+``max_input_chars_per_word`` characters, or one that cannot be covered by the vocabulary, becomes
+``[UNK]``. Pairs are laid out ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1.
+
+Special tokens are looked up by their names in the vocabulary, never by fixed id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import AddedToken, Encoding, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer as _RustTokenizer
+
+from .errors import UserError
+from .io import atomic_write, atomic_write_json
+
+SPECIAL_TOKENS = {"unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}
+TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+TOKENIZER_JSON = "tokenizer.json"
+
+
+def read_vocab(vocab_file: str | os.PathLike) -> list[str]:
+    """Tokens of a ``vocab.txt`` in id order (one per line)."""
+    path = Path(vocab_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: vocabulary file not found") from None
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{path}: not UTF-8 text (byte {e.start}); a vocab.txt has one token per line"
+        ) from None
+    tokens = text.split("\n")
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    tokens = [t.rstrip("\r") for t in tokens]
+    if not tokens:
+        raise UserError(f"{path}: the vocabulary is empty")
+    return tokens
+
+
+def _check_texts(texts: Sequence[Any], what: str) -> None:
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"{what}[{i}] must be a str, got {type(t).__name__}")
+
+
+class Tokenizer:
+    """BERT WordPiece tokenizer.
+
+    Args:
+        vocab_file: ``vocab.txt``, one token per line, line number = id.
+        lowercase: lowercase the text (uncased models); also strips accents unless ``strip_accents``
+            says otherwise.
+        strip_accents: ``None`` follows ``lowercase`` (as the original release); True/False forces it.
+        tokenize_chinese_chars: surround CJK characters with spaces so each is its own word.
+        max_input_chars_per_word: longer words become ``[UNK]`` (100 as transformers; the original
+            release used 200).
+        model_max_length: the longest sequence the model takes (used by ``max_length="model"``).
+    """
+
+    def __init__(
+        self,
+        vocab_file: str | os.PathLike,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        max_input_chars_per_word: int = 100,
+        model_max_length: int = 512,
+    ) -> None:
+        tokens = read_vocab(vocab_file)
+        self._init(
+            tokens,
+            lowercase,
+            strip_accents,
+            tokenize_chinese_chars,
+            max_input_chars_per_word,
+            model_max_length,
+            str(vocab_file),
+        )
+
+    @classmethod
+    def from_vocab(cls, tokens: Sequence[str], **settings: Any) -> Tokenizer:
+        """Build from a list of tokens in id order instead of a file."""
+        self = cls.__new__(cls)
+        opts = dict(
+            lowercase=True,
+            strip_accents=None,
+            tokenize_chinese_chars=True,
+            max_input_chars_per_word=100,
+            model_max_length=512,
+        )
+        opts.update(settings)
+        self._init(list(tokens), source="<vocab list>", **opts)
+        return self
+
+    def _init(
+        self,
+        tokens: list[str],
+        lowercase: bool,
+        strip_accents: bool | None,
+        tokenize_chinese_chars: bool,
+        max_input_chars_per_word: int,
+        model_max_length: int,
+        source: str,
+    ) -> None:
+        vocab: dict[str, int] = {}
+        for i, tok in enumerate(tokens):
+            vocab.setdefault(tok, i)  # a duplicate line keeps its first id, as transformers' loader
+        missing = [name for name in SPECIAL_TOKENS.values() if name not in vocab]
+        if missing:
+            raise UserError(
+                f"{source}: the vocabulary lacks the special token(s) {', '.join(missing)}; "
+                "a BERT vocabulary needs [PAD] [UNK] [CLS] [SEP] [MASK] (bertkit vocab adds them)"
+            )
+        if max_input_chars_per_word < 1:
+            raise ValueError("max_input_chars_per_word must be >= 1")
+        self.vocab = vocab
+        self.ids_to_tokens = list(tokens)
+        self.lowercase = lowercase
+        self.strip_accents = strip_accents
+        self.tokenize_chinese_chars = tokenize_chinese_chars
+        self.max_input_chars_per_word = max_input_chars_per_word
+        self.model_max_length = model_max_length
+        self.unk_token, self.cls_token, self.sep_token, self.pad_token, self.mask_token = (
+            SPECIAL_TOKENS[k] for k in ("unk", "cls", "sep", "pad", "mask")
+        )
+        self.unk_token_id = vocab[self.unk_token]
+        self.cls_token_id = vocab[self.cls_token]
+        self.sep_token_id = vocab[self.sep_token]
+        self.pad_token_id = vocab[self.pad_token]
+        self.mask_token_id = vocab[self.mask_token]
+        self.all_special_ids = sorted(
+            {self.unk_token_id, self.cls_token_id, self.sep_token_id, self.pad_token_id, self.mask_token_id}
+        )
+        self._tok = self._build_backend()
+
+    def _build_backend(self) -> _RustTokenizer:
+        tok = _RustTokenizer(
+            models.WordPiece(
+                self.vocab,
+                unk_token=self.unk_token,
+                max_input_chars_per_word=self.max_input_chars_per_word,
+                continuing_subword_prefix="##",
+            )
+        )
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=True,
+            handle_chinese_chars=self.tokenize_chinese_chars,
+            strip_accents=self.strip_accents,
+            lowercase=self.lowercase,
+        )
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls, sep = self.cls_token, self.sep_token
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls}:0 $A:0 {sep}:0",
+            pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls, self.cls_token_id), (sep, self.sep_token_id)],
+        )
+        tok.decoder = decoders.WordPiece(prefix="##")
+        # Special tokens written in the text ("a [MASK] here") stay whole, as in transformers.
+        tok.add_special_tokens(
+            [AddedToken(t, normalized=False, special=True) for t in SPECIAL_TOKENS.values()]
+        )
+        return tok
+
+    # ------------------------------------------------------------ persistence
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, **overrides: Any) -> Tokenizer:
+        """Load from a model directory: ``vocab.txt`` with the settings in ``tokenizer_config.json``."""
+        model_dir = Path(model_dir)
+        if model_dir.is_file():  # a bare vocab.txt
+            return cls(model_dir, **overrides)
+        vocab_file = model_dir / VOCAB_FILE
+        if not vocab_file.is_file():
+            if (model_dir / TOKENIZER_JSON).is_file():
+                return cls._from_tokenizer_json(model_dir / TOKENIZER_JSON, **overrides)
+            raise UserError(f"{model_dir}: no {VOCAB_FILE} or {TOKENIZER_JSON} found")
+        settings: dict[str, Any] = {}
+        config_file = model_dir / TOKENIZER_CONFIG
+        if config_file.is_file():
+            try:
+                cfg = json.loads(config_file.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise UserError(f"{config_file}: line {e.lineno}: not valid JSON ({e.msg})") from None
+            if "do_lower_case" in cfg:
+                settings["lowercase"] = bool(cfg["do_lower_case"])
+            if cfg.get("strip_accents") is not None:
+                settings["strip_accents"] = bool(cfg["strip_accents"])
+            if "tokenize_chinese_chars" in cfg:
+                settings["tokenize_chinese_chars"] = bool(cfg["tokenize_chinese_chars"])
+            if isinstance(cfg.get("model_max_length"), int) and cfg["model_max_length"] < 10**6:
+                settings["model_max_length"] = cfg["model_max_length"]
+            if isinstance(cfg.get("max_input_chars_per_word"), int):
+                settings["max_input_chars_per_word"] = cfg["max_input_chars_per_word"]
+        settings.update(overrides)
+        return cls(vocab_file, **settings)
+
+    @classmethod
+    def _from_tokenizer_json(cls, path: Path, **overrides: Any) -> Tokenizer:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        model = data.get("model", {})
+        if model.get("type") != "WordPiece":
+            raise UserError(f"{path}: not a WordPiece tokenizer (model type {model.get('type')!r})")
+        vocab = model["vocab"]
+        tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+        norm = data.get("normalizer") or {}
+        settings = dict(
+            lowercase=bool(norm.get("lowercase", True)),
+            strip_accents=norm.get("strip_accents"),
+            tokenize_chinese_chars=bool(norm.get("handle_chinese_chars", True)),
+            max_input_chars_per_word=int(model.get("max_input_chars_per_word", 100)),
+        )
+        settings.update(overrides)
+        return cls.from_vocab(tokens, **settings)
+
+    def save_pretrained(self, model_dir: str | os.PathLike) -> None:
+        """Write ``vocab.txt``, ``tokenizer_config.json``, ``special_tokens_map.json`` and ``tokenizer.json``."""
+        model_dir = Path(model_dir)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        with atomic_write(model_dir / VOCAB_FILE) as f:
+            f.write("".join(t + "\n" for t in self.ids_to_tokens))
+        atomic_write_json(
+            model_dir / TOKENIZER_CONFIG,
+            {
+                "tokenizer_class": "BertTokenizer",
+                "do_lower_case": self.lowercase,
+                "strip_accents": self.strip_accents,
+                "tokenize_chinese_chars": self.tokenize_chinese_chars,
+                "max_input_chars_per_word": self.max_input_chars_per_word,
+                "model_max_length": self.model_max_length,
+                "unk_token": self.unk_token,
+                "sep_token": self.sep_token,
+                "pad_token": self.pad_token,
+                "cls_token": self.cls_token,
+                "mask_token": self.mask_token,
+            },
+        )
+        atomic_write_json(
+            model_dir / "special_tokens_map.json",
+            {
+                "unk_token": self.unk_token,
+                "sep_token": self.sep_token,
+                "pad_token": self.pad_token,
+                "cls_token": self.cls_token,
+                "mask_token": self.mask_token,
+            },
+        )
+        with atomic_write(model_dir / TOKENIZER_JSON) as f:
+            f.write(self._tok.to_str())
+
+    # ----------------------------------------------------------------- basics
+    def __len__(self) -> int:
+        return len(self.ids_to_tokens)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.ids_to_tokens)
+
+    @property
+    def backend(self) -> _RustTokenizer:
+        """The underlying ``tokenizers.Tokenizer`` (no truncation or padding configured)."""
+        return self._tok
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
+        if isinstance(tokens, str):
+            return self.vocab.get(tokens, self.unk_token_id)
+        return [self.vocab.get(t, self.unk_token_id) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
+        if isinstance(ids, int):
+            return self.ids_to_tokens[ids]
+        return [self.ids_to_tokens[int(i)] for i in ids]
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece tokens of ``text`` without special tokens."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def encode_batch_ids(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
+        """Token ids of many texts (the fast path for data preparation: no offsets are computed)."""
+        texts = list(texts)
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        try:
+            encodings = encode(texts, add_special_tokens=add_special_tokens)
+        except TypeError:
+            _check_texts(texts, "texts")
+            raise
+        return [e.ids for e in encodings]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``: ``##`` pieces joined to their word, words joined by spaces."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    # --------------------------------------------------------------- encoding
+    def _configure(
+        self,
+        max_length: int | None,
+        truncation: bool | str | None,
+        stride: int,
+        padding: bool | str,
+        pad_to_multiple_of: int | None = None,
+    ) -> None:
+        tok = self._tok
+        if truncation is None:
+            truncation = max_length is not None
+        if truncation:
+            strategy = "longest_first" if truncation is True else truncation
+            if strategy not in TRUNCATION_STRATEGIES:
+                raise ValueError(
+                    f"truncation must be True/False or one of {TRUNCATION_STRATEGIES}, got {truncation!r}"
+                )
+            limit = self.model_max_length if max_length is None else max_length
+            if stride >= limit:
+                raise ValueError(f"stride ({stride}) must be smaller than max_length ({limit})")
+            tok.enable_truncation(limit, stride=stride, strategy=strategy)
+        else:
+            tok.no_truncation()
+        if padding == "max_length":
+            if max_length is None:
+                raise ValueError("padding='max_length' needs max_length")
+            tok.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token, length=max_length)
+        elif padding:
+            tok.enable_padding(
+                pad_id=self.pad_token_id, pad_token=self.pad_token, pad_to_multiple_of=pad_to_multiple_of
+            )
+        else:
+            tok.no_padding()
+
+    def encode(
+        self,
+        text: str,
+        pair: str | None = None,
+        max_length: int | None = None,
+        truncation: bool | str | None = None,
+        stride: int = 0,
+        add_special_tokens: bool = True,
+    ) -> Encoding:
+        """One text (or pair) -> a ``tokenizers.Encoding`` with ``.ids``, ``.type_ids``, ``.tokens``,
+        ``.offsets`` (character spans in the input), ``.word_ids``, ``.attention_mask`` and, when
+        truncated with a ``max_length``, ``.overflowing`` windows that overlap by ``stride`` tokens.
+
+        No truncation unless ``max_length`` or ``truncation`` is given (as transformers).
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if pair is not None and not isinstance(pair, str):
+            raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
+        self._configure(max_length, truncation, stride, padding=False)
+        try:
+            return self._tok.encode(text, pair, add_special_tokens=add_special_tokens)
+        except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
+            raise ValueError(
+                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
+            ) from None
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncation: bool | str | None = None,
+        padding: bool | str = False,
+        stride: int = 0,
+        add_special_tokens: bool = True,
+    ) -> list[Encoding]:
+        """Many texts (or pairs) at once, in parallel in Rust -> list of ``tokenizers.Encoding``."""
+        texts = list(texts)
+        if pairs is not None:
+            pairs = list(pairs)
+            if len(pairs) != len(texts):
+                raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
+            inputs: list[Any] = list(zip(texts, pairs))
+        else:
+            inputs = texts
+        self._configure(max_length, truncation, stride, padding)
+        try:
+            return self._tok.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        except TypeError:
+            _check_texts(texts, "texts")
+            if pairs is not None:
+                _check_texts(pairs, "pairs")
+            raise
+        except Exception as e:
+            raise ValueError(
+                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
+            ) from None
+
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        pairs: str | Sequence[str] | None = None,
+        max_length: int | None = None,
+        padding: bool | str = True,
+        truncation: bool | str | None = None,
+        return_tensors: str | None = "pt",
+        pad_to_multiple_of: int | None = None,
+    ) -> dict[str, Any]:
+        """Batch-encode -> dict of ``input_ids``, ``token_type_ids``, ``attention_mask``.
+
+        ``return_tensors="pt"``: [B, T] int64 tensors (needs padding unless all lengths are equal);
+        ``"np"``: numpy arrays; ``None``: lists (a single str input gives flat lists, as transformers).
+        ``padding``: True pads to the longest, ``"max_length"`` to ``max_length``, False not at all.
+        """
+        single = isinstance(texts, str)
+        if single:
+            texts = [texts]
+            if pairs is not None:
+                if not isinstance(pairs, str):
+                    raise TypeError(f"pairs must be a str when texts is a str, got {type(pairs).__name__}")
+                pairs = [pairs]
+        elif not isinstance(texts, Sequence):
+            raise TypeError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
+        self._configure(max_length, truncation, 0, padding, pad_to_multiple_of)
+        inputs: Any = texts if pairs is None else list(zip(texts, pairs, strict=True))
+        try:
+            encodings = self._tok.encode_batch(inputs)
+        except TypeError:
+            _check_texts(texts, "texts")
+            if pairs is not None:
+                _check_texts(pairs, "pairs")
+            raise
+        except Exception as e:
+            raise ValueError(
+                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
+            ) from None
+        keys = (("input_ids", "ids"), ("token_type_ids", "type_ids"), ("attention_mask", "attention_mask"))
+        if return_tensors is None:
+            out = {k: [getattr(e, a) for e in encodings] for k, a in keys}
+            return {k: v[0] for k, v in out.items()} if single else out
+        if return_tensors not in ("pt", "np"):
+            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+        lengths = {len(e.ids) for e in encodings}
+        if len(lengths) > 1:
+            raise ValueError("sequences have different lengths: pass padding=True to build tensors")
+        arrays = {k: np.array([getattr(e, a) for e in encodings], dtype=np.int64) for k, a in keys}
+        if return_tensors == "np":
+            return arrays
+        import torch
+
+        return {k: torch.from_numpy(v) for k, v in arrays.items()}
