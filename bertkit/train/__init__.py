@@ -1,0 +1,30 @@
+"""Generic training: optimisers and schedules (optim), the resumable loop (loop), checkpoints (checkpoint)."""
+
+from bertkit.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from bertkit.train.loop import Batches, NonFiniteLossError, Trainer, plot_curves, to_device
+from bertkit.train.optim import (
+    Lamb,
+    LinearWarmupDecay,
+    build_optimizer,
+    linear_schedule,
+    param_groups,
+    warmup_steps_from,
+)
+
+__all__ = [
+    "Batches",
+    "Lamb",
+    "LinearWarmupDecay",
+    "NonFiniteLossError",
+    "Trainer",
+    "build_optimizer",
+    "latest_checkpoint",
+    "linear_schedule",
+    "list_checkpoints",
+    "load_checkpoint",
+    "param_groups",
+    "plot_curves",
+    "save_checkpoint",
+    "to_device",
+    "warmup_steps_from",
+]

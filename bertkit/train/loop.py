@@ -1,0 +1,772 @@
+"""A generic, resumable training loop (it knows nothing about BERT).
+
+Quick start::
+
+    from bertkit.train import Trainer, Batches, build_optimizer, linear_schedule
+
+    batches = Batches(dataset, batch_size=32, collate_fn=collate, seed=0)   # resumable, rank-aware
+    opt = build_optimizer(model, "adamw", lr=1e-4, weight_decay=0.01)
+    sched = linear_schedule(opt, warmup_steps=100, total_steps=10_000)
+    trainer = Trainer(model, opt, sched, train_batches=batches, out_dir="runs/x", max_steps=10_000,
+                      loss_fn=None,            # default: model(**batch).loss
+                      grad_accum=1, clip_norm=1.0, precision="fp32",   # "bf16" (CPU/GPU), "fp16" (GPU)
+                      log_every=10, checkpoint_every=500, keep_last=2,
+                      eval_fn=None, eval_every=0, seed=0)
+    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, ...
+
+``loss_fn(model, batch) -> loss`` or ``(loss, metrics)``: ``model`` is the (possibly DDP-wrapped) model and
+``batch`` the micro-batch already on the device. ``metrics`` maps a name to a scalar (averaged over the
+log window) or to a ``(numerator, denominator)`` pair (summed over micro-batches, ranks and the window, then
+divided: a correctly weighted accuracy). Metrics go into every log record.
+
+``eval_fn(model) -> dict[str, float]`` runs every ``eval_every`` steps and at the end, under
+``torch.no_grad()`` with the model in eval mode (the RNG state is restored afterwards, so evaluation
+never changes the training stream). Results go to ``OUT/eval.jsonl`` and the summary.
+
+``train_batches`` is either a :class:`Batches` (or any object with ``__iter__``/``__next__``,
+``state_dict()`` and ``load_state_dict()``), restored exactly on resume, or a plain re-iterable whose first
+``consumed`` micro-batches are skipped on resume (deterministic only if the iterable is).
+
+Files under ``out_dir``: ``metrics.jsonl`` (one JSON object per logged step: ``step``, ``loss``, every
+metric, ``lr``, ``grad_norm``, ``tokens_per_s``, ``elapsed_s``), ``eval.jsonl``, ``checkpoints/step-N.pt``
+(atomic; last ``keep_last`` kept; model, optimizer, scheduler, scaler, every RNG state, data position,
+log-window accumulators), ``curves.png`` at the end, and TensorBoard events under ``tb/`` if
+``tensorboard=True`` and the package is installed.
+
+Resume: ``fit(resume=True)`` loads the newest checkpoint, truncates ``metrics.jsonl``/``eval.jsonl`` to the
+checkpointed step, and continues; on CPU with the same seed the losses are bitwise those of an
+uninterrupted run (the test kills a run with SIGKILL).
+
+Non-finite loss: with ``nonfinite="skip"`` (default) a step whose loss or gradient norm is not finite is
+skipped (no optimizer update; counted in ``nonfinite_steps``); after ``max_nonfinite`` consecutive ones,
+or at the first one with ``nonfinite="stop"``, :class:`NonFiniteLossError` explains what to try. The
+model is checked to be finite before every checkpoint, so a NaN never reaches one.
+
+Distributed: if ``torch.distributed`` is initialised with more than one process (``torchrun``), the model is
+wrapped in DDP (``distributed="ddp"``, default) or FSDP (``distributed="fsdp"``; pass the optimizer and
+scheduler as factories ``lambda model: ...`` / ``lambda opt: ...`` so they see the sharded parameters).
+Gradients are averaged over ranks; :class:`Batches` gives rank ``r`` its own part of every global batch
+(global batch = ``batch_size * world_size * grad_accum``), laid out so that N processes equal one process
+with ``grad_accum = N``. Only rank 0 writes files; RNG states of every rank are checkpointed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bertkit.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+logger = logging.getLogger("bertkit")
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced NaN/inf losses; the message says at which step and what to try."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Batches: a deterministic, resumable, rank-aware batch source
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Batches:
+    """Endless stream of micro-batches over a map-style dataset, shuffled per epoch, exactly resumable.
+
+    The global order is a permutation per epoch drawn from a ``torch.Generator`` seeded by
+    ``(seed, epoch)``; the stream is cut into micro-batches of ``batch_size``. Each optimizer step uses
+    ``world_size * grad_accum`` consecutive micro-batches: rank ``r`` takes micro-batches
+    ``r*grad_accum ... r*grad_accum + grad_accum - 1`` of the group. So 2 processes with ``grad_accum=1``
+    see exactly the data of 1 process with ``grad_accum=2``. If the dataset has ``set_epoch(e)`` (dynamic
+    masking) it is called whenever the stream enters epoch ``e``. ``state_dict()`` is the data position.
+    """
+
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        collate_fn: Callable[[list], Any] | None = None,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+        grad_accum: int = 1,
+        max_epochs: int | None = None,
+    ):
+        if batch_size < 1 or grad_accum < 1 or world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(
+                f"bad batching: batch_size={batch_size} grad_accum={grad_accum} rank={rank}/{world_size}"
+            )
+        n = len(dataset)
+        if n < batch_size:
+            raise ValueError(f"dataset has {n} examples, fewer than one batch of {batch_size}")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn or (lambda items: items)
+        self.seed = int(seed)
+        self.shuffle = shuffle
+        self.rank, self.world_size, self.grad_accum = rank, world_size, grad_accum
+        self.max_epochs = max_epochs
+        self.per_epoch = n // batch_size  # micro-batches per epoch (the ragged end is dropped)
+        self.consumed = 0  # micro-batches this rank has taken
+        self._perm_epoch = -1
+        self._perm: torch.Tensor | None = None
+        self._dataset_epoch = None
+
+    def steps_per_epoch(self) -> int:
+        return max(self.per_epoch // (self.world_size * self.grad_accum), 1)
+
+    def _global_index(self, n: int) -> int:
+        group = self.world_size * self.grad_accum
+        return (n // self.grad_accum) * group + self.rank * self.grad_accum + n % self.grad_accum
+
+    def _perm_for(self, epoch: int) -> torch.Tensor:
+        if epoch != self._perm_epoch:
+            n = len(self.dataset)
+            if self.shuffle:
+                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                self._perm = torch.randperm(n, generator=g)
+            else:
+                self._perm = torch.arange(n)
+            self._perm_epoch = epoch
+        return self._perm
+
+    def indices(self, n: int) -> tuple[int, list[int]]:
+        k = self._global_index(n)
+        epoch, j = divmod(k, self.per_epoch)
+        perm = self._perm_for(epoch)
+        return epoch, perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def __next__(self):
+        epoch, idx = self.indices(self.consumed)
+        if self.max_epochs is not None and epoch >= self.max_epochs:
+            raise StopIteration
+        if epoch != self._dataset_epoch and hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+            self._dataset_epoch = epoch
+        self.consumed += 1
+        return self.collate_fn([self.dataset[i] for i in idx])
+
+    def state_dict(self) -> dict:
+        return {
+            "consumed": self.consumed,
+            "seed": self.seed,
+            "world_size": self.world_size,
+            "grad_accum": self.grad_accum,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state.get("world_size", 1), state.get("grad_accum", 1)) != (self.world_size, self.grad_accum):
+            logger.warning(
+                "resuming with world_size*grad_accum %s*%s instead of %s*%s: the data order changes",
+                self.world_size, self.grad_accum, state.get("world_size"), state.get("grad_accum"),
+            )  # fmt: skip
+        self.seed = state.get("seed", self.seed)
+        self.consumed = int(state["consumed"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------------------
+
+
+def to_device(batch, device: torch.device):
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def default_loss_fn(model, batch):
+    out = model(**batch) if isinstance(batch, dict) else model(*batch)
+    return out.loss if hasattr(out, "loss") else out["loss"]
+
+
+def default_tokens_fn(batch) -> int:
+    if isinstance(batch, dict):
+        if "attention_mask" in batch:
+            return int(batch["attention_mask"].sum())
+        if "input_ids" in batch:
+            return batch["input_ids"].numel()
+    return 0
+
+
+def dist_info() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def plot_curves(
+    metrics_path: Path, eval_path: Path | None, out_png: Path, keys: Iterable[str] | None = None
+) -> Path | None:
+    """Loss and accuracy-like metrics against step, from the jsonl logs, as a PNG (matplotlib Agg)."""
+    rows = _read_jsonl(metrics_path)
+    evals = _read_jsonl(eval_path) if eval_path else []
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    skip = {"step", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "nonfinite_steps", "epoch"}
+    keys = (
+        list(keys)
+        if keys
+        else [k for k in rows[-1] if k not in skip and isinstance(rows[-1][k], (int, float))]
+    )
+    loss_keys = [k for k in keys if "loss" in k]
+    other = [k for k in keys if k not in loss_keys]
+    fig, axes = plt.subplots(1, 2 if other else 1, figsize=(11 if other else 6, 4), squeeze=False)
+    steps = [r["step"] for r in rows]
+    for k in loss_keys:
+        axes[0, 0].plot(steps, [r.get(k) for r in rows], label=f"train {k}")
+    for k in [k for k in (evals[-1] if evals else {}) if "loss" in k]:
+        axes[0, 0].plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
+    axes[0, 0].set_xlabel("step")
+    axes[0, 0].set_title("loss")
+    axes[0, 0].legend(fontsize=8)
+    if other:
+        for k in other:
+            axes[0, 1].plot(steps, [r.get(k) for r in rows], label=f"train {k}")
+        for k in [k for k in (evals[-1] if evals else {}) if "acc" in k]:
+            axes[0, 1].plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
+        axes[0, 1].set_xlabel("step")
+        axes[0, 1].set_title("metrics")
+        axes[0, 1].legend(fontsize=8)
+    fig.tight_layout()
+    from bertkit.io import atomic_write
+
+    with atomic_write(out_png, "wb") as f:
+        fig.savefig(f, format="png", dpi=100)
+    plt.close(fig)
+    return out_png
+
+
+def _read_jsonl(path: Path | None) -> list[dict]:
+    if path is None or not Path(path).is_file():
+        return []
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a torn last line from a killed run
+    return rows
+
+
+def _truncate_jsonl(path: Path, max_step: int) -> None:
+    if not path.is_file():
+        return
+    rows = [r for r in _read_jsonl(path) if r.get("step", 0) <= max_step]
+    from bertkit.io import atomic_write
+
+    with atomic_write(path) as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def _scalar(v) -> float:
+    return float(v.detach().float().item()) if isinstance(v, torch.Tensor) else float(v)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Trainer
+# ----------------------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """See the module docstring. All arguments after ``scheduler`` are keyword-only."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | Callable[[nn.Module], torch.optim.Optimizer],
+        scheduler=None,
+        *,
+        train_batches,
+        out_dir: str | os.PathLike,
+        max_steps: int,
+        loss_fn: Callable | None = None,
+        grad_accum: int = 1,
+        clip_norm: float | None = 1.0,
+        precision: str = "fp32",
+        device: str | torch.device | None = None,
+        log_every: int = 10,
+        checkpoint_every: int = 0,
+        keep_last: int = 2,
+        eval_fn: Callable[[nn.Module], dict] | None = None,
+        eval_every: int = 0,
+        seed: int = 0,
+        tokens_fn: Callable[[Any], int] | None = None,
+        nonfinite: str = "skip",
+        max_nonfinite: int = 10,
+        progress: bool = True,
+        tensorboard: bool = False,
+        plot: bool = True,
+        distributed: str = "ddp",
+        find_unused_parameters: bool = False,
+        callbacks: Iterable[Callable[[dict], None]] = (),
+        desc: str = "train",
+    ):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if nonfinite not in ("skip", "stop"):
+            raise ValueError("nonfinite must be 'skip' or 'stop'")
+        self.rank, self.world_size = dist_info()
+        if device is None:
+            device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if torch.cuda.is_available()
+                else torch.device("cpu")
+            )
+        self.device = torch.device(device)
+        if precision == "fp16" and self.device.type != "cuda":
+            raise ValueError(
+                "precision fp16 needs a CUDA GPU (it uses a grad scaler); on CPU use bf16 or fp32"
+            )
+        self.model = model.to(self.device)
+        self.wrapped = self._wrap(model, distributed, find_unused_parameters)
+        self.optimizer = (
+            optimizer(self.wrapped)
+            if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)
+            else optimizer
+        )
+        self.scheduler = (
+            scheduler(self.optimizer)
+            if callable(scheduler) and not hasattr(scheduler, "state_dict")
+            else scheduler
+        )
+        self.train_batches = train_batches
+        self.out_dir = Path(out_dir)
+        self.max_steps = int(max_steps)
+        self.loss_fn = loss_fn or default_loss_fn
+        self.grad_accum = int(grad_accum)
+        self.clip_norm = clip_norm
+        self.precision = precision
+        self.log_every = max(int(log_every), 1)
+        self.checkpoint_every = int(checkpoint_every or 0)
+        self.keep_last = int(keep_last)
+        self.eval_fn = eval_fn
+        self.eval_every = int(eval_every or 0)
+        self.seed = int(seed)
+        self.tokens_fn = tokens_fn or default_tokens_fn
+        self.nonfinite = nonfinite
+        self.max_nonfinite = int(max_nonfinite)
+        self.progress = progress and self.rank == 0
+        self.tensorboard = tensorboard
+        self.plot = plot
+        self.callbacks = list(callbacks)
+        self.desc = desc
+        self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+        self.step = 0
+        self.nonfinite_steps = 0
+        self._consecutive_bad = 0
+        self._window = self._empty_window()
+        self.last_record: dict | None = None
+        self.last_eval: dict | None = None
+        self._tb = None
+        self.is_main = self.rank == 0
+
+    # -- set-up -------------------------------------------------------------------------------------------
+    def _wrap(self, model: nn.Module, distributed: str, find_unused: bool) -> nn.Module:
+        if self.world_size <= 1 or distributed in (None, "none"):
+            return model
+        if distributed == "ddp":
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            return DDP(model, device_ids=ids, find_unused_parameters=find_unused)
+        if distributed == "fsdp":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            kw = {"device_id": self.device} if self.device.type == "cuda" else {}
+            self._fsdp = True
+            return FSDP(model, use_orig_params=True, **kw)
+        raise ValueError(f"distributed must be 'ddp', 'fsdp' or 'none', got {distributed!r}")
+
+    def _autocast(self):
+        if self.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    @staticmethod
+    def _empty_window() -> dict:
+        return {"loss": 0.0, "n": 0, "tokens": 0, "metrics": {}, "pairs": {}, "t": None}
+
+    # -- state -------------------------------------------------------------------------------------------
+    def _model_state(self) -> dict:
+        if getattr(self, "_fsdp", False):
+            from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+            with FSDP.state_dict_type(self.wrapped, StateDictType.FULL_STATE_DICT, cfg):
+                return self.wrapped.state_dict()
+        return self.model.state_dict()
+
+    def _optim_state(self) -> dict:
+        if getattr(self, "_fsdp", False):
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            return FSDP.full_optim_state_dict(self.wrapped, self.optimizer)
+        return self.optimizer.state_dict()
+
+    def state_dict(self) -> dict:
+        rngs = rng_state()
+        if self.world_size > 1:
+            gathered: list = [None] * self.world_size
+            dist.all_gather_object(gathered, rngs)
+            rngs = gathered
+        else:
+            rngs = [rngs]
+        data_state = self.train_batches.state_dict() if hasattr(self.train_batches, "state_dict") else None
+        window = dict(self._window, t=None)
+        return {
+            "step": self.step,
+            "model": self._model_state(),
+            "optimizer": self._optim_state(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": rngs,
+            "data": data_state,
+            "consumed": self.step * self.grad_accum,
+            "window": window,
+            "nonfinite_steps": self.nonfinite_steps,
+            "world_size": self.world_size,
+            "seed": self.seed,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if getattr(self, "_fsdp", False):
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            from torch.distributed.fsdp import StateDictType
+
+            with FSDP.state_dict_type(self.wrapped, StateDictType.FULL_STATE_DICT):
+                self.wrapped.load_state_dict(state["model"])
+            osd = FSDP.optim_state_dict_to_load(self.wrapped, self.optimizer, state["optimizer"])
+            self.optimizer.load_state_dict(osd)
+        else:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        rngs = state["rng"]
+        set_rng_state(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
+        if hasattr(self.train_batches, "load_state_dict") and state.get("data") is not None:
+            self.train_batches.load_state_dict(state["data"])
+        else:
+            it = iter(self.train_batches)
+            for _ in range(state["consumed"]):
+                next(it)
+            self.train_batches = it
+        self.step = int(state["step"])
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
+        self._window = dict(state.get("window") or self._empty_window(), t=None)
+
+    def _model_is_finite(self) -> bool:
+        ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+        if self.world_size > 1:
+            t = torch.tensor([0.0 if ok else 1.0], device=self.device)
+            dist.all_reduce(t)
+            ok = t.item() == 0
+        return ok
+
+    def save(self) -> Path | None:
+        """Write a checkpoint of the current step (rank 0 writes; every rank must call it)."""
+        if not self._model_is_finite():
+            raise NonFiniteLossError(
+                f"model parameters became non-finite by step {self.step}; refusing to checkpoint them. "
+                "Resume from the last checkpoint with a lower --lr, a longer --warmup, or --precision fp32."
+            )
+        state = self.state_dict()
+        path = None
+        if self.is_main:
+            path = save_checkpoint(self.out_dir, self.step, state, keep_last=self.keep_last)
+        if self.world_size > 1:
+            dist.barrier()
+        return path
+
+    # -- logging -------------------------------------------------------------------------------------------
+    def _accumulate(self, loss: float, metrics: dict, tokens: int) -> None:
+        w = self._window
+        if w["t"] is None:
+            w["t"] = time.perf_counter()
+        w["loss"] += loss
+        w["n"] += 1
+        w["tokens"] += tokens
+        for k, v in metrics.items():
+            if isinstance(v, tuple):
+                num, den = w["pairs"].get(k, (0.0, 0.0))
+                w["pairs"][k] = (num + v[0], den + v[1])
+            else:
+                s, n = w["metrics"].get(k, (0.0, 0))
+                w["metrics"][k] = (s + v, n + 1)
+
+    def _flush_window(self, lr: float, grad_norm: float) -> dict:
+        w = self._window
+        names_m = sorted(w["metrics"])
+        names_p = sorted(w["pairs"])
+        vec = [w["loss"], float(w["n"]), float(w["tokens"])]
+        for k in names_m:
+            vec += [w["metrics"][k][0], float(w["metrics"][k][1])]
+        for k in names_p:
+            vec += list(w["pairs"][k])
+        if self.world_size > 1:
+            t = torch.tensor(vec, dtype=torch.float64, device=self.device)
+            dist.all_reduce(t)
+            vec = t.tolist()
+        elapsed = time.perf_counter() - w["t"] if w["t"] is not None else float("nan")
+        n = max(vec[1], 1.0)
+        rec: dict[str, Any] = {"step": self.step, "loss": vec[0] / n}
+        i = 3
+        for k in names_m:
+            rec[k] = vec[i] / max(vec[i + 1], 1.0)
+            i += 2
+        for k in names_p:
+            rec[k] = vec[i] / vec[i + 1] if vec[i + 1] else float("nan")
+            i += 2
+        rec["lr"] = lr
+        rec["grad_norm"] = grad_norm
+        rec["tokens_per_s"] = vec[2] / elapsed if elapsed and elapsed > 0 else None
+        rec["elapsed_s"] = round(time.perf_counter() - self._t0, 3)
+        if self.nonfinite_steps:
+            rec["nonfinite_steps"] = self.nonfinite_steps
+        self._window = self._empty_window()
+        return rec
+
+    def _write(self, name: str, rec: dict) -> None:
+        if not self.is_main:
+            return
+        with open(self.out_dir / name, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec) + "\n")
+            f.flush()
+
+    def _tb_log(self, prefix: str, rec: dict) -> None:
+        if self._tb is None:
+            return
+        for k, v in rec.items():
+            if k != "step" and isinstance(v, (int, float)) and v is not None and math.isfinite(v):
+                self._tb.add_scalar(f"{prefix}/{k}", v, rec["step"])
+
+    # -- evaluation ----------------------------------------------------------------------------------------
+    def evaluate(self) -> dict | None:
+        if self.eval_fn is None:
+            return None
+        saved = rng_state()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad(), self._autocast():
+                res = self.eval_fn(self.model)
+        finally:
+            self.model.train(was_training)
+            set_rng_state(saved)
+        rec = {"step": self.step, **{k: _scalar(v) for k, v in (res or {}).items()}}
+        self.last_eval = rec
+        self._write("eval.jsonl", rec)
+        self._tb_log("eval", rec)
+        return rec
+
+    # -- the loop ------------------------------------------------------------------------------------------
+    def fit(self, resume: bool = False) -> dict:
+        """Train until ``max_steps``; with ``resume`` continue from the newest checkpoint in ``out_dir``."""
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        resumed_from = None
+        if resume:
+            found = latest_checkpoint(self.out_dir)
+            if found is not None:
+                path, state = found
+                self.load_state_dict(state)
+                resumed_from = str(path)
+                if self.is_main:
+                    _truncate_jsonl(self.out_dir / "metrics.jsonl", self.step)
+                    _truncate_jsonl(self.out_dir / "eval.jsonl", self.step)
+                logger.info("resumed from %s at step %d", path, self.step)
+        if resumed_from is None:
+            torch.manual_seed(self.seed + self.rank)
+            if self.is_main:
+                for name in ("metrics.jsonl", "eval.jsonl"):
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.out_dir / name).unlink()
+        if self.tensorboard and self.is_main:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.out_dir / "tb"))
+            except Exception:  # noqa: BLE001 - optional
+                logger.info("tensorboard is not installed; skipping TensorBoard logging")
+        self._t0 = time.perf_counter()
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(
+                total=self.max_steps, initial=self.step, desc=self.desc, unit="step", dynamic_ncols=True
+            )
+        data = iter(self.train_batches) if not hasattr(self.train_batches, "__next__") else self.train_batches
+        self.wrapped.train()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = float("nan")
+        stopped = None
+        try:
+            while self.step < self.max_steps:
+                loss_sum = 0.0
+                metrics_step: dict = {}
+                pairs_step: dict = {}
+                tokens = 0
+                for m in range(self.grad_accum):
+                    try:
+                        batch = next(data)
+                    except StopIteration:
+                        stopped = "data exhausted"
+                        break
+                    tokens += self.tokens_fn(batch)
+                    batch = to_device(batch, self.device)
+                    sync = m == self.grad_accum - 1 or not hasattr(self.wrapped, "no_sync")
+                    ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
+                    with ctx:
+                        with self._autocast():
+                            out = self.loss_fn(self.wrapped, batch)
+                        loss, mets = out if isinstance(out, tuple) else (out, {})
+                        scaled = loss / self.grad_accum
+                        if self.scaler is not None:
+                            self.scaler.scale(scaled).backward()
+                        else:
+                            scaled.backward()
+                    loss_sum += float(loss.detach().float())
+                    for k, v in mets.items():
+                        if isinstance(v, tuple):
+                            a, b = pairs_step.get(k, (0.0, 0.0))
+                            pairs_step[k] = (a + _scalar(v[0]), b + _scalar(v[1]))
+                        else:
+                            a, b = metrics_step.get(k, (0.0, 0))
+                            metrics_step[k] = (a + _scalar(v), b + 1)
+                if stopped:
+                    break
+                step_loss = loss_sum / self.grad_accum
+                if self.scaler is not None:
+                    self.scaler.unscale_(self.optimizer)
+                grad_norm = self._clip(params)
+                finite = math.isfinite(step_loss) and math.isfinite(grad_norm)
+                if self.world_size > 1:
+                    t = torch.tensor([0.0 if finite else 1.0], device=self.device)
+                    dist.all_reduce(t)
+                    finite = t.item() == 0
+                lr = self.optimizer.param_groups[0]["lr"]
+                if finite or (self.scaler is not None and math.isfinite(step_loss)):
+                    if self.scaler is not None:
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                    else:
+                        self.optimizer.step()
+                    self._consecutive_bad = 0
+                else:
+                    self._bad_step(step_loss, grad_norm, lr)
+                if self.scheduler is not None:
+                    self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step += 1
+                if finite:
+                    mets_avg: dict = {k: v[0] / max(v[1], 1) for k, v in metrics_step.items()}
+                    mets_avg.update(pairs_step)
+                    self._accumulate(step_loss, mets_avg, tokens)
+                if self.step % self.log_every == 0 or self.step == self.max_steps:
+                    rec = self._flush_window(lr, grad_norm)
+                    self.last_record = rec
+                    self._write("metrics.jsonl", rec)
+                    self._tb_log("train", rec)
+                    for cb in self.callbacks:
+                        cb(rec)
+                    if bar is not None:
+                        post = {"loss": f"{rec['loss']:.4f}"}
+                        if rec.get("tokens_per_s"):
+                            post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
+                        bar.set_postfix(post, refresh=False)
+                if bar is not None:
+                    bar.update(1)
+                if self.eval_every and self.step % self.eval_every == 0 and self.step != self.max_steps:
+                    self.evaluate()
+                if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+                    self.save()
+        finally:
+            if bar is not None:
+                bar.close()
+        if self.eval_fn is not None and (self.last_eval is None or self.last_eval["step"] != self.step):
+            self.evaluate()
+        if self.checkpoint_every and (self.step % self.checkpoint_every != 0 or stopped):
+            self.save()
+        if self._tb is not None:
+            self._tb.close()
+        png = None
+        if self.plot and self.is_main:
+            try:
+                png = plot_curves(
+                    self.out_dir / "metrics.jsonl", self.out_dir / "eval.jsonl", self.out_dir / "curves.png"
+                )
+            except Exception as e:  # noqa: BLE001 - a plot must never fail a run
+                logger.warning("could not plot curves: %s", e)
+        return {
+            "steps": self.step,
+            "loss": self.last_record["loss"] if self.last_record else None,
+            "last": self.last_record,
+            "eval": self.last_eval,
+            "nonfinite_steps": self.nonfinite_steps,
+            "resumed_from": resumed_from,
+            "stopped": stopped,
+            "elapsed_s": round(time.perf_counter() - self._t0, 3),
+            "curves_png": str(png) if png else None,
+            "out_dir": str(self.out_dir),
+        }
+
+    def _clip(self, params: list[torch.Tensor]) -> float:
+        max_norm = self.clip_norm if self.clip_norm else float("inf")
+        if getattr(self, "_fsdp", False):
+            norm = self.wrapped.clip_grad_norm_(max_norm)
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        return float(norm)
+
+    def _bad_step(self, loss: float, grad_norm: float, lr: float) -> None:
+        self.nonfinite_steps += 1
+        self._consecutive_bad += 1
+        what = f"loss={loss} grad_norm={grad_norm}"
+        msg = (
+            f"non-finite training step {self.step + 1} ({what}, lr={lr:.3g}, precision={self.precision}). "
+            "Try a lower --lr, a longer --warmup, --precision fp32 (or bf16 instead of fp16), and check the data "
+            f"for empty or corrupt batches; resume from the last checkpoint under {self.out_dir / 'checkpoints'}."
+        )
+        if self.nonfinite == "stop" or self._consecutive_bad > self.max_nonfinite:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLossError(
+                msg
+                if self.nonfinite == "stop"
+                else f"{self._consecutive_bad} consecutive non-finite steps; " + msg
+            )
+        logger.warning("skipping " + msg)
