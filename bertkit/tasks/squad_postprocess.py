@@ -1,0 +1,295 @@
+"""SQuAD post-processing, the original BERT release's algorithm: logits -> n-best spans -> answer text.
+
+For each example, over all its windows: the ``n_best_size`` highest start and end logits are paired;
+a pair is dropped when either index is outside the sequence, not a context token (query, [CLS], [SEP]),
+the start token is not in its max-context window, end < start, or the span is longer than
+``max_answer_length`` tokens. Candidates are ranked by start+end logit; their text is the WordPiece span
+de-tokenised (``" ##"`` and ``"##"`` removed, whitespace collapsed) and mapped back onto the original
+context words by :func:`get_final_text`; duplicate texts are dropped; ``n_best_size`` are kept.
+
+v2.0: the null score of an example is the smallest ``start_logit[0] + end_logit[0]`` over its windows; the
+null candidate is ranked with the others and the empty text is always in the n-best list. The prediction
+is "" when ``null_score - (best non-null start+end) > null_score_diff_threshold``, else the best non-null
+text; the difference is written to ``null_odds.json``.
+
+Degenerate cases: with no valid candidate at all the n-best list is ``[{"text": "empty", ...}]`` with
+logits 0 (the original's nonce entry, also the v1.1 prediction). In v2.0 an n-best list whose only entry is
+the null answer gets the same "empty" entry appended (logits 0) so that a best non-null entry exists: the
+null odds are then ``null_score - 0``, and the prediction is "" (no span was valid, so nothing else can be
+predicted) -- the original release would crash here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bertkit.io import atomic_write
+from bertkit.tasks.squad import SquadExample, SquadFeature
+
+
+@dataclass
+class RawResult:
+    unique_id: int
+    start_logits: Sequence[float]
+    end_logits: Sequence[float]
+
+
+@dataclass
+class Predictions:
+    predictions: dict[str, str]  # qid -> answer text ("" = no answer)
+    nbest: dict[str, list[dict[str, Any]]]  # qid -> [{"text", "probability", "start_logit", "end_logit"}]
+    null_odds: dict[str, float]  # qid -> null score - best non-null score (v2 only, else empty)
+    best_non_null: dict[str, str]  # qid -> best non-null text, "" when there is none (v2 only)
+
+
+# ---------------------------------------------------------------- basic tokenisation (for get_final_text)
+
+
+def _is_whitespace(ch: str) -> bool:
+    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
+
+
+def _is_control(ch: str) -> bool:
+    if ch in "\t\n\r":
+        return False
+    return unicodedata.category(ch).startswith("C")
+
+
+def _is_punctuation(ch: str) -> bool:
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+
+
+def _is_cjk(cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def basic_tokenize(text: str, lowercase: bool = True) -> list[str]:
+    """BERT's basic tokenisation: drop NUL/U+FFFD/control characters, whitespace to spaces, spaces around
+    CJK characters, split on whitespace, (lower-case and strip accents when ``lowercase``), split off
+    every punctuation character."""
+    chars = []
+    for ch in text:
+        cp = ord(ch)
+        if cp == 0 or cp == 0xFFFD or _is_control(ch):
+            continue
+        if _is_whitespace(ch):
+            chars.append(" ")
+        elif _is_cjk(cp):
+            chars.extend((" ", ch, " "))
+        else:
+            chars.append(ch)
+    out: list[str] = []
+    for word in "".join(chars).split():
+        if lowercase:
+            word = unicodedata.normalize("NFD", word.lower())
+            word = "".join(c for c in word if unicodedata.category(c) != "Mn")
+        piece: list[str] = []
+        for ch in word:
+            if _is_punctuation(ch):
+                if piece:
+                    out.append("".join(piece))
+                    piece = []
+                out.append(ch)
+            else:
+                piece.append(ch)
+        if piece:
+            out.append("".join(piece))
+    return out
+
+
+def _without_spaces(text: str) -> tuple[str, list[int]]:
+    """``text`` without " " characters, and for each kept character its index in ``text``."""
+    index = [i for i, c in enumerate(text) if c != " "]
+    return "".join(text[i] for i in index), index
+
+
+def get_final_text(pred_text: str, orig_text: str, lowercase: bool = True) -> str:
+    """Project the normalised prediction ``pred_text`` back onto ``orig_text`` (the original context words
+    it came from), e.g. "steve smith" in "Steve Smith's" -> "Steve Smith". ``orig_text`` is basic-tokenised
+    and re-joined; ``pred_text`` is located in it; if both texts have equally many non-space characters
+    they are aligned one-to-one and the matching slice of ``orig_text`` is returned; whenever any step
+    fails ``orig_text`` is returned unchanged."""
+    tok_text = " ".join(basic_tokenize(orig_text, lowercase))
+    start = tok_text.find(pred_text)
+    if start == -1:
+        return orig_text
+    end = start + len(pred_text) - 1
+    orig_ns, orig_ns_to_s = _without_spaces(orig_text)
+    tok_ns, tok_ns_to_s = _without_spaces(tok_text)
+    if len(orig_ns) != len(tok_ns):
+        return orig_text
+    tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
+    ns_start = tok_s_to_ns.get(start)
+    ns_end = tok_s_to_ns.get(end)
+    if ns_start is None or ns_start >= len(orig_ns_to_s):
+        return orig_text
+    if ns_end is None or ns_end >= len(orig_ns_to_s):
+        return orig_text
+    return orig_text[orig_ns_to_s[ns_start] : orig_ns_to_s[ns_end] + 1]
+
+
+def detokenize(tokens: Sequence[str]) -> str:
+    """WordPiece tokens -> text: join with spaces, glue "##" continuations, collapse whitespace."""
+    text = " ".join(tokens).replace(" ##", "").replace("##", "")
+    return " ".join(text.strip().split())
+
+
+def span_text(
+    example: SquadExample, feature: SquadFeature, start: int, end: int, lowercase: bool = True
+) -> str:
+    """Final answer text for sequence positions [start, end] of ``feature`` (both context tokens)."""
+    tok_text = detokenize(feature.tokens[start : end + 1])
+    w0, w1 = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
+    orig_text = " ".join(example.doc_tokens[w0 : w1 + 1])
+    return get_final_text(tok_text, orig_text, lowercase)
+
+
+# ---------------------------------------------------------------- n-best and predictions
+
+
+def best_indexes(logits: Sequence[float], n_best_size: int) -> list[int]:
+    """Indices of the ``n_best_size`` largest logits, largest first; ties keep the lower index first."""
+    arr = np.asarray(logits, dtype=np.float64)
+    return np.argsort(-arr, kind="stable")[:n_best_size].tolist()
+
+
+def softmax(scores: Sequence[float]) -> list[float]:
+    if not scores:
+        return []
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def compute_predictions(
+    examples: Sequence[SquadExample],
+    features: Sequence[SquadFeature],
+    results: Sequence[RawResult] | Mapping[int, RawResult],
+    n_best_size: int = 20,
+    max_answer_length: int = 30,
+    lowercase: bool = True,
+    version_2_with_negative: bool = False,
+    null_score_diff_threshold: float = 0.0,
+) -> Predictions:
+    """Predictions, n-best lists and null odds for every example (see the module docstring)."""
+    by_example: dict[int, list[SquadFeature]] = {}
+    for f in features:
+        by_example.setdefault(f.example_index, []).append(f)
+    by_id = results if isinstance(results, Mapping) else {r.unique_id: r for r in results}
+
+    preds: dict[str, str] = {}
+    nbest_out: dict[str, list[dict[str, Any]]] = {}
+    null_odds: dict[str, float] = {}
+    best_non_null: dict[str, str] = {}
+    for example_index, example in enumerate(examples):
+        feats = by_example.get(example_index, [])
+        prelim: list[tuple[float, int, int, int, float, float]] = []  # (score, feat, start, end, sl, el)
+        score_null = 1000000.0
+        null_feat, null_start, null_end = 0, 0.0, 0.0
+        for fi, feat in enumerate(feats):
+            res = by_id[feat.unique_id]
+            start_logits = [float(x) for x in res.start_logits]
+            end_logits = [float(x) for x in res.end_logits]
+            if version_2_with_negative:
+                feat_null = start_logits[0] + end_logits[0]
+                if feat_null < score_null:
+                    score_null = feat_null
+                    null_feat, null_start, null_end = fi, start_logits[0], end_logits[0]
+            n_tokens = len(feat.tokens)
+            ends = best_indexes(end_logits, n_best_size)
+            for s in best_indexes(start_logits, n_best_size):
+                if s >= n_tokens or s not in feat.token_to_orig_map:
+                    continue
+                if not feat.token_is_max_context.get(s, False):
+                    continue
+                for e in ends:
+                    if e >= n_tokens or e not in feat.token_to_orig_map:
+                        continue
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    prelim.append((start_logits[s] + end_logits[e], fi, s, e, start_logits[s], end_logits[e]))
+        if version_2_with_negative:
+            prelim.append((null_start + null_end, null_feat, 0, 0, null_start, null_end))
+        prelim.sort(key=lambda p: p[0], reverse=True)  # stable, as the original's sorted()
+
+        seen: set[str] = set()
+        nbest: list[tuple[str, float, float]] = []
+        for _, fi, s, e, sl, el in prelim:
+            if len(nbest) >= n_best_size:
+                break
+            if s > 0:
+                text = span_text(example, feats[fi], s, e, lowercase)
+                if text in seen:
+                    continue
+            else:
+                text = ""
+            seen.add(text)
+            nbest.append((text, sl, el))
+        if version_2_with_negative and "" not in seen:
+            nbest.append(("", null_start, null_end))
+        if not nbest:
+            nbest.append(("empty", 0.0, 0.0))
+        all_null = version_2_with_negative and not any(t for t, _, _ in nbest)
+        if all_null:
+            nbest.append(("empty", 0.0, 0.0))  # nonce non-null entry (see the module docstring)
+
+        probs = softmax([sl + el for _, sl, el in nbest])
+        nbest_out[example.qas_id] = [
+            {"text": t, "probability": p, "start_logit": sl, "end_logit": el}
+            for (t, sl, el), p in zip(nbest, probs)
+        ]
+        if not version_2_with_negative:
+            preds[example.qas_id] = nbest[0][0]
+        else:
+            best = next(entry for entry in nbest if entry[0])
+            diff = score_null - best[1] - best[2]
+            null_odds[example.qas_id] = diff
+            best_non_null[example.qas_id] = "" if all_null else best[0]
+            preds[example.qas_id] = "" if diff > null_score_diff_threshold else best_non_null[example.qas_id]
+    return Predictions(preds, nbest_out, null_odds, best_non_null)
+
+
+def apply_threshold(p: Predictions, threshold: float) -> dict[str, str]:
+    """v2 predictions re-decided at another null-score-difference threshold."""
+    return {qid: "" if diff > threshold else p.best_non_null[qid] for qid, diff in p.null_odds.items()}
+
+
+def write_predictions(
+    p: Predictions, out_dir: str | os.PathLike, version_2_with_negative: bool
+) -> dict[str, str]:
+    """predictions.json, nbest_predictions.json and (v2) null_odds.json, atomically, in the official
+    formats (indent 4, as the original). Returns {name: path}."""
+    paths = {}
+    files = [("predictions.json", p.predictions), ("nbest_predictions.json", p.nbest)]
+    if version_2_with_negative:
+        files.append(("null_odds.json", p.null_odds))
+    for name, obj in files:
+        path = os.path.join(os.fspath(out_dir), name)
+        with atomic_write(path) as f:
+            f.write(json.dumps(obj, indent=4, ensure_ascii=False) + "\n")
+        paths[name] = path
+    return paths
