@@ -32,6 +32,7 @@ __all__ = [
     "write_static_instances",
     "load_static_instances",
     "instances_sha256",
+    "create_static_from_shards",
 ]
 
 
@@ -327,3 +328,45 @@ def instances_sha256(instances: Sequence[TrainingInstance]) -> str:
         h.update(line.encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
+
+
+def create_static_from_shards(
+    data_dir: str | Path,
+    out: str | Path,
+    max_seq_length: int = 128,
+    dupe_factor: int = 10,
+    short_seq_prob: float = 0.1,
+    masked_lm_prob: float = 0.15,
+    max_predictions_per_seq: int = 20,
+    seed: int = 12345,
+    whole_word_mask: bool = False,
+) -> dict:
+    """The static path on prepared shards: the original's instance stream (on ids, with
+    ``random.Random(seed)``), ``dupe_factor`` passes, written as one ``.npz`` with the original features.
+
+    Like the original it holds all documents and instances in memory; the dynamic path does not."""
+    from bertkit.data.shards import ShardSet
+
+    shards = ShardSet(data_dir)
+    words = shards.vocab_words()
+    index = {w: i for i, w in enumerate(words)}
+    is_cont = [w.startswith("##") for w in words]
+    documents = [[s.tolist() for s in doc] for doc in shards.iter_documents()]
+    instances = create_training_instances(
+        documents,
+        range(len(words)),
+        max_seq_length,
+        dupe_factor,
+        short_seq_prob,
+        masked_lm_prob,
+        max_predictions_per_seq,
+        random.Random(seed),
+        whole_word_mask,
+        cls_token=index["[CLS]"],
+        sep_token=index["[SEP]"],
+        mask_token=index["[MASK]"],
+        is_continuation=is_cont.__getitem__,
+    )
+    result = write_static_instances(instances, out, max_seq_length, max_predictions_per_seq)
+    result.update(documents=len(documents), dupe_factor=dupe_factor, seed=seed)
+    return result

@@ -1,0 +1,100 @@
+"""``bertkit vocab`` and ``bertkit prepare``: corpus -> WordPiece vocabulary -> token shards (-> static instances)."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertkit.data.corpus import FORMATS
+
+
+def _add_corpus_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="auto",
+        help="lines: one sentence per line, blank line between documents (the original format); file: one "
+        "document per file; prose: running text split into sentences; jsonl: a 'text' field per line; "
+        "auto: jsonl for .jsonl/.json, else lines",
+    )
+    p.add_argument(
+        "--on-error", choices=("raise", "skip"), default="raise", help="undecodable/malformed lines"
+    )
+    p.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("vocab", help="train a WordPiece vocabulary (vocab.txt) from a corpus")
+    _add_corpus_args(p)
+    p.add_argument("--vocab-size", type=int, required=True)
+    p.add_argument("--out", required=True, help="vocab.txt to write")
+    p.add_argument("--min-frequency", type=int, default=2)
+    p.set_defaults(func=run_vocab)
+
+    p = subparsers.add_parser("prepare", help="tokenize a corpus into binary shards for pre-training")
+    _add_corpus_args(p)
+    p.add_argument("--vocab", required=True, help="vocab.txt")
+    p.add_argument("--out", required=True, help="data directory to write")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument(
+        "--shard-size-mb", type=float, default=16.0, help="text per shard (memory ~ workers x this)"
+    )
+    p.add_argument("--static", action="store_true", help="also write the original's static instances")
+    p.add_argument("--dupe-factor", type=int, default=10)
+    p.add_argument("--masked-lm-prob", type=float, default=0.15)
+    p.add_argument("--max-predictions-per-seq", type=int, default=20)
+    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--whole-word-mask", action="store_true")
+    p.add_argument("--seed", type=int, default=12345)
+    p.set_defaults(func=run_prepare)
+
+
+def run_vocab(args: argparse.Namespace) -> dict:
+    from bertkit.data.vocab import train_vocab
+
+    return train_vocab(
+        args.corpus,
+        args.vocab_size,
+        args.out,
+        lowercase=not args.cased,
+        fmt=args.format,
+        on_error=args.on_error,
+        min_frequency=args.min_frequency,
+        progress=not args.quiet,
+    )
+
+
+def run_prepare(args: argparse.Namespace) -> dict:
+    from bertkit.data.shards import prepare
+
+    result = prepare(
+        args.corpus,
+        args.vocab,
+        args.out,
+        max_seq_length=args.max_seq_length,
+        workers=args.workers,
+        lowercase=not args.cased,
+        fmt=args.format,
+        on_error=args.on_error,
+        shard_size_mb=args.shard_size_mb,
+        progress=not args.quiet,
+    )
+    if args.static:
+        from pathlib import Path
+
+        from bertkit.data.instances import create_static_from_shards
+
+        result["static"] = create_static_from_shards(
+            args.out,
+            Path(args.out) / "static_instances.npz",
+            max_seq_length=args.max_seq_length,
+            dupe_factor=args.dupe_factor,
+            short_seq_prob=args.short_seq_prob,
+            masked_lm_prob=args.masked_lm_prob,
+            max_predictions_per_seq=args.max_predictions_per_seq,
+            seed=args.seed,
+            whole_word_mask=args.whole_word_mask,
+        )
+    return result

@@ -1,0 +1,80 @@
+"""WordPiece vocabulary training (``bertkit vocab``) with the ``tokenizers`` library's WordPiece trainer,
+BERT normalisation (lower-casing and accent stripping unless cased) and BERT pre-tokenisation."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from bertkit.data.corpus import CorpusStats, iter_documents
+from bertkit.errors import UserError
+from bertkit.io import atomic_write
+
+__all__ = ["SPECIAL_TOKENS", "train_vocab"]
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def train_vocab(
+    corpus: Iterable[str | os.PathLike],
+    vocab_size: int,
+    out: str | os.PathLike,
+    lowercase: bool = True,
+    fmt: str = "auto",
+    on_error: str = "raise",
+    min_frequency: int = 2,
+    limit_alphabet: int = 1000,
+    progress: bool = True,
+) -> dict:
+    """Train a WordPiece vocabulary and write ``out`` (one token per line, specials first) atomically."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise UserError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}, got {vocab_size}")
+    t0 = time.perf_counter()
+    corpus = list(corpus)
+    stats = CorpusStats()
+
+    def sentences() -> Iterator[str]:
+        for doc in iter_documents(corpus, fmt, on_error=on_error, stats=stats):
+            yield from doc
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        limit_alphabet=limit_alphabet,
+        special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        show_progress=progress,
+    )
+    tok.train_from_iterator(sentences(), trainer=trainer)
+    if stats.sentences == 0:
+        raise UserError(f"no text found in {', '.join(map(str, corpus))}; check --corpus and the format")
+    vocab = tok.get_vocab()
+    words = [w for w, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    missing = [s for s in SPECIAL_TOKENS if s not in vocab]
+    if missing:  # cannot happen with the trainer's special_tokens, but never write a vocab without them
+        raise RuntimeError(f"trained vocabulary lacks {missing}")
+    out = Path(out)
+    with atomic_write(out) as f:
+        for w in words:
+            f.write(w + "\n")
+    return {
+        "out": str(out),
+        "vocab_size": len(words),
+        "requested_vocab_size": vocab_size,
+        "lowercase": lowercase,
+        "documents": stats.documents,
+        "sentences": stats.sentences,
+        "text_bytes": stats.bytes,
+        "skipped_lines": stats.skipped_lines,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
