@@ -1,0 +1,40 @@
+"""The bertkit command: help, info, tokenize, and errors that exit 2 with a message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from bertkit.cli import main
+
+
+def test_help_lists_subcommands(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "info" in out and "tokenize" in out
+
+
+def test_console_script_runs():
+    result = subprocess.run([sys.executable, "-m", "bertkit", "--version"], capture_output=True, text=True, check=True)
+    assert result.stdout.startswith("bertkit ")
+
+
+def test_info_reports_config_parameters_and_vocab(minilm_dir, capsys):
+    assert main(["info", str(minilm_dir)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["config"]["hidden_size"] == 384 and info["config"]["num_hidden_layers"] == 6
+    assert info["vocab_size"] == 30522
+    assert 22_000_000 < info["parameters"] < 23_000_000  # all-MiniLM-L6-v2 has 22.7M
+
+
+def test_tokenize_pair(minilm_dir, capsys):
+    assert main(["tokenize", str(minilm_dir), "Unaffable!", "Second"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["tokens"] == ["[CLS]", "una", "##ffa", "##ble", "!", "[SEP]", "second", "[SEP]"]
+    assert out["type_ids"] == [0, 0, 0, 0, 0, 0, 1, 1]
+
+
+def test_bad_directory_exits_2_with_message(tmp_path, capsys):
+    assert main(["info", str(tmp_path / "nope")]) == 2
+    assert "config file not found" in capsys.readouterr().err
