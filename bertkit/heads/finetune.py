@@ -1,0 +1,366 @@
+"""Fine-tuning heads: one added layer on the encoder, all parameters trained (the paper, section 4).
+
+Names and call conventions are transformers' (``bert``, ``classifier``, ``qa_outputs``; ``labels`` with -100
+for ignored positions; outputs ``.loss``, ``.logits``, ``.start_logits``, ``.end_logits``), so a saved
+directory loads in transformers' ``BertFor…`` classes and code written for one runs on the other.
+
+- ``BertForSequenceClassification``: pooled ``[CLS]`` -> dropout -> linear. ``problem_type`` as in
+  transformers: ``regression`` (num_labels == 1, MSE), ``single_label_classification`` (cross-entropy),
+  ``multi_label_classification`` (BCE with logits); inferred on the first call with labels when unset.
+- ``BertForTokenClassification``: every token's vector -> dropout -> linear. With ``use_crf`` (a config key,
+  e.g. ``from_pretrained(dir, use_crf=True)``) a linear-chain CRF runs over the labelled positions
+  (the first sub-token of each word): the loss is its negative log-likelihood and ``decode()`` is Viterbi.
+  Its parameters are ``crf.*`` (transformers ignores them and uses the emission logits).
+- ``BertForQuestionAnswering``: ``qa_outputs`` maps each token to a start and an end logit.
+- ``BertForMultipleChoice``: input [B, C, T]; one score per choice from the pooled ``[CLS]``; softmax over C.
+Dropout is ``classifier_dropout`` when set, else ``hidden_dropout_prob`` (0.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.config import BertConfig
+from bertkit.model import BertModel
+from bertkit.modeling_utils import BertPreTrainedModel
+
+__all__ = [
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertForQuestionAnswering",
+    "BertForMultipleChoice",
+    "CRF",
+    "SequenceClassifierOutput",
+    "TokenClassifierOutput",
+    "QuestionAnsweringOutput",
+    "MultipleChoiceOutput",
+]
+
+
+class _Output:
+    """Attribute access plus transformers-style tuple access over the fields that are not None."""
+
+    def to_tuple(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
+
+    def __getitem__(self, i):
+        if isinstance(i, str):
+            return getattr(self, i)
+        return self.to_tuple()[i]
+
+
+@dataclass
+class SequenceClassifierOutput(_Output):
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class TokenClassifierOutput(_Output):
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class QuestionAnsweringOutput(_Output):
+    loss: Tensor | None = None
+    start_logits: Tensor | None = None
+    end_logits: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+@dataclass
+class MultipleChoiceOutput(_Output):
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    hidden_states: tuple[Tensor, ...] | None = None
+
+
+def _setting(config: BertConfig, name: str, default=None):
+    value = getattr(config, name, None)
+    if value is None:
+        value = getattr(config, "extra", {}).get(name, None)
+    return default if value is None else value
+
+
+def _dropout(config: BertConfig) -> nn.Dropout:
+    p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    return nn.Dropout(p)
+
+
+# Keys of a pre-training checkpoint that a fine-tuning head does not use: dropped without a warning.
+_PRETRAINING_KEYS = BertPreTrainedModel._ignored_keys + (r"^cls\.",)
+_POOLER_KEYS = (r"(^|\.)pooler\.",)
+
+
+class BertForSequenceClassification(BertPreTrainedModel):
+    _tied_weights: dict[str, str] = {}
+    _ignored_keys = _PRETRAINING_KEYS
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config)
+        self.dropout = _dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        return_dict: bool | None = None,
+    ) -> SequenceClassifierOutput:
+        out = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(out.pooler_output))
+        loss = None
+        if labels is not None:
+            if self.config.problem_type is None:
+                if self.num_labels == 1:
+                    self.config.problem_type = "regression"
+                elif labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+                    self.config.problem_type = "single_label_classification"
+                else:
+                    self.config.problem_type = "multi_label_classification"
+            if self.config.problem_type == "regression":
+                if self.num_labels == 1:
+                    loss = F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+                else:
+                    loss = F.mse_loss(logits, labels.to(logits.dtype))
+            elif self.config.problem_type == "single_label_classification":
+                loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
+            else:
+                loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+
+
+class CRF(nn.Module):
+    """Linear-chain CRF over label sequences: ``transitions[i, j]`` scores label i followed by label j."""
+
+    def __init__(self, num_labels: int) -> None:
+        super().__init__()
+        self.num_labels = num_labels
+        self.start_transitions = nn.Parameter(torch.zeros(num_labels))
+        self.end_transitions = nn.Parameter(torch.zeros(num_labels))
+        self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
+
+    @staticmethod
+    def compact(emissions: Tensor, mask: Tensor, labels: Tensor | None = None):
+        """Move the masked positions of each row to the front: [B, T, L] -> [B, N, L] with N the largest
+        count, a left-aligned mask [B, N], and the gathered labels (or None)."""
+        mask = mask.bool()
+        counts = mask.sum(1)
+        n = max(int(counts.max()) if counts.numel() else 0, 1)
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)[:, :n]
+        em = emissions.gather(1, order.unsqueeze(-1).expand(-1, -1, emissions.size(-1)))
+        cmask = torch.arange(n, device=mask.device)[None, :] < counts[:, None]
+        lab = labels.gather(1, order) if labels is not None else None
+        return em, cmask, lab, order
+
+    def _score(self, em: Tensor, tags: Tensor, mask: Tensor) -> Tensor:
+        b = torch.arange(em.size(0), device=em.device)
+        tags = tags.clamp(min=0)
+        score = self.start_transitions[tags[:, 0]] + em[b, 0, tags[:, 0]]
+        for t in range(1, em.size(1)):
+            step = self.transitions[tags[:, t - 1], tags[:, t]] + em[b, t, tags[:, t]]
+            score = score + step * mask[:, t]
+        last = tags.gather(1, (mask.sum(1).long() - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+        return score + self.end_transitions[last]
+
+    def _log_partition(self, em: Tensor, mask: Tensor) -> Tensor:
+        alpha = self.start_transitions + em[:, 0]  # [B, L]
+        for t in range(1, em.size(1)):
+            nxt = torch.logsumexp(alpha.unsqueeze(2) + self.transitions.unsqueeze(0), dim=1) + em[:, t]
+            alpha = torch.where(mask[:, t].unsqueeze(1), nxt, alpha)
+        return torch.logsumexp(alpha + self.end_transitions, dim=1)
+
+    def neg_log_likelihood(self, emissions: Tensor, tags: Tensor, mask: Tensor) -> Tensor:
+        """Mean over the sequences that have at least one labelled position; inputs already compacted."""
+        mask = mask.bool()
+        has = mask[:, 0]
+        if not bool(has.any()):
+            return emissions.sum() * 0.0
+        em, tags, mask = emissions[has], tags[has], mask[has]
+        nll = self._log_partition(em, mask) - self._score(em, tags, mask.to(em.dtype))
+        return nll.mean()
+
+    @torch.no_grad()
+    def viterbi(self, emissions: Tensor, mask: Tensor) -> list[list[int]]:
+        """Best label sequence per row (length = the row's mask count); inputs already compacted."""
+        mask = mask.bool()
+        score = self.start_transitions + emissions[:, 0]
+        history = []
+        for t in range(1, emissions.size(1)):
+            cand = score.unsqueeze(2) + self.transitions.unsqueeze(0)  # [B, from, to]
+            best, idx = cand.max(dim=1)
+            nxt = best + emissions[:, t]
+            score = torch.where(mask[:, t].unsqueeze(1), nxt, score)
+            history.append(idx)
+        score = score + self.end_transitions
+        out = []
+        lengths = mask.sum(1).tolist()
+        for i, n in enumerate(lengths):
+            if n == 0:
+                out.append([])
+                continue
+            best = int(score[i].argmax())
+            path = [best]
+            for t in range(n - 1, 0, -1):
+                best = int(history[t - 1][i, best])
+                path.append(best)
+            out.append(path[::-1])
+        return out
+
+
+class BertForTokenClassification(BertPreTrainedModel):
+    _tied_weights: dict[str, str] = {}
+    _ignored_keys = _PRETRAINING_KEYS + _POOLER_KEYS
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.dropout = _dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.use_crf = bool(_setting(config, "use_crf", False))
+        self.crf = CRF(config.num_labels) if self.use_crf else None
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        return_dict: bool | None = None,
+    ) -> TokenClassifierOutput:
+        out = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(out.last_hidden_state))
+        loss = None
+        if labels is not None:
+            if self.crf is not None:
+                em, cmask, clab, _ = CRF.compact(logits, labels != -100, labels)
+                loss = self.crf.neg_log_likelihood(em, clab, cmask)
+            else:
+                loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
+
+    @torch.no_grad()
+    def decode(self, logits: Tensor, mask: Tensor) -> list[list[int]]:
+        """Label ids at the masked positions (e.g. first sub-tokens) of each row: Viterbi with a CRF,
+        argmax without."""
+        mask = mask.bool()
+        if self.crf is None:
+            pred = logits.argmax(-1)
+            return [pred[i][mask[i]].tolist() for i in range(pred.size(0))]
+        em, cmask, _, _ = CRF.compact(logits.float(), mask)
+        return self.crf.viterbi(em, cmask)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    _tied_weights: dict[str, str] = {}
+    _ignored_keys = _PRETRAINING_KEYS + _POOLER_KEYS
+
+    def __init__(self, config: BertConfig) -> None:
+        if config.id2label is None:
+            config.num_labels = 2
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+        output_hidden_states: bool = False,
+        return_dict: bool | None = None,
+    ) -> QuestionAnsweringOutput:
+        out = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.qa_outputs(out.last_hidden_state)
+        start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            # positions outside the sequence are ignored, as in transformers
+            ignored = start_logits.size(1)
+            s = start_positions.view(-1).clamp(0, ignored)
+            e = end_positions.view(-1).clamp(0, ignored)
+            loss = (
+                F.cross_entropy(start_logits, s, ignore_index=ignored)
+                + F.cross_entropy(end_logits, e, ignore_index=ignored)
+            ) / 2
+        return QuestionAnsweringOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=out.hidden_states
+        )
+
+
+class BertForMultipleChoice(BertPreTrainedModel):
+    _tied_weights: dict[str, str] = {}
+    _ignored_keys = _PRETRAINING_KEYS
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.dropout = _dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        return_dict: bool | None = None,
+    ) -> MultipleChoiceOutput:
+        b, c, t = input_ids.shape
+
+        def flat(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x.reshape(b * c, t)
+
+        out = self.bert(
+            flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids),
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(out.pooler_output)).view(b, c)
+        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
+        return MultipleChoiceOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)

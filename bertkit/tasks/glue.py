@@ -1,0 +1,199 @@
+"""GLUE readers for the standard TSV layouts (the files of the GLUE download script).
+
+Each task is a ``GlueTask`` describing its files, columns, label set and metric. ``read_glue(task, data_dir,
+split)`` returns ``Example`` objects; ``split`` is ``train``, ``dev`` (``dev_matched`` for MNLI), ``dev_mm``
+(MNLI mismatched) or ``test`` (labels ``None``).
+
+All files are read with ``csv.QUOTE_NONE`` (sentences contain stray quotes; STS-B in particular breaks
+otherwise) and ``utf-8-sig`` (the MRPC files start with a byte-order mark). Columns are found by header name
+where the file has a header, by position otherwise (CoLA). For CoLA a ``val.tsv`` beside ``train.tsv`` (the
+layout of some mirrors, where train.tsv + val.tsv together form the GLUE train set) is appended to train.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclass
+class Example:
+    guid: str
+    text_a: str
+    text_b: str | None = None
+    label: str | float | None = None
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    name: str
+    labels: tuple[str, ...] | None  # None: regression
+    text_a: str | int  # header name or column index
+    text_b: str | int | None
+    label: str | int
+    header: bool = True
+    files: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    test_text_a: str | int | None = None  # test files often have other columns
+    test_text_b: str | int | None = None
+    main_metric: str = "accuracy"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+
+_STD = {"train": ("train.tsv",), "dev": ("dev.tsv",), "test": ("test.tsv",)}
+
+TASKS: dict[str, GlueTask] = {
+    "CoLA": GlueTask(
+        "CoLA",
+        ("0", "1"),
+        3,
+        None,
+        1,
+        header=False,
+        files={"train": ("train.tsv", "val.tsv?"), "dev": ("dev.tsv",), "test": ("test.tsv",)},
+        test_text_a="sentence",
+        main_metric="mcc",
+    ),
+    "SST-2": GlueTask("SST-2", ("0", "1"), "sentence", None, "label", files=_STD),
+    "MRPC": GlueTask("MRPC", ("0", "1"), "#1 String", "#2 String", "Quality", files=_STD, main_metric="f1"),
+    "QQP": GlueTask(
+        "QQP", ("0", "1"), "question1", "question2", "is_duplicate", files=_STD, main_metric="f1"
+    ),
+    "STS-B": GlueTask("STS-B", None, "sentence1", "sentence2", "score", files=_STD, main_metric="spearman"),
+    "MNLI": GlueTask(
+        "MNLI",
+        ("contradiction", "entailment", "neutral"),
+        "sentence1",
+        "sentence2",
+        "gold_label",
+        files={
+            "train": ("train.tsv",),
+            "dev": ("dev_matched.tsv",),
+            "dev_mm": ("dev_mismatched.tsv",),
+            "test": ("test_matched.tsv",),
+            "test_mm": ("test_mismatched.tsv",),
+        },
+    ),
+    "QNLI": GlueTask("QNLI", ("entailment", "not_entailment"), "question", "sentence", "label", files=_STD),
+    "RTE": GlueTask("RTE", ("entailment", "not_entailment"), "sentence1", "sentence2", "label", files=_STD),
+    "WNLI": GlueTask("WNLI", ("0", "1"), "sentence1", "sentence2", "label", files=_STD),
+}
+_ALIASES = {k.lower().replace("-", ""): k for k in TASKS}
+_ALIASES.update({"sst": "SST-2", "sts": "STS-B", "mnlim": "MNLI", "mnlimm": "MNLI"})
+
+
+def get_task(name: str) -> GlueTask:
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in _ALIASES:
+        raise UserError(f"unknown GLUE task {name!r}; choose one of {', '.join(TASKS)}")
+    return TASKS[_ALIASES[key]]
+
+
+def _read_tsv(path: Path) -> list[list[str]]:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        return [row for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def _col(header: list[str] | None, key: str | int, path: Path) -> int:
+    if isinstance(key, int):
+        return key
+    assert header is not None
+    names = [h.strip() for h in header]
+    if key not in names:
+        raise UserError(
+            f"{path}: column {key!r} not found in header {names}; is this the right GLUE task's file?"
+        )
+    return names.index(key)
+
+
+def task_files(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
+    data_dir = Path(data_dir)
+    if split not in task.files:
+        raise UserError(f"{task.name} has no split {split!r}; choose one of {', '.join(task.files)}")
+    paths = []
+    for name in task.files[split]:
+        optional = name.endswith("?")
+        p = data_dir / name.rstrip("?")
+        if not p.is_file():
+            if optional:
+                continue
+            raise UserError(f"{task.name} {split} file not found: {p} (pass the task's folder as --data-dir)")
+        paths.append(p)
+    return paths
+
+
+def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") -> list[Example]:
+    """Examples of one split. Malformed rows (too few fields, as in QQP's train file) are skipped."""
+    task = get_task(task) if isinstance(task, str) else task
+    is_test = split.startswith("test")
+    out: list[Example] = []
+    for path in task_files(task, data_dir, split):
+        rows = _read_tsv(path)
+        if not rows:
+            raise UserError(f"{path} is empty")
+        header = None
+        if task.header or is_test:
+            header, rows = rows[0], rows[1:]
+        a_key = task.test_text_a if is_test and task.test_text_a is not None else task.text_a
+        b_key = task.test_text_b if is_test and task.test_text_b is not None else task.text_b
+        ia = _col(header, a_key, path)
+        ib = _col(header, b_key, path) if b_key is not None else None
+        il = None if is_test else _col(header, task.label, path)
+        if header is None:
+            il = task.label
+        need = max(i for i in (ia, ib, il) if i is not None)
+        for n, row in enumerate(rows):
+            if len(row) <= need:
+                continue
+            label: str | float | None = None
+            if il is not None:
+                raw = row[il].strip()
+                if task.is_regression:
+                    try:
+                        label = float(raw)
+                    except ValueError:
+                        raise UserError(
+                            f"{path} line {n + 1 + bool(header)}: score {raw!r} is not a number"
+                        ) from None
+                else:
+                    label = raw
+            out.append(
+                Example(
+                    guid=f"{split}-{path.stem}-{n}",
+                    text_a=row[ia].strip(),
+                    text_b=row[ib].strip() if ib is not None else None,
+                    label=label,
+                )
+            )
+    if not out:
+        raise UserError(f"{task.name} {split}: no examples read from {data_dir}")
+    return out
+
+
+def glue_task_data(name: str, data_dir: str | Path, eval_split: str = "dev"):
+    """A ``TaskData`` for the fine-tuning driver (train split vs ``eval_split``)."""
+    from bertkit.tasks.finetune import TaskData
+    from bertkit.tasks.metrics import glue_metrics
+
+    task = get_task(name)
+    train = read_glue(task, data_dir, "train")
+    dev = read_glue(task, data_dir, eval_split)
+    labels = list(task.labels) if task.labels is not None else None
+    return TaskData(
+        name=task.name if eval_split == "dev" else f"{task.name}-{eval_split}",
+        kind="seq",
+        train=train,
+        dev=dev,
+        labels=labels,
+        metric=lambda p, g: glue_metrics(task.name, p, g),
+        main_metric=task.main_metric,
+        dev_file=str(task_files(task, data_dir, eval_split)[0]),
+    )
