@@ -12,7 +12,7 @@ Layout of ``DATA_DIR``::
 The corpus is streamed: the main process groups documents into shards of about ``shard_size_mb`` of text
 and hands them to ``workers`` processes (at most ``2 * workers`` shards in flight, so memory is bounded by
 the shard size, not the corpus size). A shard whose record matches the text it would be built from (sha256),
-the vocabulary and the options is skipped, so re-running after an interruption only does the rest.
+the vocabulary and the options, and whose files still match their checksums, is skipped, so re-running after an interruption only does the rest.
 Loading checks every file's size and structure (``verify=True`` also its sha256) and raises
 :class:`bertkit.errors.UserError` naming the broken file.
 """
@@ -154,7 +154,8 @@ def _finished_record(out_dir: Path, index: int, text_sha: str, options: dict) ->
             return None
         for key in _ARRAYS:
             p = out_dir / f"{rec['name']}.{key}.npy"
-            if not p.is_file() or p.stat().st_size != rec["files"][key]["bytes"]:
+            info = rec["files"][key]
+            if not p.is_file() or p.stat().st_size != info["bytes"] or sha256_file(p) != info["sha256"]:
                 return None
     except (ValueError, KeyError, OSError):
         return None

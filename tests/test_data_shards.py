@@ -1,0 +1,172 @@
+"""Vocabulary training, `prepare` shards (round trip, resume, corruption), and the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from bertkit.data import ShardSet, prepare, read_documents, train_vocab
+from bertkit.errors import UserError
+
+
+def write_corpus(path, n_docs=12, seed=0):
+    rng = random.Random(seed)
+    words = ["alpha", "beta", "gamma", "delta", "running", "jumped", "quickly", "zebra", "xylophone", "the"]
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(n_docs):
+            for _ in range(rng.randint(1, 8)):
+                f.write(" ".join(rng.choice(words) for _ in range(rng.randint(2, 12))) + " .\n")
+            f.write("\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus_and_vocab(tmp_path_factory):
+    d = tmp_path_factory.mktemp("c")
+    corpus = write_corpus(d / "corpus.txt")
+    res = train_vocab([corpus], 60, d / "vocab.txt", progress=False, min_frequency=1)
+    return corpus, d / "vocab.txt", res
+
+
+def test_vocab_has_specials_and_size(corpus_and_vocab):
+    _, vocab, res = corpus_and_vocab
+    words = vocab.read_text(encoding="utf-8").splitlines()
+    assert words[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert len(words) == res["vocab_size"] <= 60 and len(set(words)) == len(words)
+    assert any(w.startswith("##") for w in words) and "the" in words
+
+
+def test_vocab_cased(tmp_path):
+    p = tmp_path / "c.txt"
+    p.write_text("Hello World hello world HELLO\n" * 20, encoding="utf-8")
+    train_vocab([p], 40, tmp_path / "cased.txt", lowercase=False, progress=False, min_frequency=1)
+    train_vocab([p], 40, tmp_path / "uncased.txt", lowercase=True, progress=False, min_frequency=1)
+    cased = (tmp_path / "cased.txt").read_text(encoding="utf-8").split()
+    uncased = (tmp_path / "uncased.txt").read_text(encoding="utf-8").split()
+    assert "H" in cased and "H" not in uncased
+
+
+def test_prepare_round_trip(corpus_and_vocab, tmp_path):
+    from bertkit.tokenizer import Tokenizer
+
+    corpus, vocab, _ = corpus_and_vocab
+    res = prepare([corpus], vocab, tmp_path / "d", shard_size_mb=0.0005, progress=False)
+    assert res["num_shards"] > 1 and res["shards_written"] == res["num_shards"]
+    tok = Tokenizer(str(vocab))
+    docs = read_documents([corpus])
+    shards = ShardSet(tmp_path / "d", verify=True)
+    assert shards.documents == len(docs) == res["documents"]
+    for d, doc in enumerate(docs):
+        got = [s.tolist() for s in shards.document(d)]
+        assert got == tok.encode_batch_ids(doc, add_special_tokens=False)
+    m = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert m["dtype"] == "uint16" and shards.arrays[0]["ids"].dtype == np.uint16
+    assert m["tokens"] == sum(s["tokens"] for s in m["shards"]) and len(m["vocab_sha256"]) == 64
+    assert (tmp_path / "d" / "vocab.txt").read_bytes() == vocab.read_bytes()
+
+
+def test_prepare_parallel_matches_serial_and_skips_finished(corpus_and_vocab, tmp_path):
+    corpus, vocab, _ = corpus_and_vocab
+    a = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, progress=False)
+    b = prepare([corpus], vocab, tmp_path / "b", shard_size_mb=0.0005, workers=2, progress=False)
+    ma = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    mb = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert ma["shards"] == mb["shards"] and a["tokens"] == b["tokens"]
+    # Interrupted run: one shard's record is gone -> only that shard is rebuilt.
+    (tmp_path / "a" / "shard_00001.json").unlink()
+    again = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, progress=False)
+    assert again["shards_written"] == 1 and again["shards_skipped"] == a["num_shards"] - 1
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["shards"] == ma["shards"]
+    # A changed option (cased) rebuilds everything.
+    cased = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, lowercase=False, progress=False)
+    assert cased["shards_skipped"] == 0
+
+
+def test_corrupted_or_truncated_shard_is_detected(corpus_and_vocab, tmp_path):
+    corpus, vocab, _ = corpus_and_vocab
+    prepare([corpus], vocab, tmp_path / "d", progress=False)
+    ids = tmp_path / "d" / "shard_00000.ids.npy"
+    data = ids.read_bytes()
+    ids.write_bytes(data[:-7])
+    with pytest.raises(UserError, match=r"shard_00000\.ids\.npy: truncated or corrupted"):
+        ShardSet(tmp_path / "d")
+    flipped = bytearray(data)
+    flipped[-1] ^= 0xFF
+    ids.write_bytes(bytes(flipped))
+    ShardSet(tmp_path / "d")  # same size: only the checksum can tell
+    with pytest.raises(UserError, match=r"shard_00000\.ids\.npy: corrupted shard \(sha256"):
+        ShardSet(tmp_path / "d", verify=True)
+    res = prepare([corpus], vocab, tmp_path / "d", progress=False)  # re-running repairs it
+    assert res["shards_written"] == 1
+    ShardSet(tmp_path / "d", verify=True)
+    ids.unlink()
+    with pytest.raises(UserError, match="shard file missing"):
+        ShardSet(tmp_path / "d")
+    res = prepare([corpus], vocab, tmp_path / "d", progress=False)
+    assert res["shards_written"] == 1
+    ShardSet(tmp_path / "d", verify=True)
+
+
+def test_missing_manifest_and_bad_vocab(tmp_path, corpus_and_vocab):
+    corpus, _, _ = corpus_and_vocab
+    with pytest.raises(UserError, match="bertkit prepare"):
+        ShardSet(tmp_path)
+    bad = tmp_path / "v.txt"
+    bad.write_text("a\nb\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"lacks \[PAD\]"):
+        prepare([corpus], bad, tmp_path / "d", progress=False)
+
+
+def test_cli_vocab_and_prepare(corpus_and_vocab, tmp_path, capsys):
+    from bertkit.cli import main
+
+    corpus, _, _ = corpus_and_vocab
+    assert (
+        main(
+            [
+                "vocab",
+                "--corpus",
+                str(corpus),
+                "--vocab-size",
+                "50",
+                "--out",
+                str(tmp_path / "v.txt"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert out["vocab_size"] <= 50
+    args = [
+        "prepare",
+        "--corpus",
+        str(corpus),
+        "--vocab",
+        str(tmp_path / "v.txt"),
+        "--out",
+        str(tmp_path / "d"),
+    ]
+    assert main([*args, "--quiet", "--static", "--dupe-factor", "2", "--max-seq-length", "32"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["documents"] == 12 and out["static"]["instances"] > 0
+    z = np.load(tmp_path / "d" / "static_instances.npz")
+    assert z["input_ids"].shape == (out["static"]["instances"], 32) and z["masked_lm_ids"].shape[1] == 20
+    assert (
+        main(
+            [
+                "prepare",
+                "--corpus",
+                str(tmp_path / "nope"),
+                "--vocab",
+                str(tmp_path / "v.txt"),
+                "--out",
+                str(tmp_path / "e"),
+            ]
+        )
+        == 2
+    )
+    assert "nope: no such file" in capsys.readouterr().err
