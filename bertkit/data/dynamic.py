@@ -277,6 +277,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         if self.whole_word_mask:
             cont = self.is_continuation[tokens[cand]]
             cont[0] = False
+            cont[1:] &= np.diff(cand) == 1  # a word never spans a [SEP]
             word_of = np.cumsum(~cont) - 1
             starts = np.flatnonzero(~cont)
             lengths = np.diff(np.append(starts, len(cand)))
