@@ -1,0 +1,365 @@
+"""``bertkit finetune {glue,classify,squad,ner,swag}``, ``bertkit predict`` and ``bertkit features``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+
+def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 128) -> None:
+    p.add_argument(
+        "--model", required=True, help="pre-trained model directory (HF layout: config.json, weights, vocab)"
+    )
+    p.add_argument(
+        "--out", required=True, help="output directory (metrics.json, model/, predictions, loss.png)"
+    )
+    p.add_argument("--epochs", type=float, default=3.0, help="training epochs (paper: 2, 3 or 4; default 3)")
+    p.add_argument("--batch-size", type=int, default=32, help="paper: 16 or 32 (default 32)")
+    p.add_argument(
+        "--lr", type=float, default=lr, help=f"peak learning rate (paper: 5e-5, 3e-5, 2e-5; default {lr:g})"
+    )
+    p.add_argument("--max-seq-length", type=int, default=max_seq_length)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument(
+        "--warmup-ratio", type=float, default=0.1, help="fraction of steps of linear warm-up (0.1)"
+    )
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument(
+        "--search",
+        action="store_true",
+        help="the paper's grid: batch {16,32} x lr {5e-5,3e-5,2e-5} x epochs {2,3,4}, keep the best on dev",
+    )
+    p.add_argument(
+        "--restarts", type=int, default=1, help="N random restarts (seeds seed..seed+N-1), best on dev"
+    )
+    p.add_argument("--freeze-encoder", action="store_true", help="train only the added layer (BERT frozen)")
+    p.add_argument(
+        "--max-train-examples", type=int, default=None, help="train on a random subset (quick runs)"
+    )
+    p.add_argument("--eval-batch-size", type=int, default=128)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _settings(args: argparse.Namespace, **extra):
+    from bertkit.tasks.finetune import Settings
+
+    if args.epochs <= 0 or args.batch_size <= 0 or args.lr <= 0:
+        raise UserError("--epochs, --batch-size and --lr must be positive")
+    if args.max_seq_length < 8 or args.max_seq_length > 512:
+        raise UserError(f"--max-seq-length {args.max_seq_length}: use 8..512")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return Settings(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_seq_length=args.max_seq_length,
+        seed=args.seed,
+        warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay,
+        freeze_encoder=args.freeze_encoder,
+        max_train_examples=args.max_train_examples,
+        eval_batch_size=args.eval_batch_size,
+        progress=not args.quiet,
+        **extra,
+    )
+
+
+def _run(task, args, **extra) -> dict:
+    from bertkit.tasks.finetune import finetune
+
+    return finetune(
+        task,
+        args.model,
+        args.out,
+        _settings(args, **extra),
+        search=args.search,
+        restarts=args.restarts,
+        train_file=str(getattr(args, "train", None) or getattr(args, "data_dir", "train")),
+    )
+
+
+def run_glue(args: argparse.Namespace) -> dict:
+    from bertkit.tasks.glue import glue_task_data
+
+    split = "dev_mm" if args.task.lower().replace("-", "") in ("mnlimm",) else "dev"
+    task = glue_task_data(args.task, args.data_dir, split)
+    return _run(task, args)
+
+
+def run_classify(args: argparse.Namespace) -> dict:
+    from bertkit.tasks.classify import classify_task_data
+
+    task = classify_task_data(
+        args.train,
+        args.dev,
+        args.text_field,
+        args.pair_field,
+        args.label_field,
+        regression=args.regression,
+        name=args.name,
+    )
+    return _run(task, args)
+
+
+def run_ner(args: argparse.Namespace) -> dict:
+    from bertkit.tasks.ner import ner_task_data
+
+    task = ner_task_data(args.train, args.dev, args.test, name=args.name)
+    if args.feature_based:
+        from bertkit.features import feature_ner, parse_layers
+
+        settings = _settings(args)
+        from bertkit.tasks.finetune import _limit
+
+        return feature_ner(
+            _limit(task.train, settings.max_train_examples, settings.seed),
+            task.dev,
+            args.model,
+            args.out,
+            test=task.extra_eval.get("test"),
+            layers=parse_layers(args.layers),
+            epochs=int(args.epochs),
+            batch_size=args.batch_size,
+            lr=args.lr,
+            hidden_size=args.lstm_hidden,
+            max_seq_length=args.max_seq_length,
+            seed=args.seed,
+            progress=not args.quiet,
+            name=f"{args.name}-feature-based",
+        )
+    return _run(task, args, use_crf=args.crf)
+
+
+def run_swag(args: argparse.Namespace) -> dict:
+    from bertkit.tasks.swag import swag_task_data
+
+    return _run(swag_task_data(args.train, args.dev, name=args.name), args)
+
+
+def _register_squad(sub) -> None:
+    p = sub.add_parser(
+        "squad",
+        help="SQuAD v1.1 / v2.0 span extraction (writes predictions.json, null_odds.json for v2)",
+        conflict_handler="resolve",
+    )
+    try:
+        from bertkit.tasks import squad_cli
+    except ImportError as e:
+        msg = f"SQuAD fine-tuning is not available in this build ({e})"
+
+        def unavailable(args: argparse.Namespace) -> dict:
+            raise UserError(msg)
+
+        p.set_defaults(func=unavailable)
+        return
+    squad_cli.add_arguments(p)
+    p.set_defaults(func=squad_cli.run)
+
+
+def register(subparsers) -> None:
+    ft = subparsers.add_parser(
+        "finetune", help="fine-tune a pre-trained model on a task; writes metrics.json + model/"
+    )
+    sub = ft.add_subparsers(dest="task_kind", metavar="TASK")
+
+    p = sub.add_parser("glue", help="a GLUE task from its standard TSV files")
+    p.add_argument(
+        "--task",
+        required=True,
+        help="CoLA, SST-2, MRPC, QQP, STS-B, MNLI (MNLI-mm: mismatched dev), QNLI, RTE, WNLI",
+    )
+    p.add_argument("--data-dir", required=True, help="the task's folder (train.tsv, dev.tsv, ...)")
+    _common(p)
+    p.set_defaults(func=run_glue)
+
+    p = sub.add_parser("classify", help="text (pair) classification or regression from CSV / TSV / JSONL")
+    p.add_argument("--train", required=True)
+    p.add_argument("--dev", required=True)
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--pair-field", default="text_pair", help="second text, used when the column exists")
+    p.add_argument("--label-field", default="label")
+    p.add_argument("--regression", action="store_true", help="numeric labels, one output, MSE loss")
+    p.add_argument("--name", default="classify", help="task name written to metrics.json")
+    _common(p)
+    p.set_defaults(func=run_classify)
+
+    _register_squad(sub)
+
+    p = sub.add_parser("ner", help="named-entity recognition from CoNLL files (IOB1/IOB2), conlleval F1")
+    p.add_argument("--train", required=True)
+    p.add_argument("--dev", required=True)
+    p.add_argument("--test", default=None, help="also evaluate on this file (reported under 'test')")
+    p.add_argument("--crf", action="store_true", help="a CRF layer over the token classifier")
+    p.add_argument(
+        "--feature-based",
+        action="store_true",
+        help="no fine-tuning: a two-layer BiLSTM on frozen BERT features (--layers), as in the paper",
+    )
+    p.add_argument("--layers", default="-1,-2,-3,-4", help="feature-based: layers to concatenate")
+    p.add_argument("--lstm-hidden", type=int, default=256, help="feature-based: LSTM size per direction")
+    p.add_argument("--name", default="conll2003")
+    _common(p)
+    p.set_defaults(func=run_ner)
+
+    p = sub.add_parser("swag", help="SWAG multiple choice (sent1, sent2, ending0..3, label)")
+    p.add_argument("--train", required=True)
+    p.add_argument("--dev", required=True)
+    p.add_argument("--name", default="swag")
+    _common(p)
+    p.set_defaults(func=run_swag)
+
+    p = subparsers.add_parser("predict", help="run a fine-tuned model directory on new inputs")
+    p.add_argument("model_dir")
+    p.add_argument(
+        "--input", required=True, help="CSV/TSV/JSONL (classification), CoNLL or text (NER), SWAG CSV"
+    )
+    p.add_argument("--out", required=True, help="JSON lines to write")
+    p.add_argument("--text-field", default="text")
+    p.add_argument("--pair-field", default="text_pair")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.set_defaults(func=run_predict)
+
+    p = subparsers.add_parser(
+        "features", help="per-token features from chosen layers (feature-based approach)"
+    )
+    p.add_argument("model_dir")
+    p.add_argument(
+        "--input", required=True, help="text file (one sequence per line; 'a ||| b' for pairs) or JSONL"
+    )
+    p.add_argument(
+        "--out", required=True, help=".jsonl (tokens + features) or .npz (features, offsets, tokens)"
+    )
+    p.add_argument("--layers", default="-1,-2,-3,-4", help="comma-separated; -1 = last layer, 0 = embeddings")
+    p.add_argument("--text-field", default="text", help="JSONL input: the text field")
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.set_defaults(func=run_features)
+
+
+def _read_texts(
+    path: Path, text_field: str, pair_field: str | None = None
+) -> tuple[list[str], list[str | None]]:
+    if not path.is_file():
+        raise UserError(f"input file not found: {path}")
+    if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv"):
+        from bertkit.tasks.classify import read_classify
+
+        exs = read_classify(path, text_field, pair_field, None, require_label=False)
+        return [e.text_a for e in exs], [e.text_b for e in exs]
+    texts, pairs = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        a, sep, b = line.partition(" ||| ")
+        texts.append(a.strip())
+        pairs.append(b.strip() if sep else None)
+    if not texts:
+        raise UserError(f"{path} is empty")
+    return texts, pairs
+
+
+def run_features(args: argparse.Namespace) -> dict:
+    from bertkit.features import extract_features, load_encoder, parse_layers, write_features
+
+    layers = parse_layers(args.layers)
+    model, tok = load_encoder(args.model_dir)
+    texts, pairs = _read_texts(Path(args.input), args.text_field)
+    rows = extract_features(
+        model, tok, texts, layers, pairs, args.max_seq_length, args.batch_size, progress=True
+    )
+    write_features(args.out, rows)
+    return {
+        "out": args.out,
+        "sequences": len(rows),
+        "tokens": sum(len(t) for t, _ in rows),
+        "layers": list(layers),
+        "dim": int(rows[0][1].shape[1]) if rows else 0,
+    }
+
+
+def run_predict(args: argparse.Namespace) -> dict:
+    from bertkit.config import BertConfig
+    from bertkit.io import atomic_write
+    from bertkit.tasks.finetune import TaskData, encode, model_class, predict_features
+    from bertkit.tokenizer import Tokenizer
+
+    model_dir = Path(args.model_dir)
+    config = BertConfig.from_pretrained(model_dir)
+    arch = (config.architectures or [""])[0]
+    kinds = {
+        "BertForSequenceClassification": "seq",
+        "BertForTokenClassification": "token",
+        "BertForMultipleChoice": "choice",
+    }
+    if arch not in kinds:
+        raise UserError(
+            f"{model_dir}/config.json: architecture {arch!r} is not a fine-tuned classification, tagging or "
+            "multiple-choice model (SQuAD models: use `bertkit finetune squad`)"
+        )
+    kind = kinds[arch]
+    tok = Tokenizer.from_pretrained(model_dir)
+    model = model_class(kind).from_pretrained(model_dir).eval()
+    labels = [config.id2label[i] for i in sorted(config.id2label)] if config.id2label else None
+    regression = config.problem_type == "regression" or (kind == "seq" and config.num_labels == 1)
+    path = Path(args.input)
+    if kind == "seq":
+        texts, pairs = _read_texts(path, args.text_field, args.pair_field)
+        from bertkit.tasks.glue import Example
+
+        examples = [Example(str(i), a, b) for i, (a, b) in enumerate(zip(texts, pairs))]
+    elif kind == "token":
+        from bertkit.tasks.ner import Sentence, read_conll
+
+        try:
+            examples = read_conll(path, require_tags=False)
+        except UserError:
+            examples = [
+                Sentence(line.split(), None)
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
+        if not examples:
+            raise UserError(f"{path} is empty")
+    else:
+        from bertkit.tasks.swag import read_swag
+
+        examples = read_swag(path, require_label=False)
+    task = TaskData("predict", kind, [], examples, None if regression else labels, lambda p, g: {}, "")
+    if kind == "token":
+        # every word gets a slot; tags are unknown
+        for s in examples:
+            s.tags = [labels[0]] * len(s.words)
+    feats = encode(task, tok, examples, args.max_seq_length)
+    raw = predict_features(model, feats, kind, args.batch_size, tok.pad_token_id, progress=True)
+    with atomic_write(args.out) as f:
+        if kind == "token":
+            preds = [["O"] * len(e.words) for e in examples]
+            for ft, path_ in zip(feats, raw):
+                for j, lab in enumerate(path_[: ft.n_words]):
+                    preds[ft.example][ft.word_start + j] = labels[lab]
+            for e, p in zip(examples, preds):
+                f.write(json.dumps({"words": e.words, "tags": p}, ensure_ascii=False) + "\n")
+        else:
+            for e, r in zip(examples, raw):
+                if regression:
+                    row = {"text": e.text_a, "score": r}
+                elif kind == "choice":
+                    row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
+                else:
+                    row = {
+                        "text": e.text_a,
+                        "label": labels[r[0]],
+                        "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
+                    }
+                    if e.text_b is not None:
+                        row["text_pair"] = e.text_b
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return {"out": args.out, "architecture": arch, "examples": len(examples)}
