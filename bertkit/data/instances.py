@@ -22,6 +22,44 @@ import numpy as np
 
 from bertkit.io import atomic_write
 
+
+def _shuffle_fast(rng: random.Random, x: list) -> None:
+    """``rng.shuffle(x)`` with the same draws (CPython's Fisher-Yates over ``getrandbits``), fewer calls."""
+    getrandbits = rng.getrandbits
+    for i in range(len(x) - 1, 0, -1):
+        n = i + 1
+        k = n.bit_length()
+        r = getrandbits(k)
+        while r >= n:
+            r = getrandbits(k)
+        x[i], x[r] = x[r], x[i]
+
+
+def _randint_fast(rng: random.Random, a: int, b: int) -> int:
+    """``rng.randint(a, b)`` with the same draws."""
+    n = b - a + 1
+    k = n.bit_length()
+    r = rng.getrandbits(k)
+    while r >= n:
+        r = rng.getrandbits(k)
+    return a + r
+
+
+def _fast_path_is_exact() -> bool:
+    """The fast helpers reproduce this Python's ``random.Random`` exactly (checked once at import)."""
+    a, b = random.Random(1234), random.Random(1234)
+    for n in (1, 2, 3, 7, 64, 129, 1000):
+        x, y = list(range(n)), list(range(n))
+        a.shuffle(x)
+        _shuffle_fast(b, y)
+        if x != y or a.randint(0, n) != _randint_fast(b, 0, n) or a.random() != b.random():
+            return False
+    return True
+
+
+_FAST_OK = _fast_path_is_exact()
+
+
 __all__ = [
     "TrainingInstance",
     "create_training_instances",
@@ -74,24 +112,41 @@ def create_masked_lm_predictions(
     is_continuation: Callable[[object], bool] | None = None,
 ) -> tuple[list, list[int], list]:
     """Choose and corrupt the masked-LM positions; returns (output_tokens, positions, labels)."""
-    if whole_word_mask and is_continuation is None:
+    fast = _FAST_OK and type(rng) is random.Random
+    rand = rng.random
+    last_vocab = len(vocab_words) - 1
+    output = list(tokens)
+    num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+    chosen: list[int] = []
+    if not whole_word_mask:
+        # Every candidate is a single position: the first num_to_predict of the shuffled ones are taken.
+        cands = [pos for pos, tok in enumerate(tokens) if tok != cls_token and tok != sep_token]
+        _shuffle_fast(rng, cands) if fast else rng.shuffle(cands)
+        chosen = cands[:num_to_predict]
+        for pos in chosen:
+            if rand() < 0.8:
+                output[pos] = mask_token
+            elif rand() < 0.5:
+                pass  # keep the original token
+            else:
+                output[pos] = vocab_words[
+                    _randint_fast(rng, 0, last_vocab) if fast else rng.randint(0, last_vocab)
+                ]
+        chosen.sort()
+        return output, chosen, [tokens[p] for p in chosen]
+
+    if is_continuation is None:
         is_continuation = _starts_with_hashes
-    # Candidate "words": lists of positions; with whole-word masking a '##' piece joins the previous word.
+    # Candidate words: lists of positions; a '##' piece joins the previous word.
     words: list[list[int]] = []
     for pos, tok in enumerate(tokens):
         if tok == cls_token or tok == sep_token:
             continue
-        if whole_word_mask and words and is_continuation(tok):
+        if words and is_continuation(tok):
             words[-1].append(pos)
         else:
             words.append([pos])
-    rng.shuffle(words)
-
-    output = list(tokens)
-    num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
-    rand = rng.random
-    last_vocab = len(vocab_words) - 1
-    chosen: list[int] = []
+    _shuffle_fast(rng, words) if fast else rng.shuffle(words)
     for word in words:
         if len(chosen) >= num_to_predict:
             break
@@ -102,9 +157,11 @@ def create_masked_lm_predictions(
             if rand() < 0.8:
                 output[pos] = mask_token
             elif rand() < 0.5:
-                pass  # keep the original token
+                pass
             else:
-                output[pos] = vocab_words[rng.randint(0, last_vocab)]
+                output[pos] = vocab_words[
+                    _randint_fast(rng, 0, last_vocab) if fast else rng.randint(0, last_vocab)
+                ]
             chosen.append(pos)
     chosen.sort()
     return output, chosen, [tokens[p] for p in chosen]
@@ -132,10 +189,13 @@ def create_instances_from_document(
 ) -> list[TrainingInstance]:
     """All instances of one document (chunks of sentences up to a target length, NSP pairs, masks)."""
     document = all_documents[document_index]
+    randint = (
+        (lambda a, b: _randint_fast(rng, a, b)) if _FAST_OK and type(rng) is random.Random else rng.randint
+    )
     max_num_tokens = max_seq_length - 3
     target_seq_length = max_num_tokens
     if rng.random() < short_seq_prob:
-        target_seq_length = rng.randint(2, max_num_tokens)
+        target_seq_length = randint(2, max_num_tokens)
 
     instances: list[TrainingInstance] = []
     chunk: list[list] = []
@@ -149,7 +209,7 @@ def create_instances_from_document(
         chunk_len += len(sentence)
         if i == n_sent - 1 or chunk_len >= target_seq_length:
             if chunk:
-                a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+                a_end = randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
                 tokens_a = [t for seg in chunk[:a_end] for t in seg]
                 tokens_b: list = []
                 if len(chunk) == 1 or rng.random() < 0.5:
@@ -157,11 +217,11 @@ def create_instances_from_document(
                     target_b_length = target_seq_length - len(tokens_a)
                     # Up to ten tries for a different document (the original gives up after ten).
                     for _ in range(10):
-                        other = rng.randint(0, last_doc)
+                        other = randint(0, last_doc)
                         if other != document_index:
                             break
                     other_doc = all_documents[other]
-                    for j in range(rng.randint(0, len(other_doc) - 1), len(other_doc)):
+                    for j in range(randint(0, len(other_doc) - 1), len(other_doc)):
                         tokens_b.extend(other_doc[j])
                         if len(tokens_b) >= target_b_length:
                             break
@@ -221,7 +281,8 @@ def create_training_instances(
     """
     all_documents = [[list(s) for s in doc if len(s)] for doc in documents]
     all_documents = [d for d in all_documents if d]
-    rng.shuffle(all_documents)
+    shuffle = (lambda x: _shuffle_fast(rng, x)) if _FAST_OK and type(rng) is random.Random else rng.shuffle
+    shuffle(all_documents)
     if isinstance(vocab_words, dict):
         vocab_words = list(vocab_words)
     instances: list[TrainingInstance] = []
@@ -244,7 +305,7 @@ def create_training_instances(
                     is_continuation=is_continuation,
                 )
             )
-    rng.shuffle(instances)
+    shuffle(instances)
     return instances
 
 
