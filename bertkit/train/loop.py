@@ -85,12 +85,14 @@ class NonFiniteLossError(RuntimeError):
 class Batches:
     """Endless stream of micro-batches over a map-style dataset, shuffled per epoch, exactly resumable.
 
-    The global order is a permutation per epoch drawn from a ``torch.Generator`` seeded by
-    ``(seed, epoch)``; the stream is cut into micro-batches of ``batch_size``. Each optimizer step uses
-    ``world_size * grad_accum`` consecutive micro-batches: rank ``r`` takes micro-batches
-    ``r*grad_accum ... r*grad_accum + grad_accum - 1`` of the group. So 2 processes with ``grad_accum=1``
-    see exactly the data of 1 process with ``grad_accum=2``. If the dataset has ``set_epoch(e)`` (dynamic
-    masking) it is called whenever the stream enters epoch ``e``. ``state_dict()`` is the data position.
+    The unit is the *global batch* of ``G = batch_size * world_size * grad_accum`` examples per optimizer
+    step: epoch ``e`` is a permutation drawn from a ``torch.Generator`` seeded by ``(seed, e)``, cut into
+    ``len(dataset) // G`` global batches (the ragged end is dropped). Inside a global batch, rank ``r``'s
+    micro-batch ``m`` is slice ``r * grad_accum + m`` of size ``batch_size``. So every split of the same global
+    batch over processes and accumulation steps sees the same examples at the same step (2 processes equal
+    1 process with ``grad_accum=2``, exactly). If the dataset has ``set_epoch(e)`` (dynamic masking) it is
+    called whenever the stream enters epoch ``e``. ``state_dict()`` is the data position; the shuffling
+    generator is re-derived from ``(seed, epoch)``, so it needs no state of its own.
     """
 
     def __init__(
@@ -110,9 +112,13 @@ class Batches:
             raise ValueError(
                 f"bad batching: batch_size={batch_size} grad_accum={grad_accum} rank={rank}/{world_size}"
             )
+        self.global_batch = batch_size * world_size * grad_accum
         n = len(dataset)
-        if n < batch_size:
-            raise ValueError(f"dataset has {n} examples, fewer than one batch of {batch_size}")
+        if n < self.global_batch:
+            raise ValueError(
+                f"dataset has {n} examples, fewer than one global batch of {self.global_batch}; "
+                "use more data or a smaller batch"
+            )
         self.dataset = dataset
         self.batch_size = batch_size
         self.collate_fn = collate_fn or (lambda items: items)
@@ -120,18 +126,13 @@ class Batches:
         self.shuffle = shuffle
         self.rank, self.world_size, self.grad_accum = rank, world_size, grad_accum
         self.max_epochs = max_epochs
-        self.per_epoch = n // batch_size  # micro-batches per epoch (the ragged end is dropped)
         self.consumed = 0  # micro-batches this rank has taken
         self._perm_epoch = -1
         self._perm: torch.Tensor | None = None
         self._dataset_epoch = None
 
     def steps_per_epoch(self) -> int:
-        return max(self.per_epoch // (self.world_size * self.grad_accum), 1)
-
-    def _global_index(self, n: int) -> int:
-        group = self.world_size * self.grad_accum
-        return (n // self.grad_accum) * group + self.rank * self.grad_accum + n % self.grad_accum
+        return len(self.dataset) // self.global_batch
 
     def _perm_for(self, epoch: int) -> torch.Tensor:
         if epoch != self._perm_epoch:
@@ -145,10 +146,11 @@ class Batches:
         return self._perm
 
     def indices(self, n: int) -> tuple[int, list[int]]:
-        k = self._global_index(n)
-        epoch, j = divmod(k, self.per_epoch)
-        perm = self._perm_for(epoch)
-        return epoch, perm[j * self.batch_size : (j + 1) * self.batch_size].tolist()
+        """(epoch, dataset indices) of this rank's ``n``-th micro-batch."""
+        step, m = divmod(n, self.grad_accum)
+        epoch, s = divmod(step, self.steps_per_epoch())
+        start = s * self.global_batch + (self.rank * self.grad_accum + m) * self.batch_size
+        return epoch, self._perm_for(epoch)[start : start + self.batch_size].tolist()
 
     def __iter__(self) -> Iterator:
         return self
@@ -382,6 +384,7 @@ class Trainer:
         self.desc = desc
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
         self.step = 0
+        self._drawn = 0  # micro-batches taken from train_batches
         self.nonfinite_steps = 0
         self._consecutive_bad = 0
         self._window = self._empty_window()
@@ -453,14 +456,15 @@ class Trainer:
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rngs,
             "data": data_state,
-            "consumed": self.step * self.grad_accum,
+            "consumed": self._drawn,
             "window": window,
             "nonfinite_steps": self.nonfinite_steps,
             "world_size": self.world_size,
             "seed": self.seed,
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, data: bool = True) -> None:
+        """Restore a :meth:`state_dict`; ``data=False`` keeps the batch source where it is (a new phase)."""
         if getattr(self, "_fsdp", False):
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
             from torch.distributed.fsdp import StateDictType
@@ -478,16 +482,21 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         rngs = state["rng"]
         set_rng_state(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
-        if hasattr(self.train_batches, "load_state_dict") and state.get("data") is not None:
+        if not data:
+            pass
+        elif hasattr(self.train_batches, "load_state_dict") and state.get("data") is not None:
             self.train_batches.load_state_dict(state["data"])
         else:
             it = iter(self.train_batches)
             for _ in range(state["consumed"]):
                 next(it)
+            self._drawn = int(state["consumed"])
             self.train_batches = it
         self.step = int(state["step"])
         self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
-        self._window = dict(state.get("window") or self._empty_window(), t=None)
+        self._window = (
+            dict(state.get("window") or self._empty_window(), t=None) if data else self._empty_window()
+        )
 
     def _model_is_finite(self) -> bool:
         ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
@@ -644,6 +653,7 @@ class Trainer:
                 for m in range(self.grad_accum):
                     try:
                         batch = next(data)
+                        self._drawn += 1
                     except StopIteration:
                         stopped = "data exhausted"
                         break

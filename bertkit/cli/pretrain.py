@@ -1,0 +1,88 @@
+"""``bertkit pretrain``: flags, or a TOML/YAML config file (flags given on the command line override it)."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertkit.errors import UserError
+
+# flag dest -> PretrainConfig field (same name unless listed)
+_FLAGS = (
+    "data", "out", "preset", "objective", "steps", "batch_size", "lr", "warmup", "weight_decay", "optimizer",
+    "grad_accum", "precision", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
+    "seed", "log_every", "checkpoint_every", "keep_last", "eval_every", "eval_batches", "clip_norm", "device",
+    "distributed", "init_from", "num_threads", "valid_documents",
+)  # fmt: skip
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "pretrain",
+        help="pre-train BERT (MLM + NSP, or the No-NSP / LTR ablations) on prepared data",
+        description=(
+            "Pre-train BertForPreTraining on a `bertkit prepare` directory. Writes RUN_DIR/metrics.jsonl, "
+            "eval.jsonl, curves.png, checkpoints/ and model/ (Hugging Face layout). Launch with torchrun for "
+            "DDP. A config file (TOML or YAML) may hold every flag's setting, a [model] table of BertConfig "
+            "overrides and [[phases]] (e.g. 90%% of steps at 128 tokens, then 512)."
+        ),
+    )
+    p.add_argument("--data", help="prepared data directory (bertkit prepare --out)")
+    p.add_argument("--out", help="run directory to write")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--preset", choices=["tiny", "mini", "small", "medium", "base", "large"])
+    g.add_argument("--config", help="TOML/YAML run config (flags on the command line override it)")
+    p.add_argument("--model-config", dest="model_config", help="a config.json to build the model from")
+    p.add_argument("--init-from", help="continue pre-training from a saved model directory")
+    p.add_argument("--objective", choices=["mlm+nsp", "mlm", "ltr"])
+    p.add_argument("--steps", type=int)
+    p.add_argument("--batch-size", type=int, help="global batch per optimizer step")
+    p.add_argument("--grad-accum", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--warmup", type=float, help="steps (>= 1) or a fraction of all steps (< 1)")
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--optimizer", choices=["adamw", "lamb"])
+    p.add_argument("--clip-norm", type=float)
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--max-seq-length", type=int)
+    p.add_argument("--masked-lm-prob", type=float)
+    p.add_argument("--max-predictions-per-seq", type=int)
+    p.add_argument("--short-seq-prob", type=float)
+    p.add_argument("--whole-word-mask", action="store_true", default=None)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--log-every", type=int)
+    p.add_argument("--checkpoint-every", type=int)
+    p.add_argument("--keep-last", type=int)
+    p.add_argument("--eval-every", type=int)
+    p.add_argument("--eval-batches", type=int)
+    p.add_argument("--valid-documents", type=int)
+    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--distributed", choices=["ddp", "fsdp"], help="wrapper under torchrun (default ddp)")
+    p.add_argument("--num-threads", type=int, help="torch CPU threads")
+    p.add_argument("--tensorboard", action="store_true", default=None, help="also log to RUN_DIR/tb")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_pretrain)
+
+
+def config_from_args(args: argparse.Namespace):
+    from bertkit.pretrain import PretrainConfig, load_config_file
+
+    data = load_config_file(args.config) if getattr(args, "config", None) else {}
+    for name in (*_FLAGS, "model_config", "whole_word_mask", "tensorboard"):
+        v = getattr(args, name, None)
+        if v is not None:
+            data[name] = v
+    if getattr(args, "quiet", False):
+        data["progress"] = False
+    if not data.get("data"):
+        raise UserError("--data is required (or `data = ...` in the --config file)")
+    if not data.get("out"):
+        raise UserError("--out is required (or `out = ...` in the --config file)")
+    return PretrainConfig.from_dict(data, source=args.config or "flags")
+
+
+def run_pretrain(args: argparse.Namespace) -> dict:
+    from bertkit.pretrain import pretrain
+
+    cfg = config_from_args(args)
+    return pretrain(cfg, resume=args.resume)

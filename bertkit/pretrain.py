@@ -1,0 +1,448 @@
+"""Pre-training: data (``bertkit prepare`` shards) -> BertForPreTraining -> the generic trainer -> HF model dir.
+
+``pretrain(PretrainConfig(...))`` (or ``bertkit pretrain``) runs one or more *phases*. Each phase has its
+own sequence length, batch size, number of steps and masking settings; the optimizer, the learning-rate
+schedule (linear warm-up + linear decay over the steps of all phases) and the model carry over, which is
+the paper's two-phase recipe (90% of steps at 128 tokens, then 10% at 512)::
+
+    # pretrain.toml
+    preset = "base"
+    objective = "mlm+nsp"
+    lr = 1e-4
+    warmup = 10000
+    [[phases]]
+    steps = 900000
+    max_seq_length = 128
+    batch_size = 256
+    [[phases]]
+    steps = 100000
+    max_seq_length = 512
+    batch_size = 256
+    max_predictions_per_seq = 80
+
+Objectives: ``mlm+nsp`` (the paper), ``mlm`` (the "No NSP" ablation: single-segment inputs), ``ltr`` (the
+"LTR & No NSP" ablation: a causal encoder predicting every next token from unmasked inputs).
+
+Output layout of ``RUN_DIR``: ``metrics.jsonl``, ``eval.jsonl``, ``curves.png``, ``checkpoints/`` (one
+phase) or ``phase-N/...`` (several), ``model/`` (config.json, model.safetensors, vocab.txt - loadable by
+transformers' ``BertForPreTraining.from_pretrained``), ``run_config.json`` and ``results.json``.
+
+``--batch-size`` is the *global* batch per optimizer step: it is split over ``torchrun`` processes and
+``grad_accum`` micro-steps (it must divide evenly). Under ``torchrun`` (``WORLD_SIZE`` > 1) the process
+group is initialised here (NCCL on GPU, gloo on CPU); ranks read disjoint parts of every global batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from bertkit.config import BertConfig
+from bertkit.errors import UserError
+from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
+from bertkit.io import atomic_write_json
+from bertkit.train.checkpoint import latest_checkpoint
+from bertkit.train.loop import Batches, Trainer, to_device
+from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
+
+logger = logging.getLogger("bertkit")
+
+OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
+PHASE_KEYS = (
+    "steps",
+    "max_seq_length",
+    "batch_size",
+    "masked_lm_prob",
+    "max_predictions_per_seq",
+    "short_seq_prob",
+    "whole_word_mask",
+    "grad_accum",
+)
+
+
+@dataclass
+class PretrainConfig:
+    data: str = ""
+    out: str = "runs/pretrain"
+    preset: str = "mini"
+    model_config: str | None = None  # a config.json (HF names) instead of a preset
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None  # continue from a saved model dir
+    objective: str = "mlm+nsp"
+    steps: int = 1000
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_seq_length: int = 128
+    masked_lm_prob: float = 0.15
+    max_predictions_per_seq: int = 20
+    short_seq_prob: float = 0.1
+    whole_word_mask: bool = False
+    lr: float = 1e-4
+    warmup: float = 0.01  # < 1: fraction of all steps; >= 1: steps
+    weight_decay: float = 0.01
+    optimizer: str = "adamw"
+    clip_norm: float = 1.0
+    precision: str = "fp32"
+    device: str | None = None
+    distributed: str = "ddp"
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 200
+    keep_last: int = 2
+    eval_every: int = 0
+    eval_batches: int = 10
+    eval_batch_size: int | None = None
+    valid_documents: int | None = None
+    tensorboard: bool = False
+    progress: bool = True
+    nonfinite: str = "skip"
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    num_threads: int | None = None
+
+    def resolved_phases(self) -> list[dict[str, Any]]:
+        """Every phase with its settings filled from the top level."""
+        base = {k: getattr(self, k) for k in PHASE_KEYS}
+        if not self.phases:
+            return [base]
+        out = []
+        for i, ph in enumerate(self.phases):
+            unknown = set(ph) - set(PHASE_KEYS)
+            if unknown:
+                raise UserError(
+                    f"phase {i + 1}: unknown setting(s) {sorted(unknown)}; a phase may set {list(PHASE_KEYS)}"
+                )
+            out.append({**base, **ph})
+        return out
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **overrides: Any) -> PretrainConfig:
+        data = load_config_file(path)
+        return cls.from_dict(
+            {**data, **{k: v for k, v in overrides.items() if v is not None}}, source=str(path)
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> PretrainConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise UserError(f"{source}: unknown setting(s) {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**data)
+
+
+def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A TOML (``tomllib``; ``tomli`` before 3.11) or YAML (needs PyYAML) file as a dict."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: config file not found")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise UserError(f"{path}: YAML configs need PyYAML (pip install pyyaml), or use TOML") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            raise UserError(f"{path}: invalid YAML: {e}") from None
+    else:
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            import tomli as tomllib
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise UserError(f"{path}: invalid TOML: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the top level must be a table of settings")
+    # allow a [model] table of BertConfig overrides
+    if "model" in data and isinstance(data["model"], dict):
+        data["model_overrides"] = {**data.get("model_overrides", {}), **data.pop("model")}
+    return data
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+
+
+def build_model_config(cfg: PretrainConfig, vocab_size: int, max_seq_length: int) -> BertConfig:
+    if cfg.model_config:
+        mc = BertConfig.from_json_file(cfg.model_config)
+        for k, v in cfg.model_overrides.items():
+            setattr(mc, k, v)
+    else:
+        mc = BertConfig.preset(cfg.preset, **cfg.model_overrides)
+    if mc.vocab_size != vocab_size:
+        mc.vocab_size = vocab_size
+    if mc.max_position_embeddings < max_seq_length:
+        raise UserError(
+            f"max_seq_length {max_seq_length} exceeds the model's max_position_embeddings "
+            f"{mc.max_position_embeddings}; lower max_seq_length or raise max_position_embeddings"
+        )
+    return mc
+
+
+def make_loss_fn(objective: str, pad_token_id: int = 0):
+    """``loss_fn(model, batch) -> (loss, metrics)`` for the trainer."""
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+
+    def loss_fn(model, batch):
+        nsp = None
+        causal = False
+        if objective == "ltr":
+            batch = ltr_batch(batch, pad_token_id)
+            causal = True
+        elif objective == "mlm+nsp":
+            nsp = batch.get("next_sentence_label")
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            token_type_ids=batch.get("token_type_ids"),
+            labels=batch["labels"],
+            next_sentence_label=nsp,
+            causal=causal,
+        )
+        return out.loss, pretraining_metrics(out, next_sentence_label=nsp)
+
+    return loss_fn
+
+
+def make_eval_fn(dataset, objective: str, batch_size: int, max_batches: int, device, pad_token_id: int = 0):
+    """Evaluate on a fixed held-out set: the first ``max_batches`` batches of ``dataset`` in order."""
+    loss_fn = make_loss_fn(objective, pad_token_id)
+    n = min(len(dataset), batch_size * max_batches)
+
+    def eval_fn(model):
+        sums: dict[str, list[float]] = {}
+        total_loss, batches = 0.0, 0
+        for start in range(0, n, batch_size):
+            items = [dataset[i] for i in range(start, min(start + batch_size, n))]
+            batch = to_device(dataset.collate(items), device)
+            loss, mets = loss_fn(model, batch)
+            total_loss += float(loss)
+            batches += 1
+            for k, (a, b) in mets.items():
+                acc = sums.setdefault(k, [0.0, 0.0])
+                acc[0] += a
+                acc[1] += b
+        res = {"loss": total_loss / max(batches, 1)}
+        res.update({k: a / b for k, (a, b) in sums.items() if b})
+        res["examples"] = n
+        return res
+
+    return eval_fn
+
+
+def _load_dataset(data_dir: str, phase: dict, cfg: PretrainConfig, split: str):
+    try:
+        from bertkit.data import PretrainingDataset
+    except ImportError:
+        from bertkit.data.dynamic import PretrainingDataset
+    # Every rank builds the whole split: Batches gives each rank its part of every global batch, so the
+    # stream is the same whatever the number of processes.
+    return PretrainingDataset(
+        data_dir,
+        max_seq_length=phase["max_seq_length"],
+        masked_lm_prob=phase["masked_lm_prob"],
+        max_predictions_per_seq=phase["max_predictions_per_seq"],
+        short_seq_prob=phase["short_seq_prob"],
+        seed=cfg.seed,
+        no_nsp=cfg.objective != "mlm+nsp",
+        whole_word_mask=phase["whole_word_mask"],
+        split=split,
+        valid_documents=cfg.valid_documents,
+    )
+
+
+def init_distributed() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank); initialises the process group under torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=backend)
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
+    return 0, 1, 0
+
+
+def _device(cfg: PretrainConfig, local_rank: int) -> torch.device:
+    if cfg.device:
+        return torch.device(cfg.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------------------------- driver
+
+
+def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
+    """Run every phase of ``cfg``; returns the results dict (also written to ``OUT/results.json``)."""
+    if cfg.objective not in OBJECTIVES:
+        raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {cfg.objective!r}")
+    data_dir = Path(cfg.data)
+    if not (data_dir / "manifest.json").is_file():
+        raise UserError(f"{data_dir}: not a prepared data directory (run `bertkit prepare` first)")
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    rank, world, local_rank = init_distributed()
+    device = _device(cfg, local_rank)
+    out = Path(cfg.out)
+    phases = cfg.resolved_phases()
+    total_steps = sum(int(p["steps"]) for p in phases)
+    if total_steps <= 0:
+        raise UserError("steps must be positive")
+
+    vocab_file = data_dir / "vocab.txt"
+    vocab_words = vocab_file.read_text(encoding="utf-8").splitlines()
+    manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+    pad_id = vocab_words.index("[PAD]") if "[PAD]" in vocab_words else 0
+    mc = build_model_config(cfg, len(vocab_words), max(p["max_seq_length"] for p in phases))
+    mc.pad_token_id = pad_id
+
+    torch.manual_seed(cfg.seed)  # model initialisation
+    if cfg.init_from:
+        model = BertForPreTraining.from_pretrained(cfg.init_from)
+        model.train()
+    else:
+        model = BertForPreTraining(mc)
+    model.to(device)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / "run_config.json", {**dataclasses.asdict(cfg), "world_size": world})
+
+    opt_state: dict[str, Any] = {}
+
+    def make_opt(m):
+        opt_state["opt"] = build_optimizer(m, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return opt_state["opt"]
+
+    def make_sched(o):
+        return linear_schedule(o, warmup_steps_from(cfg.warmup, total_steps), total_steps)
+
+    loss_fn = make_loss_fn(cfg.objective, pad_id)
+    results: dict[str, Any] = {"phases": [], "world_size": world, "objective": cfg.objective}
+    opt = sched = None
+    start = 0
+    trainer = None
+    for i, ph in enumerate(phases):
+        end = start + int(ph["steps"])
+        run_dir = out if len(phases) == 1 else out / f"phase-{i + 1}"
+        micro, rem = divmod(int(ph["batch_size"]), world * int(ph["grad_accum"]))
+        if rem or micro < 1:
+            raise UserError(
+                f"batch_size {ph['batch_size']} must be a multiple of world_size*grad_accum = "
+                f"{world}*{ph['grad_accum']}"
+            )
+        train_ds = _load_dataset(str(data_dir), ph, cfg, "train")
+        batches = Batches(
+            train_ds, micro, train_ds.collate, seed=cfg.seed, rank=rank, world_size=world,
+            grad_accum=int(ph["grad_accum"]),
+        )  # fmt: skip
+        eval_fn = None
+        if cfg.eval_every or cfg.eval_batches:
+            try:
+                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid")
+                eval_fn = make_eval_fn(
+                    valid_ds, cfg.objective, cfg.eval_batch_size or micro, cfg.eval_batches, device, pad_id
+                )
+            except UserError as e:
+                logger.warning("no held-out evaluation: %s", e)
+        trainer = Trainer(
+            model,
+            opt if opt is not None else make_opt,
+            sched if sched is not None else make_sched,
+            train_batches=batches,
+            out_dir=run_dir,
+            max_steps=end,
+            loss_fn=loss_fn,
+            grad_accum=int(ph["grad_accum"]),
+            clip_norm=cfg.clip_norm,
+            precision=cfg.precision,
+            device=device,
+            log_every=cfg.log_every,
+            checkpoint_every=cfg.checkpoint_every,
+            keep_last=cfg.keep_last,
+            eval_fn=eval_fn,
+            eval_every=cfg.eval_every,
+            seed=cfg.seed + 7919 * i,
+            nonfinite=cfg.nonfinite,
+            progress=cfg.progress,
+            tensorboard=cfg.tensorboard,
+            distributed=cfg.distributed,
+            find_unused_parameters=cfg.objective != "mlm+nsp",
+            callbacks=callbacks,
+            desc=f"pretrain{'' if len(phases) == 1 else f' phase {i + 1}/{len(phases)}'}",
+        )
+        opt, sched = trainer.optimizer, trainer.scheduler
+        own = latest_checkpoint(run_dir) if resume else None
+        if own is None:
+            trainer.step = start  # the model, optimizer and schedule carry over from the previous phase
+        elif own[1]["step"] >= end:
+            logger.info("phase %d already complete (%s)", i + 1, own[0])
+            trainer.load_state_dict(own[1], data=True)
+            start = end
+            continue
+        summary = trainer.fit(resume=own is not None)
+        summary["phase"] = i + 1
+        summary["max_seq_length"] = ph["max_seq_length"]
+        summary["batch_size"] = ph["batch_size"]
+        results["phases"].append(summary)
+        start = end
+        if world > 1:
+            dist.barrier()
+
+    if len(phases) > 1 and rank == 0:
+        _merge_logs(out, len(phases))
+    model_dir = out / "model"
+    if rank == 0:
+        model.save_pretrained(model_dir)
+        shutil.copyfile(vocab_file, model_dir / "vocab.txt")
+        atomic_write_json(
+            model_dir / "tokenizer_config.json",
+            {"do_lower_case": bool(manifest.get("lowercase", True)), "tokenizer_class": "BertTokenizer"},
+        )
+    last = results["phases"][-1] if results["phases"] else {}
+    results.update(
+        {
+            "model_dir": str(model_dir),
+            "steps": total_steps,
+            "last": last.get("last"),
+            "eval": last.get("eval"),
+            "metrics_jsonl": str(out / "metrics.jsonl"),
+            "curves_png": str(out / "curves.png"),
+        }
+    )
+    if rank == 0:
+        atomic_write_json(out / "results.json", results)
+    return results
+
+
+def _merge_logs(out: Path, n: int) -> None:
+    """Concatenate the phases' logs into ``OUT/metrics.jsonl`` / ``eval.jsonl`` and plot them together."""
+    from bertkit.train.loop import plot_curves
+
+    for name in ("metrics.jsonl", "eval.jsonl"):
+        lines = []
+        for i in range(1, n + 1):
+            p = out / f"phase-{i}" / name
+            if p.is_file():
+                lines += [ln for ln in p.read_text().splitlines() if ln.strip()]
+        with open(out / name, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + ("\n" if lines else ""))
+    try:
+        plot_curves(out / "metrics.jsonl", out / "eval.jsonl", out / "curves.png")
+    except Exception as e:  # noqa: BLE001
+        logger.warning("could not plot curves: %s", e)
