@@ -170,3 +170,35 @@ def test_cli_vocab_and_prepare(corpus_and_vocab, tmp_path, capsys):
         == 2
     )
     assert "nope: no such file" in capsys.readouterr().err
+
+
+TRICKY = [
+    "Hello,  world!!  Café naïve résumé",
+    "tabs\there\tand\u00a0nbsp and\u3000ideographic space",
+    "中文字符 mixed with English.日本語",
+    "control\x00chars\x1c\x1fjoined \ufffd replacement",
+    "İstanbul ǅ ß ﬁ ligatures and ＦＵＬＬ width",
+    " leading and trailing ",
+    "",
+    "a" * 150 + " averyveryverylongwordthatexceedsnothing",
+    "don't stop-believing (yes) [no] {maybe} <tag> ... — – “quotes” ‘single’",
+    "e\u0301 combining \u0301accent at start",
+]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_cached_encoding_is_exact(lowercase, shared_data):
+    from bertkit.data.shards import encode_sentences
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer(str(shared_data / "vocab" / "bert-base-uncased-vocab.txt"), lowercase=lowercase)
+    wiki = (
+        (shared_data / "corpus" / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()[:400]
+    )
+    sentences = TRICKY + [s.strip() for s in wiki]
+    cache: dict = {}
+    for _ in range(2):  # cold and warm cache
+        flat, lengths = encode_sentences(tok, sentences, "int32", cache)
+        want = tok.encode_batch_ids(sentences, add_special_tokens=False)
+        assert lengths.tolist() == [len(w) for w in want]
+        assert flat.tolist() == [i for w in want for i in w]

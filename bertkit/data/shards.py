@@ -20,6 +20,7 @@ Loading checks every file's size and structure (``verify=True`` also its sha256)
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -35,7 +36,7 @@ from bertkit.data.corpus import CorpusStats, iter_documents
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 
-__all__ = ["prepare", "ShardSet", "load_tokenizer", "sha256_file", "FORMAT_VERSION"]
+__all__ = ["prepare", "ShardSet", "load_tokenizer", "encode_sentences", "sha256_file", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 _ARRAYS = ("ids", "sents", "docs")
@@ -82,21 +83,49 @@ def _shard_name(index: int) -> str:
     return f"shard_{index:05d}"
 
 
+_CACHE_LIMIT = 500_000
+
+
+def encode_sentences(tok, sentences: list[str], dtype="int32", cache: dict | None = None):
+    """Token ids of ``sentences`` (flat array) and each sentence's length, exactly as
+    ``tok.encode_batch_ids(sentences)``, but each distinct space-separated chunk is tokenized once and cached.
+
+    BERT's normalisation and pre-tokenisation never join text across an ASCII space, so a sentence's ids are
+    the concatenation of its chunks' ids; natural text repeats its words, so most chunks are cache hits.
+    """
+    if not sentences:
+        return np.zeros(0, dtype=dtype), np.zeros(0, dtype=np.int64)
+    cache = {} if cache is None else cache
+    words = " ".join(sentences).split(" ")
+    missing = list(set(words).difference(cache))
+    if len(cache) + len(missing) > _CACHE_LIMIT:
+        cache.clear()
+        missing = list(set(words))
+    if missing:
+        for w, ids in zip(missing, tok.encode_batch_ids(missing, add_special_tokens=False)):
+            cache[w] = ids
+    pieces = list(map(cache.__getitem__, words))
+    flat = np.fromiter(itertools.chain.from_iterable(pieces), dtype=dtype)
+    word_len = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+    n_words = np.fromiter((s.count(" ") + 1 for s in sentences), dtype=np.int64, count=len(sentences))
+    tok_end = np.cumsum(word_len)
+    word_end = np.cumsum(n_words)
+    ends = tok_end[word_end - 1]
+    lengths = np.diff(ends, prepend=0)
+    return flat, lengths
+
+
 def _build_shard(task: tuple) -> dict:
     """Tokenize one group of documents and write its arrays + record (runs in a worker)."""
     index, docs, text_sha, out_dir, dtype, options = task
-    tok = _WORKER["tok"]
     sentences = [s for doc in docs for s in doc]
-    encoded = tok.encode_batch_ids(sentences, add_special_tokens=False) if sentences else []
-    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    ids, lengths = encode_sentences(_WORKER["tok"], sentences, dtype, _WORKER.setdefault("cache", {}))
     # Drop sentences that tokenize to nothing, then documents left empty.
     doc_sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
     doc_of_sent = np.repeat(np.arange(len(docs)), doc_sizes)
     keep = lengths > 0
     kept_per_doc = np.bincount(doc_of_sent[keep], minlength=len(docs))
     kept_per_doc = kept_per_doc[kept_per_doc > 0]
-    flat = [i for e, k in zip(encoded, keep) if k for i in e]
-    ids = np.asarray(flat, dtype=dtype)
     sents = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
     np.cumsum(lengths[keep], out=sents[1:])
     docs_arr = np.zeros(len(kept_per_doc) + 1, dtype=np.int64)
