@@ -161,6 +161,16 @@ def corpus_probes(corpus: list[str], n: int = 5, seed: int = 0) -> list[str]:
     return out
 
 
+def tiny_data(work: str | os.PathLike, max_bytes: int = 150_000, vocab_size: int = 1000, max_seq_length: int = 64) -> Path:
+    """A small prepared data directory from the first ``max_bytes`` of the stdlib-docstring corpus (tests)."""
+    work = Path(work)
+    if (work / "data" / "manifest.json").is_file():
+        return work / "data"
+    python_docs_corpus(work / "corpus.txt", max_bytes=max_bytes)
+    data_dir, _ = build_data([str(work / "corpus.txt")], work, vocab_size, max_seq_length, progress=False)
+    return data_dir
+
+
 # -------------------------------------------------------------------------------------------------- main
 
 

@@ -50,8 +50,9 @@ from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
 from bertkit.io import atomic_write_json
+from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
-from bertkit.train.loop import Batches, Trainer, to_device
+from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
 
 logger = logging.getLogger("bertkit")
@@ -432,7 +433,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
 
 def _merge_logs(out: Path, n: int) -> None:
     """Concatenate the phases' logs into ``OUT/metrics.jsonl`` / ``eval.jsonl`` and plot them together."""
-    from bertkit.train.loop import plot_curves
+    from bertkit.train.logs import plot_curves
 
     for name in ("metrics.jsonl", "eval.jsonl"):
         lines = []

@@ -1,7 +1,9 @@
 """Generic training: optimisers and schedules (optim), the resumable loop (loop), checkpoints (checkpoint)."""
 
+from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from bertkit.train.loop import Batches, NonFiniteLossError, Trainer, plot_curves, to_device
+from bertkit.train.logs import plot_curves, read_jsonl
+from bertkit.train.loop import NonFiniteLossError, Trainer, to_device
 from bertkit.train.optim import (
     Lamb,
     LinearWarmupDecay,
@@ -24,6 +26,7 @@ __all__ = [
     "load_checkpoint",
     "param_groups",
     "plot_curves",
+    "read_jsonl",
     "save_checkpoint",
     "to_device",
     "warmup_steps_from",

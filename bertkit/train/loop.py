@@ -58,7 +58,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
 from bertkit.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from bertkit.train.logs import plot_curves, truncate_jsonl
 
 logger = logging.getLogger("bertkit")
 
@@ -75,112 +78,6 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 class NonFiniteLossError(RuntimeError):
     """Training produced NaN/inf losses; the message says at which step and what to try."""
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Batches: a deterministic, resumable, rank-aware batch source
-# ----------------------------------------------------------------------------------------------------------
-
-
-class Batches:
-    """Endless stream of micro-batches over a map-style dataset, shuffled per epoch, exactly resumable.
-
-    The unit is the *global batch* of ``G = batch_size * world_size * grad_accum`` examples per optimizer
-    step: epoch ``e`` is a permutation drawn from a ``torch.Generator`` seeded by ``(seed, e)``, cut into
-    ``len(dataset) // G`` global batches (the ragged end is dropped). Inside a global batch, rank ``r``'s
-    micro-batch ``m`` is slice ``r * grad_accum + m`` of size ``batch_size``. So every split of the same global
-    batch over processes and accumulation steps sees the same examples at the same step (2 processes equal
-    1 process with ``grad_accum=2``, exactly). If the dataset has ``set_epoch(e)`` (dynamic masking) it is
-    called whenever the stream enters epoch ``e``. ``state_dict()`` is the data position; the shuffling
-    generator is re-derived from ``(seed, epoch)``, so it needs no state of its own.
-    """
-
-    def __init__(
-        self,
-        dataset,
-        batch_size: int,
-        collate_fn: Callable[[list], Any] | None = None,
-        *,
-        seed: int = 0,
-        shuffle: bool = True,
-        rank: int = 0,
-        world_size: int = 1,
-        grad_accum: int = 1,
-        max_epochs: int | None = None,
-    ):
-        if batch_size < 1 or grad_accum < 1 or world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(
-                f"bad batching: batch_size={batch_size} grad_accum={grad_accum} rank={rank}/{world_size}"
-            )
-        self.global_batch = batch_size * world_size * grad_accum
-        n = len(dataset)
-        if n < self.global_batch:
-            raise ValueError(
-                f"dataset has {n} examples, fewer than one global batch of {self.global_batch}; "
-                "use more data or a smaller batch"
-            )
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.collate_fn = collate_fn or (lambda items: items)
-        self.seed = int(seed)
-        self.shuffle = shuffle
-        self.rank, self.world_size, self.grad_accum = rank, world_size, grad_accum
-        self.max_epochs = max_epochs
-        self.consumed = 0  # micro-batches this rank has taken
-        self._perm_epoch = -1
-        self._perm: torch.Tensor | None = None
-        self._dataset_epoch = None
-
-    def steps_per_epoch(self) -> int:
-        return len(self.dataset) // self.global_batch
-
-    def _perm_for(self, epoch: int) -> torch.Tensor:
-        if epoch != self._perm_epoch:
-            n = len(self.dataset)
-            if self.shuffle:
-                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                self._perm = torch.randperm(n, generator=g)
-            else:
-                self._perm = torch.arange(n)
-            self._perm_epoch = epoch
-        return self._perm
-
-    def indices(self, n: int) -> tuple[int, list[int]]:
-        """(epoch, dataset indices) of this rank's ``n``-th micro-batch."""
-        step, m = divmod(n, self.grad_accum)
-        epoch, s = divmod(step, self.steps_per_epoch())
-        start = s * self.global_batch + (self.rank * self.grad_accum + m) * self.batch_size
-        return epoch, self._perm_for(epoch)[start : start + self.batch_size].tolist()
-
-    def __iter__(self) -> Iterator:
-        return self
-
-    def __next__(self):
-        epoch, idx = self.indices(self.consumed)
-        if self.max_epochs is not None and epoch >= self.max_epochs:
-            raise StopIteration
-        if epoch != self._dataset_epoch and hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
-            self._dataset_epoch = epoch
-        self.consumed += 1
-        return self.collate_fn([self.dataset[i] for i in idx])
-
-    def state_dict(self) -> dict:
-        return {
-            "consumed": self.consumed,
-            "seed": self.seed,
-            "world_size": self.world_size,
-            "grad_accum": self.grad_accum,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        if (state.get("world_size", 1), state.get("grad_accum", 1)) != (self.world_size, self.grad_accum):
-            logger.warning(
-                "resuming with world_size*grad_accum %s*%s instead of %s*%s: the data order changes",
-                self.world_size, self.grad_accum, state.get("world_size"), state.get("grad_accum"),
-            )  # fmt: skip
-        self.seed = state.get("seed", self.seed)
-        self.consumed = int(state["consumed"])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -216,78 +113,6 @@ def dist_info() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def plot_curves(
-    metrics_path: Path, eval_path: Path | None, out_png: Path, keys: Iterable[str] | None = None
-) -> Path | None:
-    """Loss and accuracy-like metrics against step, from the jsonl logs, as a PNG (matplotlib Agg)."""
-    rows = _read_jsonl(metrics_path)
-    evals = _read_jsonl(eval_path) if eval_path else []
-    if not rows:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    skip = {"step", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "nonfinite_steps", "epoch"}
-    keys = (
-        list(keys)
-        if keys
-        else [k for k in rows[-1] if k not in skip and isinstance(rows[-1][k], (int, float))]
-    )
-    loss_keys = [k for k in keys if "loss" in k]
-    other = [k for k in keys if k not in loss_keys]
-    fig, axes = plt.subplots(1, 2 if other else 1, figsize=(11 if other else 6, 4), squeeze=False)
-    steps = [r["step"] for r in rows]
-    for k in loss_keys:
-        axes[0, 0].plot(steps, [r.get(k) for r in rows], label=f"train {k}")
-    for k in [k for k in (evals[-1] if evals else {}) if "loss" in k]:
-        axes[0, 0].plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
-    axes[0, 0].set_xlabel("step")
-    axes[0, 0].set_title("loss")
-    axes[0, 0].legend(fontsize=8)
-    if other:
-        for k in other:
-            axes[0, 1].plot(steps, [r.get(k) for r in rows], label=f"train {k}")
-        for k in [k for k in (evals[-1] if evals else {}) if "acc" in k]:
-            axes[0, 1].plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
-        axes[0, 1].set_xlabel("step")
-        axes[0, 1].set_title("metrics")
-        axes[0, 1].legend(fontsize=8)
-    fig.tight_layout()
-    from bertkit.io import atomic_write
-
-    with atomic_write(out_png, "wb") as f:
-        fig.savefig(f, format="png", dpi=100)
-    plt.close(fig)
-    return out_png
-
-
-def _read_jsonl(path: Path | None) -> list[dict]:
-    if path is None or not Path(path).is_file():
-        return []
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a torn last line from a killed run
-    return rows
-
-
-def _truncate_jsonl(path: Path, max_step: int) -> None:
-    if not path.is_file():
-        return
-    rows = [r for r in _read_jsonl(path) if r.get("step", 0) <= max_step]
-    from bertkit.io import atomic_write
-
-    with atomic_write(path) as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
 
 
 def _scalar(v) -> float:
@@ -615,8 +440,8 @@ class Trainer:
                 self.load_state_dict(state)
                 resumed_from = str(path)
                 if self.is_main:
-                    _truncate_jsonl(self.out_dir / "metrics.jsonl", self.step)
-                    _truncate_jsonl(self.out_dir / "eval.jsonl", self.step)
+                    truncate_jsonl(self.out_dir / "metrics.jsonl", self.step)
+                    truncate_jsonl(self.out_dir / "eval.jsonl", self.step)
                 logger.info("resumed from %s at step %d", path, self.step)
         if resumed_from is None:
             torch.manual_seed(self.seed + self.rank)
@@ -700,7 +525,9 @@ class Trainer:
                 else:
                     self._bad_step(step_loss, grad_norm, lr)
                 if self.scheduler is not None:
-                    self.scheduler.step()
+                    with warnings.catch_warnings():  # a skipped step must not shift the schedule
+                        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+                        self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 if finite:

@@ -1,0 +1,221 @@
+"""The generic trainer and its parts on a toy regression model (it knows nothing about BERT)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from bertkit.train import (
+    Batches,
+    Lamb,
+    NonFiniteLossError,
+    Trainer,
+    build_optimizer,
+    linear_schedule,
+    list_checkpoints,
+    param_groups,
+)
+
+
+class ToyData:
+    """y = x @ w_true + noise, deterministic per index; records set_epoch calls."""
+
+    def __init__(self, n=64, d=8):
+        g = torch.Generator().manual_seed(123)
+        self.x = torch.randn(n, d, generator=g)
+        self.y = self.x @ (0.3 * torch.randn(d, 1, generator=g)) + 0.01 * torch.randn(n, 1, generator=g)
+        self.epochs = []
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "y": self.y[i]}
+
+    def set_epoch(self, e):
+        self.epochs.append(e)
+
+
+def collate(items):
+    return {"x": torch.stack([it["x"] for it in items]), "y": torch.stack([it["y"] for it in items])}
+
+
+class Toy(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.lin = nn.Linear(d, 16)
+        self.norm = nn.LayerNorm(16)
+        self.out = nn.Linear(16, 1)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x, y=None):
+        pred = self.out(self.drop(torch.tanh(self.norm(self.lin(x)))))
+        return {"loss": ((pred - y) ** 2).mean(), "pred": pred}
+
+
+def toy_loss(model, batch):
+    out = model(**batch)
+    err = (out["pred"] - batch["y"]).abs()
+    return out["loss"], {"mae": err.mean(), "close": (float((err < 0.5).sum()), float(err.numel()))}
+
+
+def make_trainer(tmp_path, steps=20, seed=0, **kw):
+    torch.manual_seed(seed)
+    model = Toy()
+    data = ToyData()
+    batches = Batches(data, 8, collate, seed=seed, grad_accum=kw.get("grad_accum", 1))
+    opt = build_optimizer(model, "adamw", lr=3e-2)
+    sched = linear_schedule(opt, 2, steps)
+    kw.setdefault("progress", False)
+    kw.setdefault("loss_fn", toy_loss)
+    return Trainer(
+        model, opt, sched, train_batches=batches, out_dir=tmp_path, max_steps=steps,
+        log_every=1, seed=seed, **kw,
+    )  # fmt: skip
+
+
+def read_losses(path):
+    return [json.loads(line)["loss"] for line in path.read_text().splitlines()]
+
+
+def test_param_groups_exclude_bias_and_layernorm():
+    m = Toy()
+    groups = param_groups(m, 0.01)
+    decay = {id(p) for p in groups[0]["params"]}
+    assert groups[0]["weight_decay"] == 0.01 and groups[1]["weight_decay"] == 0.0
+    assert id(m.lin.weight) in decay and id(m.out.weight) in decay
+    assert id(m.lin.bias) not in decay and id(m.norm.weight) not in decay
+    opt = build_optimizer(m, "adamw", lr=1e-3)
+    assert opt.defaults["eps"] == 1e-6
+
+
+def test_linear_warmup_then_decay():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = linear_schedule(opt, warmup_steps=4, total_steps=12)
+    lrs = []
+    for _ in range(12):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    assert lrs[4:] == pytest.approx([1.0 - i / 8 for i in range(8)])
+    assert max(lrs) == 1.0
+
+
+def test_lamb_minimises_and_uses_trust_ratio():
+    torch.manual_seed(0)
+    w = nn.Parameter(torch.randn(10, 10))
+    opt = Lamb([w], lr=0.05, weight_decay=0.0)
+    target = torch.randn(10, 10)
+    first = None
+    for _ in range(200):
+        loss = ((w - target) ** 2).sum()
+        first = first if first is not None else float(loss.detach())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert float(loss.detach()) < 0.05 * first
+    # zero weights: the trust ratio falls back to 1 (no division by zero)
+    z = nn.Parameter(torch.zeros(3))
+    opt = Lamb([z], lr=0.1)
+    z.grad = torch.ones(3)
+    opt.step()
+    assert torch.isfinite(z).all() and (z < 0).all()
+
+
+def test_batches_split_over_ranks_equals_accumulation():
+    data = ToyData(n=40)
+    one = Batches(data, 4, seed=3, grad_accum=2)
+    ranks = [Batches(data, 4, seed=3, rank=r, world_size=2) for r in range(2)]
+    for _ in range(12):  # crosses an epoch boundary (40 // 8 = 5 steps per epoch)
+        a = one.indices(one.consumed)[1] + one.indices(one.consumed + 1)[1]
+        one.consumed += 2
+        b = sum((rk.indices(rk.consumed)[1] for rk in ranks), [])
+        for rk in ranks:
+            rk.consumed += 1
+        assert a == b
+    # every example once per epoch, in a seed-dependent order
+    c = Batches(data, 8, seed=3)
+    epoch0 = sum((c.indices(i)[1] for i in range(5)), [])
+    assert sorted(epoch0) == list(range(40)) and epoch0 != list(range(40))
+    assert c.indices(5)[0] == 1 and c.indices(5)[1] != c.indices(0)[1]
+    d = Batches(data, 8, seed=3)
+    d.load_state_dict(c.state_dict())
+    assert d.indices(7) == c.indices(7)
+    list(zip(range(6), d))
+    assert data.epochs == [0, 1]
+
+
+def test_trainer_learns_logs_checkpoints_and_plots(tmp_path):
+    tr = make_trainer(tmp_path, steps=30, checkpoint_every=10, keep_last=2, eval_every=10,
+                      eval_fn=lambda m: {"loss": 1.0})  # fmt: skip
+    res = tr.fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 31))
+    for key in ("loss", "lr", "tokens_per_s", "mae", "close", "grad_norm"):
+        assert key in rows[0]
+    assert rows[-1]["loss"] < 0.5 * rows[0]["loss"]
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [20, 30]
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    evals = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in evals] == [10, 20, 30]
+    assert res["steps"] == 30 and res["eval"]["step"] == 30
+
+
+def test_resume_in_process_is_bitwise(tmp_path):
+    full = make_trainer(tmp_path / "a", steps=16, grad_accum=2)
+    full.fit()
+    part = make_trainer(tmp_path / "b", steps=16, grad_accum=2, checkpoint_every=5)
+    part.max_steps = 7  # "crash" after step 7; the checkpoint is at 5
+    part.fit()
+    (tmp_path / "b" / "checkpoints" / "step-00000007.pt").unlink()  # only the periodic one survives
+    again = make_trainer(tmp_path / "b", steps=16, grad_accum=2, checkpoint_every=5, seed=99)  # other init
+    res = again.fit(resume=True)
+    assert res["resumed_from"].endswith("step-00000005.pt")
+    assert read_losses(tmp_path / "a" / "metrics.jsonl") == read_losses(tmp_path / "b" / "metrics.jsonl")
+    for p, q in zip(full.model.parameters(), again.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_nonfinite_steps_are_skipped_then_stop(tmp_path):
+    calls = {"n": 0}
+
+    def sometimes_nan(model, batch):
+        calls["n"] += 1
+        loss, mets = toy_loss(model, batch)
+        return (loss * float("nan") if calls["n"] in (3, 4) else loss), mets
+
+    tr = make_trainer(tmp_path / "skip", steps=8, loss_fn=sometimes_nan, checkpoint_every=4)
+    res = tr.fit()
+    assert res["nonfinite_steps"] == 2
+    assert all(torch.isfinite(p).all() for p in tr.model.parameters())
+    rows = [json.loads(line) for line in (tmp_path / "skip" / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["loss"]) for r in rows if r["step"] not in (3, 4))
+
+    def always_nan(model, batch):
+        loss, mets = toy_loss(model, batch)
+        return loss * float("inf"), mets
+
+    tr = make_trainer(tmp_path / "stop", steps=8, loss_fn=always_nan, max_nonfinite=2, checkpoint_every=1)
+    with pytest.raises(NonFiniteLossError, match="lower --lr"):
+        tr.fit()
+    assert list_checkpoints(tmp_path / "stop") == [] or all(
+        torch.isfinite(t).all()
+        for _, p in list_checkpoints(tmp_path / "stop")
+        for t in torch.load(p, weights_only=False)["model"].values()
+    )
+    tr = make_trainer(tmp_path / "stop1", steps=8, loss_fn=always_nan, nonfinite="stop")
+    with pytest.raises(NonFiniteLossError, match="non-finite training step 1"):
+        tr.fit()
+
+
+def test_bf16_autocast_runs_on_cpu(tmp_path):
+    tr = make_trainer(tmp_path, steps=4, precision="bf16")
+    res = tr.fit()
+    assert math.isfinite(res["loss"])
+    with pytest.raises(ValueError, match="fp16 needs a CUDA"):
+        make_trainer(tmp_path, steps=4, precision="fp16", device="cpu")
