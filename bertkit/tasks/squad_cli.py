@@ -1,0 +1,392 @@
+"""`bertkit finetune squad`: fine-tune BertForQuestionAnswering on SQuAD v1.1/v2.0 and score dev officially.
+
+``add_arguments(parser)`` adds the SQuAD options to the ``finetune squad`` sub-parser (the common
+``--model --out --epochs --batch-size --lr --max-seq-length --seed`` are added by the finetune CLI);
+``run(args) -> dict`` does the work and returns the ``metrics.json`` object.
+
+Data: ``--train F --dev G``, or one file split by article: ``--train F --dev-articles 8`` evaluates on the
+last 8 articles of F and trains on the others (``--train-articles 40`` keeps only the first 40 of those).
+The shared data has only dev files, whose questions carry several answers: training uses the first one.
+
+Training follows the paper: AdamW (weight decay 0.01, none on biases/LayerNorm), linear warm-up over 10% of
+the steps then linear decay, gradient clipping 1.0, loss = mean of the start and end cross-entropies.
+Defaults when the caller leaves them unset (None): max_seq_length 384, batch 32, lr 5e-5, 3 epochs for
+v1.1 and 2 for v2.0 (the paper's SQuAD settings). Batches are grouped by length and padded to their longest
+member only (the attention mask hides padding), so logits are scored over each window's real tokens.
+
+Outputs under ``--out``: ``metrics.json`` (``{"task": "squad-v1.1"|"squad-v2.0", "split": "dev",
+"metrics": {official names and scale}, "examples": N, ...}``), ``predictions.json``,
+``nbest_predictions.json``, for v2.0 ``null_odds.json`` (the metrics are those of the official
+``evaluate-v2.0.py dev.json predictions.json --na-prob-file null_odds.json``, including ``best_f1_thresh``;
+``metrics.json`` also reports the scores re-decided at that threshold under ``tuned``), ``dev.json`` when
+the dev set was split off (so the official script can be run on exactly the same questions), ``model/``
+(HF layout + tokenizer), ``loss.png`` and ``train_log.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from bertkit.errors import UserError
+from bertkit.io import atomic_dir, atomic_write_json
+from bertkit.tasks import squad as S
+from bertkit.tasks import squad_postprocess as P
+from bertkit.tasks.squad_metrics import evaluate
+
+log = logging.getLogger("bertkit")
+
+PAPER_DEFAULTS = {
+    "1.1": {"epochs": 3, "lr": 5e-5, "batch_size": 32},
+    "2.0": {"epochs": 2, "lr": 5e-5, "batch_size": 32},
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """SQuAD-specific options of ``bertkit finetune squad``."""
+    parser.add_argument("--train", required=True, help="SQuAD JSON to train on")
+    parser.add_argument("--dev", default=None, help="SQuAD JSON to evaluate on (or use --dev-articles)")
+    parser.add_argument(
+        "--version", choices=["1.1", "2.0"], default="1.1", help="SQuAD version (2.0: unanswerable questions)"
+    )
+    parser.add_argument(
+        "--dev-articles",
+        type=int,
+        default=None,
+        metavar="N",
+        help="without --dev: evaluate on the last N articles of --train and train on the rest",
+    )
+    parser.add_argument(
+        "--train-articles", type=int, default=None, metavar="N", help="train on the first N articles only"
+    )
+    parser.add_argument(
+        "--doc-stride", type=int, default=128, help="step between window starts, in tokens (default 128)"
+    )
+    parser.add_argument("--max-query-length", type=int, default=64, help="question tokens kept (default 64)")
+    parser.add_argument("--n-best-size", type=int, default=20, help="candidates per example (default 20)")
+    parser.add_argument(
+        "--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)"
+    )
+    parser.add_argument(
+        "--null-score-diff-threshold",
+        type=float,
+        default=0.0,
+        help='v2.0: predict "" when null score - best span score exceeds this (default 0.0)',
+    )
+    parser.add_argument(
+        "--eval-batch-size", type=int, default=64, help="windows per evaluation batch (default 64)"
+    )
+    parser.add_argument(
+        "--warmup-ratio", type=float, default=0.1, help="fraction of steps for linear warm-up (default 0.1)"
+    )
+    # Left unset here so run() can apply the paper's SQuAD values (a caller's explicit default still wins).
+    parser.set_defaults(max_seq_length=None, epochs=None, lr=None, batch_size=None)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+def _load(path: str, what: str) -> dict:
+    try:
+        return S.load_squad_json(path)
+    except UserError as e:
+        raise UserError(f"--{what} {e}") from None
+
+
+def split_articles(
+    data: dict, dev_articles: int | None, train_articles: int | None
+) -> tuple[dict, dict | None]:
+    """(train part, dev part): the last ``dev_articles`` articles become dev; the first ``train_articles``
+    of the rest are kept for training. Either part keeps the file's version."""
+    articles = data["data"]
+    dev = None
+    if dev_articles is not None:
+        if not 0 < dev_articles < len(articles):
+            raise UserError(
+                f"--dev-articles {dev_articles}: the file has {len(articles)} articles; give 1..{len(articles) - 1}"
+            )
+        dev = {**data, "data": articles[-dev_articles:]}
+        articles = articles[:-dev_articles]
+    if train_articles is not None:
+        if train_articles < 1:
+            raise UserError(f"--train-articles {train_articles}: give at least 1")
+        articles = articles[:train_articles]
+    return {**data, "data": articles}, dev
+
+
+def _count_questions(data: dict) -> int:
+    return sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])
+
+
+# ------------------------------------------------------------------------------------------------ batching
+
+
+def collate(feats: list[S.SquadFeature], pad_id: int = 0, targets: bool = True) -> dict[str, torch.Tensor]:
+    """Pad to the longest window of the batch; attention mask 1 on real tokens."""
+    t = max(len(f.input_ids) for f in feats)
+    ids = torch.full((len(feats), t), pad_id, dtype=torch.long)
+    types = torch.zeros_like(ids)
+    mask = torch.zeros_like(ids)
+    for i, f in enumerate(feats):
+        n = len(f.input_ids)
+        ids[i, :n] = torch.tensor(f.input_ids)
+        types[i, :n] = torch.tensor(f.token_type_ids)
+        mask[i, :n] = 1
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    if targets:
+        batch["start_positions"] = torch.tensor([f.start_position for f in feats], dtype=torch.long)
+        batch["end_positions"] = torch.tensor([f.end_position for f in feats], dtype=torch.long)
+    return batch
+
+
+def train_model(
+    model: torch.nn.Module,
+    feats: list[S.SquadFeature],
+    *,
+    epochs: float,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    warmup_ratio: float = 0.1,
+    weight_decay: float = 0.01,
+    max_grad_norm: float = 1.0,
+    pad_id: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Fine-tune in place (AdamW + linear warm-up/decay from ``bertkit.train.optim``); returns step losses.
+    Dropout draws from a forked torch RNG seeded with ``seed`` (the caller's global RNG is untouched)."""
+    from bertkit.tasks.finetune import length_batches
+    from bertkit.train.optim import build_optimizer, linear_schedule
+
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [len(f.input_ids) for f in feats]
+    steps_per_epoch = math.ceil(len(feats) / batch_size)
+    total = max(1, math.ceil(steps_per_epoch * epochs))
+    opt = build_optimizer(model, lr=lr, weight_decay=weight_decay)
+    sched = linear_schedule(opt, int(round(warmup_ratio * total)), total)
+    params = [p for p in model.parameters() if p.requires_grad]
+    losses: list[float] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model.train()
+        bar = tqdm(total=total, desc="squad train", unit="step", disable=not progress, dynamic_ncols=True)
+        while len(losses) < total:
+            for idx in length_batches(lengths, batch_size, gen):
+                loss = model(**collate([feats[i] for i in idx], pad_id)).loss
+                loss.backward()
+                if max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(float(loss.detach()))
+                bar.update(1)
+                if len(losses) % 10 == 0:
+                    bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.4f}")
+                if len(losses) >= total:
+                    break
+        bar.close()
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def predict_logits(
+    model: torch.nn.Module,
+    feats: list[S.SquadFeature],
+    batch_size: int = 64,
+    pad_id: int = 0,
+    progress: bool = True,
+) -> list[P.RawResult]:
+    """Start/end logits of every window over its real tokens (batches sorted by length)."""
+    model.eval()
+    order = sorted(range(len(feats)), key=lambda i: len(feats[i].input_ids))
+    results: list[P.RawResult | None] = [None] * len(feats)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for idx in tqdm(batches, desc="squad eval", unit="batch", disable=not progress, dynamic_ncols=True):
+        fs = [feats[i] for i in idx]
+        out = model(**collate(fs, pad_id, targets=False))
+        start = out.start_logits.float().cpu().numpy()
+        end = out.end_logits.float().cpu().numpy()
+        for r, i in enumerate(idx):
+            n = len(feats[i].input_ids)
+            results[i] = P.RawResult(feats[i].unique_id, start[r, :n], end[r, :n])
+    return results  # type: ignore[return-value]
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+
+def _setting(args: argparse.Namespace, name: str, default: Any) -> Any:
+    value = getattr(args, name, None)
+    return default if value is None else value
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
+    from bertkit.heads.finetune import BertForQuestionAnswering
+    from bertkit.tasks.finetune import plot_losses
+    from bertkit.tokenizer import Tokenizer
+
+    version = str(_setting(args, "version", "1.1"))
+    v2 = version == "2.0"
+    paper = PAPER_DEFAULTS[version]
+    max_seq_length = int(_setting(args, "max_seq_length", 384))
+    epochs = float(_setting(args, "epochs", paper["epochs"]))
+    batch_size = int(_setting(args, "batch_size", paper["batch_size"]))
+    lr = float(_setting(args, "lr", paper["lr"]))
+    seed = int(_setting(args, "seed", 42))
+    doc_stride = int(_setting(args, "doc_stride", 128))
+    max_query_length = int(_setting(args, "max_query_length", 64))
+    n_best_size = int(_setting(args, "n_best_size", 20))
+    max_answer_length = int(_setting(args, "max_answer_length", 30))
+    threshold = float(_setting(args, "null_score_diff_threshold", 0.0))
+    progress = not getattr(args, "quiet", False)
+    out = Path(args.out)
+    model_dir = Path(args.model)
+    if not (model_dir / "config.json").is_file():
+        raise UserError(f"--model {model_dir}: no config.json there; pass a model directory in the HF layout")
+    if getattr(args, "dev", None) is None and getattr(args, "dev_articles", None) is None:
+        raise UserError("give --dev FILE, or --dev-articles N to evaluate on the last N articles of --train")
+
+    t0 = time.time()
+    train_data, dev_data = split_articles(
+        _load(args.train, "train"),
+        None if getattr(args, "dev", None) else args.dev_articles,
+        getattr(args, "train_articles", None),
+    )
+    if dev_data is None:
+        dev_data = _load(args.dev, "dev")
+    tok = Tokenizer.from_pretrained(model_dir)
+    lowercase = bool(getattr(tok, "lowercase", True))
+    train_ex, train_stats = S.read_squad_examples(train_data, is_training=True, version_2_with_negative=v2)
+    dev_ex, _ = S.read_squad_examples(dev_data, is_training=False, version_2_with_negative=v2)
+    if not train_ex:
+        raise UserError(f"--train {args.train}: no usable training questions")
+    if not dev_ex:
+        raise UserError("the dev set has no questions")
+    common = dict(max_seq_length=max_seq_length, doc_stride=doc_stride, max_query_length=max_query_length)
+    train_feats = S.convert_examples_to_features(train_ex, tok, is_training=True, progress=progress, **common)
+    dev_feats = S.convert_examples_to_features(dev_ex, tok, is_training=False, progress=progress, **common)
+    encode_s = time.time() - t0
+
+    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    if getattr(args, "freeze_encoder", False):
+        for p in model.bert.parameters():
+            p.requires_grad_(False)
+    t1 = time.time()
+    losses = train_model(
+        model,
+        train_feats,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        warmup_ratio=float(_setting(args, "warmup_ratio", 0.1)),
+        pad_id=tok.pad_token_id,
+        progress=progress,
+    )
+    t2 = time.time()
+    results = predict_logits(
+        model, dev_feats, int(_setting(args, "eval_batch_size", 64)), tok.pad_token_id, progress
+    )
+    preds = P.compute_predictions(
+        dev_ex,
+        dev_feats,
+        results,
+        n_best_size=n_best_size,
+        max_answer_length=max_answer_length,
+        lowercase=lowercase,
+        version_2_with_negative=v2,
+        null_score_diff_threshold=threshold,
+    )
+    metrics = evaluate(dev_data, preds.predictions, version=version, na_probs=preds.null_odds if v2 else None)
+    eval_s = time.time() - t2
+
+    out.mkdir(parents=True, exist_ok=True)
+    P.write_predictions(preds, out, v2)
+    if getattr(args, "dev", None) is None:
+        atomic_write_json(out / "dev.json", dev_data)
+    with atomic_dir(out / "model") as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+    plot_losses(
+        losses, out / "loss.png", f"SQuAD v{version}: lr {lr:g}, batch {batch_size}, {epochs:g} epochs"
+    )
+    atomic_write_json(out / "train_log.json", {"losses": losses})
+
+    k = max(1, min(20, len(losses) // 4))  # mean over the first/last k steps
+    result: dict[str, Any] = {
+        "task": f"squad-v{version}",
+        "split": "dev",
+        "metrics": metrics,
+        "examples": len(dev_ex),
+        "train_examples": len(train_ex),
+        "train_skipped": train_stats.skipped,
+        "train_features": len(train_feats),
+        "dev_features": len(dev_feats),
+        "data": {
+            "train": str(args.train),
+            "dev": str(args.dev)
+            if getattr(args, "dev", None)
+            else f"last {args.dev_articles} articles of {args.train}",
+            "train_articles": len(train_data["data"]),
+            "dev_articles": len(dev_data["data"]),
+        },
+        "hyperparameters": {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "lr": lr,
+            "seed": seed,
+            "max_seq_length": max_seq_length,
+            "doc_stride": doc_stride,
+            "max_query_length": max_query_length,
+            "n_best_size": n_best_size,
+            "max_answer_length": max_answer_length,
+            "weight_decay": 0.01,
+            "warmup_ratio": float(_setting(args, "warmup_ratio", 0.1)),
+        },
+        "steps": len(losses),
+        "first_loss": sum(losses[:k]) / k,
+        "final_loss": sum(losses[-k:]) / k,
+        "seconds": {"encode": round(encode_s, 2), "train": round(t2 - t1, 2), "eval": round(eval_s, 2)},
+        "model_dir": str(out / "model"),
+    }
+    if v2:
+        best = metrics["best_f1_thresh"]
+        tuned = evaluate(dev_data, P.apply_threshold(preds, best), version="2.0")
+        result["null_score_diff_threshold"] = threshold
+        result["tuned"] = {
+            "null_score_diff_threshold": best,
+            "metrics": tuned,
+            "note": "threshold searched on this dev set",
+        }
+    atomic_write_json(out / "metrics.json", result)
+    log.info("SQuAD v%s dev: %s", version, json.dumps({k: metrics[k] for k in ("exact", "f1")}))
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Stand-alone entry (the product's entry point is ``bertkit finetune squad``)."""
+    parser = argparse.ArgumentParser(prog="bertkit-squad", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--epochs", type=float)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--max-seq-length", type=int)
+    parser.add_argument("--seed", type=int, default=42)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))
