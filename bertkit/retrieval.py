@@ -1,0 +1,138 @@
+"""Evaluating sentence embeddings on real data: STS correlation and pair retrieval.
+
+``python -m bertkit.retrieval MODEL_DIR --sts glue/STS-B/dev.tsv`` prints JSON with the Spearman
+correlation of cosine similarities against the gold scores, and top-1/recall@k of retrieving each
+sentence's high-scoring partner among all second sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import UserError
+
+
+def read_sts(path: str | os.PathLike) -> list[tuple[str, str, float]]:
+    """GLUE STS-B TSV (header; sentence1, sentence2, score columns) -> [(s1, s2, score)].
+
+    Read with ``csv.QUOTE_NONE``: the sentences contain unbalanced quote characters.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: STS file not found")
+    rows: list[tuple[str, str, float]] = []
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None or not {"sentence1", "sentence2", "score"} <= set(header):
+            raise UserError(f"{path}: line 1: expected a header with sentence1, sentence2 and score columns")
+        c1, c2, cs = (header.index(k) for k in ("sentence1", "sentence2", "score"))
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                rows.append((row[c1], row[c2], float(row[cs])))
+            except (IndexError, ValueError):
+                raise UserError(f"{path}: line {lineno}: malformed row ({len(row)} columns)") from None
+    return rows
+
+
+def rankdata(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n with ties given their average rank (as scipy.stats.rankdata)."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    sorted_x = x[order]
+    ranks = np.empty(len(x), dtype=np.float64)
+    start = 0
+    while start < len(x):
+        end = start
+        while end + 1 < len(x) and sorted_x[end + 1] == sorted_x[start]:
+            end += 1
+        ranks[order[start : end + 1]] = (start + end) / 2.0 + 1.0
+        start = end + 1
+    return ranks
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64) - np.mean(a)
+    b = np.asarray(b, dtype=np.float64) - np.mean(b)
+    denom = np.sqrt((a * a).sum() * (b * b).sum())
+    return float((a * b).sum() / denom) if denom > 0 else 0.0
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    return pearson(rankdata(a), rankdata(b))
+
+
+def evaluate_sts(encoder: Any, rows: list[tuple[str, str, float]], batch_size: int = 64) -> dict[str, float]:
+    """Cosine similarity of each pair's embeddings vs the gold score: Spearman and Pearson (x100)."""
+    sentences = sorted({s for r in rows for s in r[:2]})
+    where = {s: i for i, s in enumerate(sentences)}
+    emb = encoder.encode(sentences, batch_size=batch_size, normalize=True)
+    a = emb[[where[r[0]] for r in rows]]
+    b = emb[[where[r[1]] for r in rows]]
+    cos = (a * b).sum(axis=1)
+    gold = np.array([r[2] for r in rows])
+    return {"spearman": 100 * spearman(cos, gold), "pearson": 100 * pearson(cos, gold), "pairs": len(rows)}
+
+
+def evaluate_pair_retrieval(
+    encoder: Any, rows: list[tuple[str, str, float]], min_score: float = 4.0, ks: tuple[int, ...] = (1, 5)
+) -> dict[str, float]:
+    """For every pair with gold score >= ``min_score``: search its sentence1 among all distinct
+    sentence2s (exact cosine index); report how often the partner is ranked top-k, and the MRR."""
+    from .embed import DenseIndex
+
+    queries = [(s1, s2) for s1, s2, score in rows if score >= min_score]
+    corpus = sorted({r[1] for r in rows})
+    where = {s: i for i, s in enumerate(corpus)}
+    index = DenseIndex(encoder.dim)
+    index.add(encoder.encode(corpus, normalize=True))
+    q = encoder.encode([s1 for s1, _ in queries], normalize=True)
+    _, hits = index.search(q, k=max(max(ks), 100))
+    result: dict[str, float] = {"queries": len(queries), "corpus": len(corpus)}
+    rr = []
+    for (_, s2), found in zip(queries, hits):
+        target = where[s2]
+        rr.append(1.0 / (found.index(target) + 1) if target in found else 0.0)
+    for k in ks:
+        result[f"recall@{k}"] = float(
+            np.mean([where[s2] in found[:k] for (_, s2), found in zip(queries, hits)])
+        )
+    result["mrr@100"] = float(np.mean(rr))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .embed import SentenceEncoder
+
+    p = argparse.ArgumentParser(prog="python -m bertkit.retrieval", description=__doc__)
+    p.add_argument("model_dir", type=Path)
+    p.add_argument("--sts", type=Path, required=True, help="STS-B style TSV (e.g. glue/STS-B/dev.tsv)")
+    p.add_argument("--pooling", default=None)
+    p.add_argument("--batch-size", type=int, default=64)
+    args = p.parse_args(argv)
+    try:
+        t0 = time.perf_counter()
+        encoder = SentenceEncoder.from_pretrained(args.model_dir, pooling=args.pooling)
+        rows = read_sts(args.sts)
+        out = {"model_dir": str(args.model_dir), "data": str(args.sts), "pooling": encoder.pooling}
+        out["sts"] = evaluate_sts(encoder, rows, args.batch_size)
+        out["retrieval"] = evaluate_pair_retrieval(encoder, rows)
+        out["seconds"] = round(time.perf_counter() - t0, 2)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
