@@ -386,7 +386,8 @@ class ShardSet:
                 if verify and sha256_file(path) != info["sha256"]:
                     raise UserError(f"{path}: corrupted shard (sha256 differs from manifest.json); {fix}")
                 try:
-                    shard[key] = np.load(path, mmap_mode="r")
+                    # A plain ndarray view of the memmap: slicing it skips np.memmap's per-slice overhead.
+                    shard[key] = np.load(path, mmap_mode="r").view(np.ndarray)
                 except (ValueError, OSError, EOFError) as e:
                     raise UserError(f"{path}: corrupted shard ({e}); {fix}") from None
             ids, sents, docs = shard["ids"], shard["sents"], shard["docs"]
