@@ -53,6 +53,8 @@ def test_prepare_round_trip(corpus_and_vocab, tmp_path):
     from bertkit.tokenizer import Tokenizer
 
     corpus, vocab, _ = corpus_and_vocab
+    other = train_vocab([corpus], 40, tmp_path / "other.txt", progress=False, min_frequency=1)
+    prepare([corpus], other["out"], tmp_path / "o", progress=False)  # another vocab first: nothing may leak
     res = prepare([corpus], vocab, tmp_path / "d", shard_size_mb=0.0005, progress=False)
     assert res["num_shards"] > 1 and res["shards_written"] == res["num_shards"]
     tok = Tokenizer(str(vocab))

@@ -77,6 +77,7 @@ _WORKER: dict = {}
 
 def _init_worker(vocab_file: str, lowercase: bool) -> None:
     _WORKER["tok"] = load_tokenizer(vocab_file, lowercase)
+    _WORKER["cache"] = {}  # chunk -> ids, valid for this tokenizer only
 
 
 def _shard_name(index: int) -> str:
@@ -119,7 +120,7 @@ def _build_shard(task: tuple) -> dict:
     """Tokenize one group of documents and write its arrays + record (runs in a worker)."""
     index, docs, text_sha, out_dir, dtype, options = task
     sentences = [s for doc in docs for s in doc]
-    ids, lengths = encode_sentences(_WORKER["tok"], sentences, dtype, _WORKER.setdefault("cache", {}))
+    ids, lengths = encode_sentences(_WORKER["tok"], sentences, dtype, _WORKER["cache"])
     # Drop sentences that tokenize to nothing, then documents left empty.
     doc_sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
     doc_of_sent = np.repeat(np.arange(len(docs)), doc_sizes)
