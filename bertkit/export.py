@@ -1,0 +1,277 @@
+"""Export a model directory to ONNX with dynamic batch and sequence axes.
+
+bertkit's own forward packs the real tokens of a padded batch (shapes that depend on the data),
+which a traced graph cannot express. The export therefore traces ``StaticBert``: the same weights
+run through the textbook padded computation (additive attention mask, no data-dependent branches).
+It uses only the Hugging Face module structure of the model (``embeddings``, ``encoder.layer[i]
+.attention.self.query`` ...), and the exported graph is checked against the model's own forward
+with onnxruntime when it is installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .errors import UserError
+
+logger = logging.getLogger("bertkit")
+
+INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
+
+
+def model_class_for(architecture: str | None):
+    """The bertkit class for a config's ``architectures[0]`` (BertModel when unknown or absent)."""
+    from . import heads  # noqa: F401  (package exists; classes imported lazily below)
+    from .model import BertModel
+
+    if not architecture:
+        return BertModel
+    if architecture in ("BertForPreTraining", "BertForMaskedLM"):
+        from .heads import pretraining
+
+        return getattr(pretraining, architecture)
+    if architecture in (
+        "BertForSequenceClassification",
+        "BertForTokenClassification",
+        "BertForQuestionAnswering",
+        "BertForMultipleChoice",
+    ):
+        from .heads import finetune
+
+        return getattr(finetune, architecture)
+    return BertModel
+
+
+def load_model(model_dir: str | os.PathLike, encoder_only: bool = False) -> nn.Module:
+    """Load a directory as the class its config names (or just the encoder)."""
+    from .config import BertConfig
+    from .model import BertModel
+
+    config = BertConfig.from_pretrained(model_dir)
+    arch = (config.architectures or [None])[0]
+    cls = BertModel if encoder_only else model_class_for(arch)
+    return cls.from_pretrained(model_dir).eval()
+
+
+class StaticBert(nn.Module):
+    """The padded (mask-based) BERT computation over a bertkit model's modules: export-friendly.
+
+    Outputs: encoder -> (last_hidden_state, pooler_output); sequence classification -> (logits,);
+    token classification -> (logits,); QA -> (start_logits, end_logits); MLM -> (logits,);
+    pre-training -> (prediction_logits, seq_relationship_logits).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        from .model import ACT2FN, BertModel
+
+        self.model = model
+        self.bert: BertModel = model if isinstance(model, BertModel) else model.bert
+        self.kind = type(model).__name__
+        if self.kind == "BertForMultipleChoice":
+            raise UserError("ONNX export of BertForMultipleChoice is not supported; use --head encoder")
+        if self.kind == "BertForTokenClassification" and getattr(model, "crf", None) is not None:
+            logger.warning("the CRF layer is not exported; the graph outputs the emission logits")
+        config = self.bert.config
+        self.heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.act = ACT2FN[config.hidden_act]
+
+    def output_names(self) -> list[str]:
+        return {
+            "BertModel": ["last_hidden_state", "pooler_output"]
+            if self.bert.pooler is not None
+            else ["last_hidden_state"],
+            "BertForSequenceClassification": ["logits"],
+            "BertForTokenClassification": ["logits"],
+            "BertForQuestionAnswering": ["start_logits", "end_logits"],
+            "BertForMaskedLM": ["logits"],
+            "BertForPreTraining": ["prediction_logits", "seq_relationship_logits"],
+        }[self.kind]
+
+    def _attention(self, layer: nn.Module, x: Tensor, bias: Tensor) -> Tensor:
+        att = layer.attention.self
+        b, t, h = x.shape
+
+        def heads(lin: nn.Linear) -> Tensor:
+            return lin(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # [B, A, T, d]
+
+        q, k, v = heads(att.query), heads(att.key), heads(att.value)
+        scores = torch.matmul(q, k.transpose(-1, -2)) / (self.head_dim**0.5) + bias
+        ctx = torch.matmul(scores.softmax(-1), v).transpose(1, 2).reshape(b, t, h)
+        out = layer.attention.output
+        return out.LayerNorm(out.dense(ctx) + x)
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
+        emb = self.bert.embeddings
+        t = input_ids.shape[1]
+        position_ids = emb.position_ids[:, :t]
+        x = emb.word_embeddings(input_ids) + emb.token_type_embeddings(token_type_ids)
+        x = emb.LayerNorm(x + emb.position_embeddings(position_ids))
+        # additive mask: 0 where attending is allowed, a large negative number at padding
+        bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        for layer in self.bert.encoder.layer:
+            x = self._attention(layer, x, bias)
+            ffn = layer.output
+            x = ffn.LayerNorm(ffn.dense(self.act(layer.intermediate.dense(x))) + x)
+        return x
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
+    ) -> tuple[Tensor, ...]:
+        x = self.encode(input_ids, attention_mask, token_type_ids)
+        pooler = self.bert.pooler
+        pooled = pooler.activation(pooler.dense(x[:, 0])) if pooler is not None else None
+        m = self.model
+        if self.kind == "BertModel":
+            return (x, pooled) if pooled is not None else (x,)
+        if self.kind == "BertForSequenceClassification":
+            return (m.classifier(pooled),)
+        if self.kind == "BertForTokenClassification":
+            return (m.classifier(x),)
+        if self.kind == "BertForQuestionAnswering":
+            start, end = m.qa_outputs(x).unbind(-1)
+            return start, end
+        if self.kind == "BertForMaskedLM":
+            return (m.cls.predictions(x),)
+        if self.kind == "BertForPreTraining":
+            return m.cls.predictions(x), m.cls.seq_relationship(pooled)
+        raise UserError(f"ONNX export of {self.kind} is not supported")
+
+
+def reference_outputs(model: nn.Module, inputs: dict[str, Tensor]) -> list[np.ndarray]:
+    """The model's own forward (packed path included), in StaticBert's output order."""
+    with torch.no_grad():
+        kind = type(model).__name__
+        if kind == "BertModel":
+            out = model(**inputs)
+            res = [out.last_hidden_state] + ([out.pooler_output] if out.pooler_output is not None else [])
+        elif kind == "BertForQuestionAnswering":
+            out = model(**inputs)
+            res = [out.start_logits, out.end_logits]
+        elif kind == "BertForPreTraining":
+            out = model(**inputs)
+            res = [out.prediction_logits, out.seq_relationship_logits]
+        else:
+            res = [model(**inputs).logits]
+    return [r.float().numpy() for r in res]
+
+
+def _example_inputs(vocab_size: int, batch: int, seq: int, seed: int = 0) -> dict[str, Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, max(vocab_size, 6), (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    for i in range(1, batch):  # different lengths: padding in every row but the first
+        mask[i, max(1, seq - 2 * i) :] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    types = torch.zeros(batch, seq, dtype=torch.long)
+    types[:, seq // 2 :] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
+
+
+def max_abs_diff(
+    ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray, names: list[str]
+) -> dict[str, float]:
+    """Largest difference per output, over real tokens only for per-token outputs."""
+    diffs = {}
+    for name, r, g in zip(names, ref, got):
+        if r.ndim >= 2 and r.shape[:2] == mask.shape:  # per-token: padded positions carry no meaning
+            sel = mask.astype(bool)
+            r, g = r[sel], g[sel]
+        diffs[name] = float(np.max(np.abs(r - g))) if r.size else 0.0
+    return diffs
+
+
+def export_onnx(
+    model_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    opset: int = 17,
+    encoder_only: bool = False,
+    verify: bool = True,
+    atol: float = 1e-4,
+) -> dict[str, Any]:
+    """Write ``out`` (atomically) and, if onnxruntime is importable, check it against PyTorch."""
+    from .io import atomic_write
+
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise UserError(f"{out}: the output file must end in .onnx")
+    model = load_model(model_dir, encoder_only=encoder_only)
+    wrapper = StaticBert(model).eval()
+    names = wrapper.output_names()
+    example = _example_inputs(model.config.vocab_size, 2, 8)
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    for name in names:
+        dynamic[name] = (
+            {0: "batch"}
+            if name in ("pooler_output", "seq_relationship_logits")
+            or (name == "logits" and wrapper.kind == "BertForSequenceClassification")
+            else {0: "batch", 1: "sequence"}
+        )
+    t0 = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.export.tmp")
+    try:
+        # The TorchScript-based exporter (dynamo=False) handles dynamic_axes without extra packages
+        # (the torch.export-based one needs onnxscript); its deprecation notice is silenced here.
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(
+                wrapper,
+                (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
+                str(tmp),
+                input_names=INPUT_NAMES,
+                output_names=names,
+                dynamic_axes=dynamic,
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        with atomic_write(out, "wb") as f:  # fsync + rename: no half-written .onnx under the final name
+            f.write(tmp.read_bytes())
+    finally:
+        tmp.unlink(missing_ok=True)
+    result: dict[str, Any] = {
+        "model_dir": str(model_dir),
+        "out": str(out),
+        "architecture": wrapper.kind,
+        "inputs": INPUT_NAMES,
+        "outputs": names,
+        "opset": opset,
+        "bytes": out.stat().st_size,
+        "export_seconds": round(time.perf_counter() - t0, 2),
+    }
+    if verify:
+        result["verify"] = verify_onnx(out, model, atol=atol)
+    return result
+
+
+def verify_onnx(path: str | os.PathLike, model: nn.Module, atol: float = 1e-4) -> dict[str, Any]:
+    """Run the ONNX file with onnxruntime on inputs of a new batch size and length (with padding) and
+    compare with the PyTorch model; raise UserError beyond ``atol``."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return {"skipped": "onnxruntime is not installed (pip install 'bertkit[export]')"}
+    names = StaticBert(model).output_names()
+    inputs = _example_inputs(model.config.vocab_size, 3, 13, seed=1)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(names, {k: v.numpy() for k, v in inputs.items()})
+    ref = reference_outputs(model, inputs)
+    diffs = max_abs_diff(ref, got, inputs["attention_mask"].numpy(), names)
+    worst = max(diffs.values())
+    if worst > atol:
+        raise UserError(f"{path}: ONNX outputs differ from PyTorch by {worst:.2e} (> {atol}): {diffs}")
+    return {"onnxruntime": ort.__version__, "max_abs_diff": diffs, "batch": 3, "sequence": 13}
+
+
+__all__ = ["StaticBert", "export_onnx", "load_model", "model_class_for", "verify_onnx"]

@@ -1,0 +1,186 @@
+"""The HTTP server: endpoints through FastAPI's TestClient (no network), and one real uvicorn process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="serve extra not installed: pip install 'bertkit[serve]'")
+pytest.importorskip("httpx", reason="TestClient needs httpx (test extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from bertkit.config import BertConfig  # noqa: E402
+from bertkit.embed import SentenceEncoder  # noqa: E402
+from bertkit.heads.finetune import BertForSequenceClassification  # noqa: E402
+from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
+from bertkit.model import BertModel  # noqa: E402
+from bertkit.serve import InferenceService, create_app  # noqa: E402
+from bertkit.tokenizer import Tokenizer  # noqa: E402
+
+WORDS = "the a cat dog sat on mat good bad movie was very".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tiny(cls, out: Path, **overrides) -> Path:
+    torch.manual_seed(0)
+    config = BertConfig.preset(
+        "tiny", vocab_size=len(VOCAB), max_position_embeddings=32, num_hidden_layers=1, **overrides
+    )
+    model = cls(config)
+    model.save_pretrained(out)
+    Tokenizer.from_vocab(VOCAB).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("serve")
+    return {
+        "enc": _tiny(BertModel, root / "enc"),
+        "cls": _tiny(
+            BertForSequenceClassification, root / "cls", id2label={0: "negative", 1: "neutral", 2: "positive"}
+        ),
+        "mlm": _tiny(BertForMaskedLM, root / "mlm"),
+    }
+
+
+def test_health_info_tokenize_and_limits(dirs):
+    client = TestClient(create_app(dirs["enc"], max_batch_size=4))
+    assert client.get("/health").json() == {"status": "ok"}
+    info = client.get("/info").json()
+    assert info["architecture"] == "BertModel" and info["hidden_size"] == 128 and info["max_batch_size"] == 4
+    assert "/predict" not in info["endpoints"] and "/embed" in info["endpoints"]
+
+    tok = client.post("/tokenize", json={"text": "the cat", "pair": "a dog"}).json()
+    assert tok["tokens"] == ["[CLS]", "the", "cat", "[SEP]", "a", "dog", "[SEP]"]
+    assert tok["type_ids"] == [0, 0, 0, 0, 1, 1, 1]
+
+    # validation: clear 422s for a wrong type, an empty list and too many texts
+    r = client.post("/embed", json={"texts": "the cat"})
+    assert r.status_code == 422 and "texts" in r.text
+    r = client.post("/embed", json={"texts": []})
+    assert r.status_code == 422 and "at least one" in r.json()["detail"]
+    r = client.post("/embed", json={"texts": ["the"] * 5})
+    assert r.status_code == 422 and "at most 4" in r.json()["detail"]
+    r = client.post("/embed", json={})
+    assert r.status_code == 422
+    # endpoints the model has no head for
+    assert client.post("/predict", json={"texts": ["the cat"]}).status_code == 404
+    assert client.post("/fill-mask", json={"text": "the [MASK]"}).status_code == 404
+
+
+def test_embed_matches_sentence_encoder(minilm_dir):
+    client = TestClient(create_app(minilm_dir))
+    texts = ["A man is playing a guitar.", "Hi", "The weather is lovely today, is it not?"]
+    r = client.post("/embed", json={"texts": texts})
+    assert r.status_code == 200
+    body = r.json()
+    got = np.array(body["embeddings"], dtype=np.float32)
+    assert body["dim"] == 384 and got.shape == (3, 384)
+    want = SentenceEncoder.from_pretrained(minilm_dir).encode(texts)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)  # the Normalize module
+
+
+def test_predict_labels_and_probabilities(dirs):
+    svc = InferenceService(dirs["cls"], batch_size=2)
+    client = TestClient(create_app(svc))
+    assert client.get("/info").json()["labels"] == ["negative", "neutral", "positive"]
+    texts = ["the movie was very good", "bad", "the cat sat on the mat"]
+    r = client.post("/predict", json={"texts": texts})
+    assert r.status_code == 200
+    preds = r.json()["predictions"]
+    assert len(preds) == 3
+    model = BertForSequenceClassification.from_pretrained(dirs["cls"])
+    tok = Tokenizer.from_pretrained(dirs["cls"])
+    for text, pred in zip(texts, preds):  # each prediction matches its own text (order restored)
+        with torch.no_grad():
+            probs = model(**tok([text])).logits.softmax(-1)[0]
+        assert pred["label"] == ["negative", "neutral", "positive"][int(probs.argmax())]
+        assert pred["score"] == pytest.approx(float(probs.max()), abs=1e-5)
+        assert sum(pred["probabilities"].values()) == pytest.approx(1.0, abs=1e-5)
+    pairs = client.post("/predict", json={"texts": ["the cat"], "pairs": ["a dog"]})
+    assert pairs.status_code == 200
+    bad = client.post("/predict", json={"texts": ["the cat", "a dog"], "pairs": ["x"]})
+    assert bad.status_code == 422 and "one pair per text" in bad.json()["detail"]
+
+
+def test_fill_mask(dirs):
+    client = TestClient(create_app(dirs["mlm"]))
+    r = client.post("/fill-mask", json={"text": "the cat sat on the [MASK]", "top_k": 3})
+    assert r.status_code == 200
+    masks = r.json()["masks"]
+    assert len(masks) == 1 and len(masks[0]) == 3
+    assert all(m["token"] in VOCAB for m in masks[0])
+    scores = [m["score"] for m in masks[0]]
+    assert scores == sorted(scores, reverse=True)
+    r = client.post("/fill-mask", json={"text": "no mask here"})
+    assert r.status_code == 422 and "[MASK]" in r.json()["detail"]
+    assert client.post("/fill-mask", json={"text": "[MASK]", "top_k": 0}).status_code == 422
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_real_server_process(dirs):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bertkit",
+            "serve",
+            str(dirs["enc"]),
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
+                    assert json.loads(r.read()) == {"status": "ok"}
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    out = proc.stdout.read().decode() if proc.poll() is not None else ""
+                    pytest.fail(f"server did not come up on port {port}: {out[-2000:]}")
+                time.sleep(0.3)
+        req = urllib.request.Request(
+            f"{base}/embed",
+            data=json.dumps({"texts": ["the cat sat", "a dog"], "normalize": True}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            body = json.loads(r.read())
+        emb = np.array(body["embeddings"])
+        assert emb.shape == (2, 128)
+        np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
