@@ -1,0 +1,338 @@
+"""Benchmark: `prepare` + instance creation against the original release's create_pretraining_data.py.
+
+Run: ``BERT_ORIGINAL_DIR=/path/to/bert .venv/bin/python -m benchmarks.bench_data [--quick] [--workers 2]``
+(``benchmarks.run`` calls :func:`run`). Without ``BERT_ORIGINAL_DIR`` only our numbers are reported.
+
+Getting the original (it is not part of bertkit and is never copied into it): any checkout of
+https://github.com/google-research/bert, e.g. ``git clone https://github.com/google-research/bert /tmp/bert``,
+or from a stored snapshot: ``git --git-dir=MIRROR show HEAD:create_pretraining_data.py > /tmp/bert/...`` (and
+``tokenization.py``). The original imports ``tensorflow`` (only for flags, file reading and logging) and
+``six``; this benchmark loads it with tiny stand-ins for both, so neither needs to be installed.
+
+Each side runs in its own subprocess on the same corpus (the Gutenberg books of ../shared/data, as the
+original's format: one sentence per line, a blank line between books) and reports wall time, MB/s of corpus
+text, and peak anonymous memory (Pss_Anon of the process and its workers, sampled; memory-mapped shard
+pages are file-backed cache and not counted). Rows:
+
+- ``default path``: ours = ``prepare --workers N`` + one epoch of dynamic instances collated into batches,
+  reference = the original end to end (its tokenizer + ``create_training_instances`` with dupe_factor 1 +
+  conversion to ids, i.e. everything but the TFRecord write). Goal: ratio >= 10.
+- ``static path``: ours = ``prepare --workers 1`` + ``create_static_from_shards`` (dupe_factor 1, the
+  original's exact stream, written to .npz) vs the same reference. Goal: ratio >= 1.
+- ``static algorithm``: instance creation alone on the same tokenized documents (ours on strings vs the
+  original's functions), with the streams checked identical. Goal: ratio >= 1.
+- ``peak memory growth``: peak memory on the full corpus / on a quarter of it, ours vs the original.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
+
+
+# --- the original, loaded with stand-ins for tensorflow and six ---------------------------------------
+
+
+def load_original(path: str | os.PathLike):
+    """Import the original ``create_pretraining_data`` and ``tokenization`` modules from ``path``."""
+    if "tensorflow" not in sys.modules:
+        tf = types.ModuleType("tensorflow")
+        flags_obj = types.SimpleNamespace()
+
+        def define(name, default, *a, **k):
+            setattr(flags_obj, name, default)
+
+        tf.flags = types.SimpleNamespace(
+            FLAGS=flags_obj,
+            DEFINE_string=define,
+            DEFINE_bool=define,
+            DEFINE_integer=define,
+            DEFINE_float=define,
+            mark_flag_as_required=lambda *a: None,
+        )
+        tf.gfile = types.SimpleNamespace(GFile=open, Glob=lambda p: [p])
+        tf.logging = types.SimpleNamespace(info=lambda *a, **k: None, set_verbosity=lambda *a: None, INFO=0)
+        sys.modules["tensorflow"] = tf
+    if "six" not in sys.modules:
+        six = types.ModuleType("six")
+        six.PY2, six.PY3, six.text_type, six.binary_type = False, True, str, bytes
+        sys.modules["six"] = six
+    sys.path.insert(0, str(path))
+    try:
+        tokenization = importlib.import_module("tokenization")
+        cpd = importlib.import_module("create_pretraining_data")
+    finally:
+        sys.path.remove(str(path))
+    return cpd, tokenization
+
+
+# --- memory sampling ------------------------------------------------------------------------------------
+
+
+def _anon_kb(pid: int) -> int:
+    """Proportional anonymous memory (Pss_Anon: pages shared copy-on-write with forked workers count once)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss_Anon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class PeakMemory:
+    """Samples Pss_Anon of this process + its children every 250 ms; ``peak_mb`` once done."""
+
+    def __init__(self):
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _children(self) -> list[int]:
+        try:
+            with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+
+    def _loop(self):
+        while not self._stop.is_set():
+            kb = _anon_kb(os.getpid()) + sum(_anon_kb(c) for c in self._children())
+            self.peak_kb = max(self.peak_kb, kb)
+            self._stop.wait(0.25)  # reading smaps_rollup costs ~10 ms: sample sparsely
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_mb(self) -> float:
+        return round(self.peak_kb / 1024, 1)
+
+
+# --- one measurement per subprocess -------------------------------------------------------------------
+
+
+def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original: str | None) -> dict:
+    mb = Path(corpus).stat().st_size / 2**20
+    with tempfile.TemporaryDirectory() as tmp:
+        if mode == "original":
+            cpd, tokenization = load_original(original)
+            with PeakMemory() as mem:
+                t0 = time.perf_counter()
+                tok = tokenization.FullTokenizer(vocab_file=str(VOCAB), do_lower_case=True)
+                insts = cpd.create_training_instances(
+                    [corpus], tok, max_seq_length, 1, 0.1, 0.15, 20, random.Random(12345)
+                )
+                n_ids = sum(len(tok.convert_tokens_to_ids(i.tokens)) for i in insts)
+                seconds = time.perf_counter() - t0
+            extra = {"instances": len(insts), "tokens": n_ids}
+        elif mode == "default":
+            import torch
+
+            from bertkit.data import PretrainingDataset, prepare
+
+            torch.set_num_threads(1)
+            with PeakMemory() as mem:
+                t0 = time.perf_counter()
+                prepare([corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=workers, progress=False)
+                t1 = time.perf_counter()
+                ds = PretrainingDataset(Path(tmp) / "d", max_seq_length, split="all")
+                loader = torch.utils.data.DataLoader(ds, batch_size=32, collate_fn=ds.collate)
+                n = tokens = 0
+                for batch in loader:
+                    n += batch["input_ids"].shape[0]
+                    tokens += int(batch["attention_mask"].sum())
+                seconds = time.perf_counter() - t0
+            extra = {"instances": n, "tokens": tokens, "prepare_s": round(t1 - t0, 3)}
+        elif mode == "static":
+            from bertkit.data import create_static_from_shards, prepare
+
+            with PeakMemory() as mem:
+                t0 = time.perf_counter()
+                prepare([corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=1, progress=False)
+                t1 = time.perf_counter()
+                res = create_static_from_shards(Path(tmp) / "d", Path(tmp) / "s.npz", max_seq_length, 1)
+                seconds = time.perf_counter() - t0
+            extra = {"instances": res["instances"], "prepare_s": round(t1 - t0, 3)}
+        else:
+            raise ValueError(mode)
+    return {"mode": mode, "seconds": round(seconds, 3), "mb": round(mb, 3), "peak_mb": mem.peak_mb, **extra}
+
+
+def _subprocess(mode: str, corpus: Path, args) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.bench_data", "--_measure", mode, "--_corpus", str(corpus)]
+    cmd += ["--workers", str(args.workers), "--max-seq-length", str(args.max_seq_length)]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"{mode} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _algorithm(corpus: Path, original: str | None, dupe_factor: int = 1, repeat: int = 3) -> dict:
+    """Instance creation alone, same tokenized documents, same seed: ours vs the original's functions
+    (best of ``repeat`` runs each, alternating, to damp noise from a shared machine)."""
+    from bertkit.data import create_training_instances, instances_sha256, read_documents
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer(str(VOCAB), lowercase=True)
+    vocab_words = tok.ids_to_tokens
+    docs = [
+        [[vocab_words[i] for i in ids] for ids in tok.encode_batch_ids(doc, add_special_tokens=False) if ids]
+        for doc in read_documents([corpus])
+    ]
+    ours_s = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ours = create_training_instances(
+            docs, vocab_words, 128, dupe_factor, 0.1, 0.15, 20, random.Random(12345)
+        )
+        ours_s = min(ours_s, time.perf_counter() - t0)
+    row = {"ours_s": ours_s, "instances": len(ours), "ref_s": None, "identical": None}
+    if original:
+        cpd, _ = load_original(original)
+        cpd.FLAGS.do_whole_word_mask = False
+        row["ref_s"] = float("inf")
+        for _ in range(repeat):
+            rng = random.Random(12345)
+            t0 = time.perf_counter()
+            all_docs = [[list(s) for s in d] for d in docs]
+            rng.shuffle(all_docs)
+            ref = []
+            for _ in range(dupe_factor):
+                for i in range(len(all_docs)):
+                    ref.extend(
+                        cpd.create_instances_from_document(all_docs, i, 128, 0.1, 0.15, 20, vocab_words, rng)
+                    )
+            rng.shuffle(ref)
+            row["ref_s"] = min(row["ref_s"], time.perf_counter() - t0)
+        row["identical"] = instances_sha256(ref) == instances_sha256(ours)
+    return row
+
+
+def _corpus_file(tmp: Path, fraction: float) -> Path:
+    books = sorted((SHARED / "corpus" / "gutenberg").glob("*.txt"))
+    books = books[: max(1, round(len(books) * fraction))]
+    out = tmp / f"gutenberg_{len(books)}.txt"
+    with open(out, "w", encoding="utf-8") as f:
+        for b in books:
+            f.write(b.read_text(encoding="utf-8").rstrip("\n") + "\n\n")
+    return out
+
+
+def _row(name, ours, ref, unit, higher_is_better=True, **extra) -> dict:
+    ratio = None
+    if ours is not None and ref:
+        ratio = round(ours / ref if higher_is_better else ref / ours, 2)
+    return {"name": name, "ours": ours, "reference": ref, "unit": unit, "ratio": ratio, **extra}
+
+
+def run(args=None) -> list[dict]:
+    """All rows (see the module docstring). ``args``: namespace/dict with workers, quick, max_seq_length."""
+    ns = argparse.Namespace(workers=2, quick=False, max_seq_length=128)
+    if args is not None:
+        for k, v in (vars(args) if not isinstance(args, dict) else args).items():
+            setattr(ns, k, v)
+    original = os.environ.get("BERT_ORIGINAL_DIR")
+    if not SHARED.is_dir():
+        return [{"name": "data", "skipped": f"no shared data at {SHARED}"}]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        full = _corpus_file(Path(tmp), 0.35 if ns.quick else 1.0)
+        small = _corpus_file(Path(tmp), 0.1 if ns.quick else 0.25)
+        res = {m: _subprocess(m, full, ns) for m in ("default", "static")}
+        small_res = {m: _subprocess(m, small, ns) for m in ("default",)}
+        if original:
+            res["original"] = _subprocess("original", full, ns)
+            small_res["original"] = _subprocess("original", small, ns)
+        ref = res.get("original")
+        mbps = {m: r["mb"] / r["seconds"] for m, r in res.items()}
+        ref_mbps = round(mbps["original"], 3) if ref else None
+        rows.append(
+            _row(
+                f"default path: prepare (workers={ns.workers}) + dynamic epoch",
+                round(mbps["default"], 3),
+                ref_mbps,
+                "MB/s",
+                peak_mb=res["default"]["peak_mb"],
+                reference_peak_mb=ref and ref["peak_mb"],
+                corpus_mb=res["default"]["mb"],
+                goal=">= 10",
+            )
+        )
+        rows.append(
+            _row(
+                "static path: prepare (workers=1) + original stream to .npz",
+                round(mbps["static"], 3),
+                ref_mbps,
+                "MB/s",
+                peak_mb=res["static"]["peak_mb"],
+                reference_peak_mb=ref and ref["peak_mb"],
+                goal=">= 1",
+            )
+        )
+        alg = _algorithm(full, original)
+        rows.append(
+            _row(
+                "static algorithm: instance creation on the same tokens",
+                round(alg["instances"] / alg["ours_s"], 1),
+                alg["ref_s"] and round(alg["instances"] / alg["ref_s"], 1),
+                "instances/s",
+                identical_stream=alg["identical"],
+                goal=">= 1",
+            )
+        )
+        growth = res["default"]["peak_mb"] / max(small_res["default"]["peak_mb"], 1e-9)
+        ref_growth = ref and ref["peak_mb"] / max(small_res["original"]["peak_mb"], 1e-9)
+        rows.append(
+            _row(
+                "peak memory growth (full corpus / quarter corpus)",
+                round(growth, 2),
+                ref_growth and round(ref_growth, 2),
+                "x",
+                higher_is_better=False,
+                corpus_mb=(small_res["default"]["mb"], res["default"]["mb"]),
+                ours_peak_mb=(small_res["default"]["peak_mb"], res["default"]["peak_mb"]),
+                reference_peak_mb=ref and (small_res["original"]["peak_mb"], ref["peak_mb"]),
+            )
+        )
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--max-seq-length", type=int, default=128)
+    p.add_argument("--quick", action="store_true", help="a third of the corpus")
+    p.add_argument("--_measure", help=argparse.SUPPRESS)
+    p.add_argument("--_corpus", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a._measure:
+        r = _measure(a._measure, a._corpus, a.workers, a.max_seq_length, os.environ.get("BERT_ORIGINAL_DIR"))
+        print(json.dumps(r))
+        return
+    for row in run(a):
+        print(json.dumps(row))
+
+
+if __name__ == "__main__":
+    main()
