@@ -190,7 +190,7 @@ TRICKY = [
 
 @pytest.mark.parametrize("lowercase", [True, False])
 def test_cached_encoding_is_exact(lowercase, shared_data):
-    from bertkit.data.shards import encode_sentences
+    from bertkit.data.shards import ChunkCache, encode_sentences
     from bertkit.tokenizer import Tokenizer
 
     tok = Tokenizer(str(shared_data / "vocab" / "bert-base-uncased-vocab.txt"), lowercase=lowercase)
@@ -198,7 +198,7 @@ def test_cached_encoding_is_exact(lowercase, shared_data):
         (shared_data / "corpus" / "wikitext-2" / "valid.txt").read_text(encoding="utf-8").splitlines()[:400]
     )
     sentences = TRICKY + [s.strip() for s in wiki]
-    cache: dict = {}
+    cache = ChunkCache()
     for _ in range(2):  # cold and warm cache
         flat, lengths = encode_sentences(tok, sentences, "int32", cache)
         want = tok.encode_batch_ids(sentences, add_special_tokens=False)

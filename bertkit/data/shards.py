@@ -36,7 +36,15 @@ from bertkit.data.corpus import CorpusStats, iter_documents
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 
-__all__ = ["prepare", "ShardSet", "load_tokenizer", "encode_sentences", "sha256_file", "FORMAT_VERSION"]
+__all__ = [
+    "prepare",
+    "ShardSet",
+    "load_tokenizer",
+    "encode_sentences",
+    "ChunkCache",
+    "sha256_file",
+    "FORMAT_VERSION",
+]
 
 FORMAT_VERSION = 1
 _ARRAYS = ("ids", "sents", "docs")
@@ -77,17 +85,37 @@ _WORKER: dict = {}
 
 def _init_worker(vocab_file: str, lowercase: bool) -> None:
     _WORKER["tok"] = load_tokenizer(vocab_file, lowercase)
-    _WORKER["cache"] = {}  # chunk -> ids, valid for this tokenizer only
+    _WORKER["cache"] = ChunkCache()  # valid for this tokenizer only
 
 
 def _shard_name(index: int) -> str:
     return f"shard_{index:05d}"
 
 
-_CACHE_LIMIT = 500_000
+class ChunkCache:
+    """Token ids of distinct space-separated chunks, as one flat table (``ids[off[k]:off[k + 1]]`` for chunk
+    number ``k``) so that whole sentences are assembled with a numpy gather. Reset when it grows past ``limit``."""
+
+    def __init__(self, limit: int = 500_000):
+        self.limit = limit
+        self.clear()
+
+    def clear(self) -> None:
+        self.index: dict[str, int] = {}
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.off = np.zeros(1, dtype=np.int64)
+
+    def add(self, tok, chunks: list[str]) -> None:
+        encoded = tok.encode_batch_ids(chunks, add_special_tokens=False)
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
+        n = len(self.index)
+        self.index.update(zip(chunks, range(n, n + len(chunks))))
+        self.ids = np.concatenate((self.ids, flat))
+        self.off = np.concatenate((self.off, self.off[-1] + np.cumsum(lengths)))
 
 
-def encode_sentences(tok, sentences: list[str], dtype="int32", cache: dict | None = None):
+def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache | None = None):
     """Token ids of ``sentences`` (flat array) and each sentence's length, exactly as
     ``tok.encode_batch_ids(sentences)``, but each distinct space-separated chunk is tokenized once and cached.
 
@@ -96,22 +124,23 @@ def encode_sentences(tok, sentences: list[str], dtype="int32", cache: dict | Non
     """
     if not sentences:
         return np.zeros(0, dtype=dtype), np.zeros(0, dtype=np.int64)
-    cache = {} if cache is None else cache
+    cache = ChunkCache() if cache is None else cache
     words = " ".join(sentences).split(" ")
-    missing = list(set(words).difference(cache))
-    if len(cache) + len(missing) > _CACHE_LIMIT:
+    missing = list(set(words).difference(cache.index))
+    if len(cache.index) + len(missing) > cache.limit:
         cache.clear()
         missing = list(set(words))
     if missing:
-        for w, ids in zip(missing, tok.encode_batch_ids(missing, add_special_tokens=False)):
-            cache[w] = ids
-    pieces = list(map(cache.__getitem__, words))
-    flat = np.fromiter(itertools.chain.from_iterable(pieces), dtype=dtype)
-    word_len = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-    n_words = np.fromiter((s.count(" ") + 1 for s in sentences), dtype=np.int64, count=len(sentences))
+        cache.add(tok, missing)
+    wid = np.fromiter(map(cache.index.__getitem__, words), dtype=np.int64, count=len(words))
+    starts = cache.off[wid]
+    word_len = cache.off[wid + 1] - starts
     tok_end = np.cumsum(word_len)
-    word_end = np.cumsum(n_words)
-    ends = tok_end[word_end - 1]
+    total = int(tok_end[-1]) if len(tok_end) else 0
+    gather = np.repeat(starts - (tok_end - word_len), word_len) + np.arange(total)
+    flat = cache.ids[gather].astype(dtype, copy=False)
+    n_words = np.fromiter((s.count(" ") + 1 for s in sentences), dtype=np.int64, count=len(sentences))
+    ends = tok_end[np.cumsum(n_words) - 1]
     lengths = np.diff(ends, prepend=0)
     return flat, lengths
 
@@ -161,12 +190,9 @@ def _group_documents(
     size = 0
     for doc in docs:
         group.append(doc)
-        for s in doc:
-            b = s.encode("utf-8")
-            h.update(b)
-            h.update(b"\n")
-            size += len(b) + 1
-        h.update(b"\n")
+        b = ("\n".join(doc) + "\n\n").encode("utf-8")
+        h.update(b)
+        size += len(b)
         if size >= shard_bytes:
             yield group, h.hexdigest(), size
             group, h, size = [], hashlib.sha256(), 0
