@@ -204,3 +204,15 @@ def test_cached_encoding_is_exact(lowercase, shared_data):
         want = tok.encode_batch_ids(sentences, add_special_tokens=False)
         assert lengths.tolist() == [len(w) for w in want]
         assert flat.tolist() == [i for w in want for i in w]
+
+
+def test_prepare_jsonl_with_skipped_lines(corpus_and_vocab, tmp_path):
+    _, vocab, _ = corpus_and_vocab
+    p = tmp_path / "c.jsonl"
+    rows = [{"text": "Alpha beta gamma. Delta running!"}, {"text": "The zebra jumped quickly."}]
+    p.write_text(json.dumps(rows[0]) + "\n{broken\n" + json.dumps(rows[1]) + "\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"c\.jsonl:2"):
+        prepare([p], vocab, tmp_path / "d", progress=False)
+    res = prepare((x for x in [p]), vocab, tmp_path / "d", on_error="skip", progress=False)
+    assert res["skipped_lines"] == 1 and res["documents"] == 2 and res["sentences"] == 3
+    assert res["corpus"] == [str(p)]

@@ -234,6 +234,7 @@ def prepare(
     from tqdm import tqdm
 
     t0 = time.perf_counter()
+    corpus = list(corpus)
     vocab_file = Path(vocab_file)
     out_dir = Path(out_dir)
     words = _read_vocab(vocab_file)
