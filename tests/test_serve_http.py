@@ -184,3 +184,11 @@ def test_real_server_process(dirs):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def test_serve_without_fastapi_says_how_to_install(dirs, monkeypatch, capsys):
+    from bertkit.cli import main as cli_main
+
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi -> ImportError
+    assert cli_main(["serve", str(dirs["enc"]), "--port", "0"]) == 2
+    assert "pip install 'bertkit[serve]'" in capsys.readouterr().err
