@@ -25,6 +25,8 @@ _EXPORTS: dict[str, str] = {
     "BertForQuestionAnswering": "bertkit.heads.finetune",
     "BertForMultipleChoice": "bertkit.heads.finetune",
     "SentenceEncoder": "bertkit.embed",
+    "CrossEncoder": "bertkit.embed",
+    "DenseIndex": "bertkit.embed",
 }
 
 __all__ = sorted(_EXPORTS)
