@@ -465,6 +465,7 @@ def check_labels(task: TaskData, train_file: str, dev_file: str) -> None:
 
 def _one_run(task, model_dir, tok, s: Settings, train_feats, dev_feats):
     t0 = time.time()
+    torch.manual_seed(s.seed)  # the new head's initialisation draws from torch's default generator
     model = build_model(task, model_dir, s)
     losses = train(model, train_feats, task.kind, s, tok.pad_token_id)
     t1 = time.time()
@@ -487,13 +488,13 @@ def finetune(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = Path(model_dir)
-    if not (model_dir / "config.json").is_file():
-        raise UserError(f"--model {model_dir}: no config.json there; pass a model directory in the HF layout")
     if not task.train:
         raise UserError(f"{train_file}: no training examples")
     if not task.dev:
         raise UserError(f"{task.dev_file}: no evaluation examples")
     check_labels(task, train_file, task.dev_file)
+    if not (model_dir / "config.json").is_file():
+        raise UserError(f"--model {model_dir}: no config.json there; pass a model directory in the HF layout")
     tok = Tokenizer.from_pretrained(model_dir)
     train_ex = _limit(task.train, s.max_train_examples, s.seed)
     t0 = time.time()

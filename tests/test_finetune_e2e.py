@@ -1,0 +1,174 @@
+"""End to end on small real subsets with all-MiniLM-L6-v2: the commands learn, write their outputs, and
+transformers loads the fine-tuned model with identical logits."""
+
+import json
+
+import pytest
+import torch
+
+from bertkit.cli import main
+from bertkit.tasks.glue import read_glue
+from bertkit.tasks.ner import read_conll
+
+
+def _write_conll(path, sentences):
+    with open(path, "w") as f:
+        f.write("-DOCSTART- -X- -X- O\n\n")
+        for s in sentences:
+            f.write("".join(f"{w} X X {t}\n" for w, t in zip(s.words, s.tags)) + "\n")
+
+
+def _run(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _same_logits_in_transformers(model_dir, cls_name, batch):
+    transformers = pytest.importorskip("transformers")
+    from bertkit.heads import finetune as heads
+
+    ours = getattr(heads, cls_name).from_pretrained(model_dir).eval()
+    theirs = getattr(transformers, cls_name).from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        a, b = ours(**batch).logits, theirs(**batch).logits
+    m = batch["attention_mask"].bool()
+    if a.dim() == 3:
+        a, b = a[m], b[m]
+    torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_classify_learns_sst2_subset(tmp_path, capsys, shared_data, minilm_dir):
+    glue = shared_data / "glue" / "SST-2"
+    for split, n in (("train", 400), ("dev", 200)):
+        with open(tmp_path / f"{split}.jsonl", "w") as f:
+            for e in read_glue("SST-2", glue, split)[:n]:
+                f.write(
+                    json.dumps({"sentence": e.text_a, "sentiment": "pos" if e.label == "1" else "neg"}) + "\n"
+                )
+    out = tmp_path / "out"
+    r = _run(
+        capsys,
+        ["finetune", "classify", "--train", str(tmp_path / "train.jsonl"), "--dev", str(tmp_path / "dev.jsonl"),
+         "--text-field", "sentence", "--label-field", "sentiment", "--model", str(minilm_dir), "--out", str(out),
+         "--epochs", "2", "--batch-size", "16", "--lr", "1e-4", "--max-seq-length", "64", "--quiet"],
+    )  # fmt: skip
+    assert r["task"] == "classify" and r["split"] == "dev" and r["examples"] == 200
+    assert r["metrics"]["accuracy"] > 0.7, r["metrics"]  # chance is ~0.5
+    assert r["final_loss"] < r["first_loss"]
+    assert json.loads((out / "metrics.json").read_text()) == r
+    for name in (
+        "loss.png",
+        "predictions.jsonl",
+        "model/config.json",
+        "model/model.safetensors",
+        "model/vocab.txt",
+    ):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"] == {"0": "neg", "1": "pos"}
+
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(out / "model")
+    batch = tok(["a gorgeous , witty film", "dull and lifeless"], max_length=64, return_tensors="pt")
+    _same_logits_in_transformers(out / "model", "BertForSequenceClassification", batch)
+
+    pred = _run(capsys, ["predict", str(out / "model"), "--input", str(tmp_path / "dev.jsonl"),
+                         "--text-field", "sentence", "--out", str(tmp_path / "pred.jsonl")])  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    assert pred["examples"] == len(rows) == 200
+    gold = [json.loads(x)["sentiment"] for x in (tmp_path / "dev.jsonl").read_text().splitlines()]
+    assert sum(p["label"] == g for p, g in zip(rows, gold)) / 200 == pytest.approx(r["metrics"]["accuracy"])
+
+
+def test_ner_learns_conll_subset(tmp_path, capsys, shared_data, minilm_dir):
+    train = read_conll(shared_data / "conll2003" / "train.txt")[:400]
+    dev = read_conll(shared_data / "conll2003" / "valid.txt")[:150]
+    _write_conll(tmp_path / "train.txt", train)
+    _write_conll(tmp_path / "dev.txt", dev)
+    out = tmp_path / "out"
+    r = _run(
+        capsys,
+        ["finetune", "ner", "--train", str(tmp_path / "train.txt"), "--dev", str(tmp_path / "dev.txt"),
+         "--test", str(tmp_path / "dev.txt"), "--model", str(minilm_dir), "--out", str(out),
+         "--epochs", "2", "--batch-size", "16", "--lr", "1e-4", "--max-seq-length", "64", "--quiet"],
+    )  # fmt: skip
+    assert r["examples"] == 150
+    assert r["final_loss"] < 0.5 * r["first_loss"]
+    assert r["metrics"]["f1"] > 0.15, r["metrics"]  # an all-O tagger scores 0
+    assert r["test"]["metrics"]["f1"] == pytest.approx(r["metrics"]["f1"])
+    rows = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 150 and all(len(x["pred"]) == len(x["words"]) for x in rows)
+
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(out / "model")
+    batch = tok(["EU rejects German call", "Peter Blackburn"], return_tensors="pt")
+    _same_logits_in_transformers(out / "model", "BertForTokenClassification", batch)
+
+
+def test_feature_based_ner_and_features_command(tmp_path, capsys, shared_data, minilm_dir):
+    train = read_conll(shared_data / "conll2003" / "train.txt")[:400]
+    dev = read_conll(shared_data / "conll2003" / "valid.txt")[:100]
+    _write_conll(tmp_path / "train.txt", train)
+    _write_conll(tmp_path / "dev.txt", dev)
+    r = _run(
+        capsys,
+        ["finetune", "ner", "--feature-based", "--train", str(tmp_path / "train.txt"), "--dev",
+         str(tmp_path / "dev.txt"), "--model", str(minilm_dir), "--out", str(tmp_path / "fb"), "--epochs", "4",
+         "--batch-size", "16", "--lr", "2e-3", "--lstm-hidden", "64", "--max-seq-length", "64", "--quiet"],
+    )  # fmt: skip
+    assert r["task"].endswith("feature-based") and r["hyperparameters"]["layers"] == [-1, -2, -3, -4]
+    assert r["metrics"]["f1"] > 0.2, r["metrics"]
+
+    (tmp_path / "in.txt").write_text("hello world\nthe cat sat ||| on the mat\n")
+    f = _run(capsys, ["features", str(minilm_dir), "--input", str(tmp_path / "in.txt"), "--out",
+                      str(tmp_path / "f.npz"), "--layers=-1,-2"])  # fmt: skip
+    assert f["dim"] == 2 * 384 and f["sequences"] == 2
+    import numpy as np
+
+    from bertkit.model import BertModel
+    from bertkit.tokenizer import Tokenizer
+
+    z = np.load(tmp_path / "f.npz")
+    assert list(z["tokens"][:4]) == ["[CLS]", "hello", "world", "[SEP]"]
+    tok = Tokenizer.from_pretrained(minilm_dir)
+    enc = tok(["hello world"], return_tensors="pt")
+    with torch.no_grad():
+        hs = BertModel.from_pretrained(minilm_dir)(**enc, output_hidden_states=True).hidden_states
+    ref = torch.cat([hs[-1], hs[-2]], -1)[0].numpy()
+    np.testing.assert_allclose(z["features"][:4], ref, atol=1e-4)
+
+
+def test_stsb_regression_through_glue_command(tmp_path, capsys, shared_data, minilm_dir):
+    src = shared_data / "glue" / "STS-B"
+    (tmp_path / "STS-B").mkdir()
+    for split, n in (("train", 240), ("dev", 150)):
+        lines = (src / f"{split}.tsv").read_text(encoding="utf-8").splitlines()[: n + 1]
+        (tmp_path / "STS-B" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = _run(
+        capsys,
+        ["finetune", "glue", "--task", "sts-b", "--data-dir", str(tmp_path / "STS-B"), "--model", str(minilm_dir),
+         "--out", str(tmp_path / "out"), "--epochs", "2", "--batch-size", "8", "--lr", "1e-4",
+         "--max-seq-length", "64", "--quiet"],
+    )  # fmt: skip
+    assert r["task"] == "STS-B" and set(r["metrics"]) == {"pearson", "spearman"}
+    assert r["final_loss"] < 0.5 * r["first_loss"], r  # MSE falls from predicting ~0 towards the scores
+    assert r["metrics"]["spearman"] > 0.2, r["metrics"]
+    config = json.loads((tmp_path / "out" / "model" / "config.json").read_text())
+    assert config["problem_type"] == "regression" and config["id2label"] == {"0": "LABEL_0"}
+
+
+def test_cli_errors(tmp_path, capsys, minilm_dir):
+    (tmp_path / "train.csv").write_text("text,label\na,1\n")
+    (tmp_path / "dev.csv").write_text("text,label\nb,1\n")
+    argv = ["finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"),
+            "--model", str(minilm_dir), "--out", str(tmp_path / "o")]  # fmt: skip
+    assert main(argv) == 2
+    assert "only one label" in capsys.readouterr().err
+    (tmp_path / "train.csv").write_text("text,label\na,1\nb,0\n")
+    (tmp_path / "dev.csv").write_text("txt,label\nb,1\n")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "dev.csv: column 'text' missing" in err
