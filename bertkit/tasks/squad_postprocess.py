@@ -21,6 +21,7 @@ predicted) -- the original release would crash here.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -83,15 +84,13 @@ _CJK_RANGES = (
 
 
 def _is_cjk(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+    return cp >= 0x3400 and any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
-def basic_tokenize(text: str, lowercase: bool = True) -> list[str]:
-    """BERT's basic tokenisation: drop NUL/U+FFFD/control characters, whitespace to spaces, spaces around
-    CJK characters, split on whitespace, (lower-case and strip accents when ``lowercase``), split off
-    every punctuation character."""
+@functools.lru_cache(maxsize=1 << 18)
+def _basic_piece(piece: str, lowercase: bool) -> tuple[str, ...]:
     chars = []
-    for ch in text:
+    for ch in piece:
         cp = ord(ch)
         if cp == 0 or cp == 0xFFFD or _is_control(ch):
             continue
@@ -106,49 +105,62 @@ def basic_tokenize(text: str, lowercase: bool = True) -> list[str]:
         if lowercase:
             word = unicodedata.normalize("NFD", word.lower())
             word = "".join(c for c in word if unicodedata.category(c) != "Mn")
-        piece: list[str] = []
+        part: list[str] = []
         for ch in word:
             if _is_punctuation(ch):
-                if piece:
-                    out.append("".join(piece))
-                    piece = []
+                if part:
+                    out.append("".join(part))
+                    part = []
                 out.append(ch)
             else:
-                piece.append(ch)
+                part.append(ch)
+        if part:
+            out.append("".join(part))
+    return tuple(out)
+
+
+def basic_tokenize(text: str, lowercase: bool = True) -> list[str]:
+    """BERT's basic tokenisation: drop NUL/U+FFFD/control characters, whitespace to spaces, spaces around
+    CJK characters, split on whitespace, (lower-case and strip accents when ``lowercase``), split off
+    every punctuation character. A space always separates, so the text is processed space-separated piece
+    by piece, with a cache (post-processing calls this on many overlapping spans of the same words)."""
+    out: list[str] = []
+    for piece in text.split(" "):
         if piece:
-            out.append("".join(piece))
+            out.extend(_basic_piece(piece, lowercase))
     return out
 
 
-def _without_spaces(text: str) -> tuple[str, list[int]]:
-    """``text`` without " " characters, and for each kept character its index in ``text``."""
-    index = [i for i, c in enumerate(text) if c != " "]
-    return "".join(text[i] for i in index), index
+def _non_space_index(text: str, n: int) -> int:
+    """Index in ``text`` of its ``n``-th (0-based) character that is not " "."""
+    seen = -1
+    for i, c in enumerate(text):
+        if c != " ":
+            seen += 1
+            if seen == n:
+                return i
+    raise IndexError(n)
 
 
 def get_final_text(pred_text: str, orig_text: str, lowercase: bool = True) -> str:
     """Project the normalised prediction ``pred_text`` back onto ``orig_text`` (the original context words
     it came from), e.g. "steve smith" in "Steve Smith's" -> "Steve Smith". ``orig_text`` is basic-tokenised
-    and re-joined; ``pred_text`` is located in it; if both texts have equally many non-space characters
-    they are aligned one-to-one and the matching slice of ``orig_text`` is returned; whenever any step
-    fails ``orig_text`` is returned unchanged."""
+    and re-joined with spaces; ``pred_text`` is located in it; if both texts have equally many non-space
+    characters they are aligned one-to-one (ignoring spaces) and the slice of ``orig_text`` between the
+    characters aligned with the prediction's first and last is returned; whenever a step fails (not found,
+    lengths differ, an end on a space) ``orig_text`` is returned unchanged."""
     tok_text = " ".join(basic_tokenize(orig_text, lowercase))
     start = tok_text.find(pred_text)
     if start == -1:
         return orig_text
     end = start + len(pred_text) - 1
-    orig_ns, orig_ns_to_s = _without_spaces(orig_text)
-    tok_ns, tok_ns_to_s = _without_spaces(tok_text)
-    if len(orig_ns) != len(tok_ns):
+    if len(orig_text) - orig_text.count(" ") != len(tok_text) - tok_text.count(" "):
         return orig_text
-    tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
-    ns_start = tok_s_to_ns.get(start)
-    ns_end = tok_s_to_ns.get(end)
-    if ns_start is None or ns_start >= len(orig_ns_to_s):
+    if not 0 <= start <= end < len(tok_text) or tok_text[start] == " " or tok_text[end] == " ":
         return orig_text
-    if ns_end is None or ns_end >= len(orig_ns_to_s):
-        return orig_text
-    return orig_text[orig_ns_to_s[ns_start] : orig_ns_to_s[ns_end] + 1]
+    ns_start = start - tok_text.count(" ", 0, start)
+    ns_end = end - tok_text.count(" ", 0, end)
+    return orig_text[_non_space_index(orig_text, ns_start) : _non_space_index(orig_text, ns_end) + 1]
 
 
 def detokenize(tokens: Sequence[str]) -> str:
@@ -181,7 +193,9 @@ def softmax(scores: Sequence[float]) -> list[float]:
         return []
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
-    total = sum(exps)
+    total = 0.0
+    for e in exps:  # plain left-to-right sum (not sum(), which compensates on Python >= 3.12)
+        total += e
     return [e / total for e in exps]
 
 
