@@ -172,3 +172,48 @@ def test_cli_errors(tmp_path, capsys, minilm_dir):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "dev.csv: column 'text' missing" in err
+
+
+def _tiny_model_dir(path, minilm_dir):
+    from bertkit.config import BertConfig
+    from bertkit.model import BertModel
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(minilm_dir)
+    torch.manual_seed(0)
+    BertModel(BertConfig.preset("tiny", vocab_size=len(tok), max_position_embeddings=64)).save_pretrained(
+        path
+    )
+    tok.save_pretrained(path)
+    return path
+
+
+def test_restarts_keep_best_and_freeze_encoder(tmp_path, capsys, minilm_dir):
+    from safetensors.torch import load_file
+
+    model = _tiny_model_dir(tmp_path / "tiny", minilm_dir)
+    rows = [("good fine great", "1"), ("bad awful poor", "0")] * 24
+    for name in ("train", "dev"):
+        (tmp_path / f"{name}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    base = ["finetune", "classify", "--train", str(tmp_path / "train.csv"), "--dev", str(tmp_path / "dev.csv"),
+            "--model", str(model), "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--quiet"]  # fmt: skip
+    r = _run(capsys, [*base, "--out", str(tmp_path / "r"), "--restarts", "3"])
+    assert [x["seed"] for x in r["runs"]] == [42, 43, 44]
+    assert r["metrics"]["accuracy"] == max(x["accuracy"] for x in r["runs"])
+    assert r["hyperparameters"]["seed"] == max(r["runs"], key=lambda x: x["accuracy"])["seed"]
+
+    f = _run(capsys, [*base, "--out", str(tmp_path / "f"), "--freeze-encoder"])
+    before, after = (
+        load_file(model / "model.safetensors"),
+        load_file(tmp_path / "f" / "model" / "model.safetensors"),
+    )
+    for k, v in before.items():
+        torch.testing.assert_close(after["bert." + k], v)  # BERT untouched
+    assert f["hyperparameters"]["freeze_encoder"] is True
+
+
+def test_squad_subcommand_is_wired():
+    from bertkit.cli import build_parser
+
+    args = build_parser().parse_args(["finetune", "squad", "--model", "m", "--out", "o", "--train", "t.json"])
+    assert callable(args.func) and args.model == "m" and args.epochs is None and args.version == "1.1"

@@ -159,8 +159,28 @@ def _register_squad(sub) -> None:
 
         p.set_defaults(func=unavailable)
         return
-    squad_cli.add_arguments(p)
-    p.set_defaults(func=squad_cli.run)
+    p.add_argument("--model", required=True, help="pre-trained model directory (HF layout)")
+    p.add_argument("--out", required=True, help="output directory (metrics.json, predictions.json, model/)")
+    p.add_argument("--epochs", type=float, default=None, help="default: 3 for v1.1, 2 for v2.0 (the paper)")
+    p.add_argument("--batch-size", type=int, default=None, help="default 32")
+    p.add_argument("--lr", type=float, default=None, help="default 5e-5")
+    p.add_argument("--max-seq-length", type=int, default=None, help="default 384")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--warmup-ratio", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--freeze-encoder", action="store_true", help="train only qa_outputs (BERT frozen)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    squad_cli.add_arguments(p)  # SQuAD's own options (may refine the ones above)
+
+    def run_squad(args: argparse.Namespace) -> dict:
+        if getattr(args, "threads", None):
+            import torch
+
+            torch.set_num_threads(args.threads)
+        return squad_cli.run(args)
+
+    p.set_defaults(func=run_squad)
 
 
 def register(subparsers) -> None:
