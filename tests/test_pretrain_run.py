@@ -50,6 +50,15 @@ def losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
+def inproc(args, resume=False) -> dict:
+    """The same command in this process (threads are 1 here too: tests/conftest.py)."""
+    from bertkit.cli import build_parser
+    from bertkit.cli.pretrain import config_from_args
+    from bertkit.pretrain import pretrain
+
+    return pretrain(config_from_args(build_parser().parse_args(["pretrain", *map(str, args)])), resume=resume)
+
+
 def write_config(path: Path, extra: str = "") -> Path:
     path.write_text(TINY_MODEL.replace("[model]", extra + "\n[model]"))
     return path
@@ -114,8 +123,7 @@ def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, data_dir):
     common = ["--data", data_dir, "--config", cfg, "--steps", 14, "--batch-size", 8, "--max-seq-length", 64,
               "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--eval-every", 5, "--eval-batches", 1,
               "--quiet", "--valid-documents", 2, "--grad-accum", 2]  # fmt: skip
-    ref = cli(["--out", tmp_path / "ref", *common])
-    assert ref.returncode == 0, ref.stderr[-3000:]
+    inproc(["--out", tmp_path / "ref", *common])  # the uninterrupted reference
 
     run = tmp_path / "killed"
     script = tmp_path / "killer.py"
@@ -149,8 +157,7 @@ def test_two_process_ddp_matches_one_process(tmp_path, data_dir):
     cfg.write_text(text)
     common = ["--data", data_dir, "--config", cfg, "--steps", 6, "--batch-size", 8, "--max-seq-length", 64,
               "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 0, "--eval-batches", 0, "--quiet"]  # fmt: skip
-    one = cli(["--out", tmp_path / "one", "--grad-accum", 2, *common])
-    assert one.returncode == 0, one.stderr[-3000:]
+    inproc(["--out", tmp_path / "one", "--grad-accum", 2, *common])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "bertkit", "pretrain", "--out", str(tmp_path / "two"), *map(str, common)]  # fmt: skip
     two = subprocess.run(cmd, env=env1(), capture_output=True, text=True, timeout=300)
@@ -163,8 +170,7 @@ def test_two_process_ddp_matches_one_process(tmp_path, data_dir):
         assert y == pytest.approx(x, rel=1e-5, abs=1e-6)
     # a single process with the whole global batch in one micro-batch: same examples, and losses close
     # (they differ only in how the masked-token mean is split)
-    full = cli(["--out", tmp_path / "full", *common])
-    assert full.returncode == 0, full.stderr[-3000:]
+    inproc(["--out", tmp_path / "full", *common])
     for (_, x), (_, y) in zip(losses(tmp_path / "full"), b):
         assert y == pytest.approx(x, rel=2e-2)
 
