@@ -65,10 +65,21 @@ def test_defaults_and_article_split():
         squad_cli.split_articles(data, 10, None)
 
 
-def test_missing_dev_is_a_clear_error(tmp_path, minilm_dir):
-    args = parse(["--model", str(minilm_dir), "--out", str(tmp_path), "--train", "x.json"])
+def test_bad_requests_are_clear_errors(tmp_path, minilm_dir):
+    base = ["--model", str(minilm_dir), "--out", str(tmp_path), "--train", str(tmp_path / "x.json")]
     with pytest.raises(UserError, match="--dev-articles"):
-        squad_cli.run(args)
+        squad_cli.run(parse(base))
+    with pytest.raises(UserError, match="no room for the context"):
+        squad_cli.run(
+            parse([*base, "--dev-articles", "1", "--max-seq-length", "40", "--max-query-length", "40"])
+        )
+    with pytest.raises(UserError, match="--doc-stride 0"):
+        squad_cli.run(parse([*base, "--dev-articles", "1", "--doc-stride", "0"]))
+    with pytest.raises(UserError, match="x.json: SQuAD file not found"):
+        squad_cli.run(parse([*base, "--dev-articles", "1"]))
+    (tmp_path / "x.json").write_text('{"version": "1.1", "data": [{"title": "a", "paragraphs": []}]}')
+    with pytest.raises(UserError, match="the file has 1 articles"):
+        squad_cli.run(parse([*base, "--dev-articles", "1"]))
 
 
 def test_tiny_v11_end_to_end_learns(shared_data, small_qa_model, tmp_path):
@@ -107,16 +118,20 @@ def test_tiny_v11_end_to_end_learns(shared_data, small_qa_model, tmp_path):
     assert P.compute_predictions(examples, feats, raw).predictions == preds
 
 
-def test_tiny_v2_split_by_article(shared_data, small_qa_model, tmp_path):
+def test_tiny_v2_split_by_article(shared_data, small_qa_model, tmp_path, capsys):
     tiny_subset(
         shared_data / "squad" / "dev-v2.0-half.json", tmp_path / "tiny2.json", articles=3, questions=4
     )
     out = tmp_path / "out2"
-    args = parse(
-        ["--model", str(small_qa_model), "--out", str(out), "--train", str(tmp_path / "tiny2.json"), "--version", "2.0",
-         "--dev-articles", "1", "--max-seq-length", "128", "--batch-size", "4", "--epochs", "1"]
-    )  # fmt: skip
-    res = squad_cli.run(args)
+    # through the real command line: `bertkit finetune squad ...` prints the metrics.json object
+    from bertkit.cli import main
+
+    argv = ["finetune", "squad", "--model", str(small_qa_model), "--out", str(out), "--train", str(tmp_path / "tiny2.json"),
+            "--version", "2.0", "--dev-articles", "1", "--max-seq-length", "128", "--batch-size", "4", "--epochs", "1", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    res = json.loads((out / "metrics.json").read_text())
+    assert printed == res
     m = res["metrics"]
     assert res["task"] == "squad-v2.0" and res["examples"] == 4 and res["train_examples"] == 8
     assert {"exact", "f1", "total", "best_f1", "best_f1_thresh", "best_exact", "best_exact_thresh"} <= set(m)

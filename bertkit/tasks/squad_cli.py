@@ -230,6 +230,29 @@ def _setting(args: argparse.Namespace, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+def _check_settings(**v: Any) -> None:
+    if not 8 <= v["max_seq_length"] <= 512:
+        raise UserError(f"--max-seq-length {v['max_seq_length']}: use 8..512 (SQuAD default 384)")
+    for name in (
+        "epochs",
+        "batch_size",
+        "lr",
+        "doc_stride",
+        "max_query_length",
+        "n_best_size",
+        "max_answer_length",
+    ):
+        if v[name] <= 0:
+            raise UserError(f"--{name.replace('_', '-')} {v[name]}: must be positive")
+    if v["max_seq_length"] - min(v["max_query_length"], v["max_seq_length"]) - 3 < 1:
+        raise UserError(
+            f"--max-seq-length {v['max_seq_length']} leaves no room for the context after "
+            f"--max-query-length {v['max_query_length']} and 3 special tokens"
+        )
+    if not 0 <= v["warmup_ratio"] < 1:
+        raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
+
+
 def run(args: argparse.Namespace) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
     from bertkit.heads.finetune import BertForQuestionAnswering
@@ -249,7 +272,14 @@ def run(args: argparse.Namespace) -> dict:
     n_best_size = int(_setting(args, "n_best_size", 20))
     max_answer_length = int(_setting(args, "max_answer_length", 30))
     threshold = float(_setting(args, "null_score_diff_threshold", 0.0))
+    weight_decay = float(_setting(args, "weight_decay", 0.01))
+    warmup_ratio = float(_setting(args, "warmup_ratio", 0.1))
     progress = not getattr(args, "quiet", False)
+    _check_settings(
+        max_seq_length=max_seq_length, epochs=epochs, batch_size=batch_size, lr=lr, doc_stride=doc_stride,
+        max_query_length=max_query_length, n_best_size=n_best_size, max_answer_length=max_answer_length,
+        warmup_ratio=warmup_ratio,
+    )  # fmt: skip
     out = Path(args.out)
     model_dir = Path(args.model)
     if not (model_dir / "config.json").is_file():
@@ -290,7 +320,8 @@ def run(args: argparse.Namespace) -> dict:
         batch_size=batch_size,
         lr=lr,
         seed=seed,
-        warmup_ratio=float(_setting(args, "warmup_ratio", 0.1)),
+        warmup_ratio=warmup_ratio,
+        weight_decay=weight_decay,
         pad_id=tok.pad_token_id,
         progress=progress,
     )
@@ -351,8 +382,8 @@ def run(args: argparse.Namespace) -> dict:
             "max_query_length": max_query_length,
             "n_best_size": n_best_size,
             "max_answer_length": max_answer_length,
-            "weight_decay": 0.01,
-            "warmup_ratio": float(_setting(args, "warmup_ratio", 0.1)),
+            "weight_decay": weight_decay,
+            "warmup_ratio": warmup_ratio,
         },
         "steps": len(losses),
         "first_loss": sum(losses[:k]) / k,
