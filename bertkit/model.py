@@ -76,6 +76,10 @@ class BertEmbeddings(nn.Module):
         seq_len = input_ids.shape[1]
         if position_ids is None:
             position_ids = self.position_ids[:, :seq_len]
+        return self.embed(input_ids, token_type_ids, position_ids)
+
+    def embed(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Ids of any (broadcast-compatible) shape S -> [*S, H]; used on packed real tokens ([N])."""
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x))
@@ -93,21 +97,57 @@ class BertSelfAttention(nn.Module):
         self.key = nn.Linear(h, h)
         self.value = nn.Linear(h, h)
         self.dropout_p = config.attention_probs_dropout_prob
+        self._fused: tuple[tuple, Tensor, Tensor] | None = None  # (key, weight, bias) when no grad is needed
+
+    def _fused_params(self) -> tuple[Tensor, Tensor]:
+        """[3H, H] weight and [3H] bias of query, key and value side by side.
+
+        Concatenated on every call when autograd needs the pieces; otherwise cached, keyed on each
+        parameter's storage and version counter (so an in-place update or ``.to()`` rebuilds it)."""
+        params = (
+            self.query.weight,
+            self.key.weight,
+            self.value.weight,
+            self.query.bias,
+            self.key.bias,
+            self.value.bias,
+        )
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            self._fused = None
+            return torch.cat(params[:3]), torch.cat(params[3:])
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        if self._fused is None or self._fused[0] != key:
+            with torch.no_grad():
+                self._fused = (key, torch.cat(params[:3]), torch.cat(params[3:]))
+        return self._fused[1], self._fused[2]
 
     def qkv(self, x: Tensor) -> Tensor:
         """One fused projection: x [..., H] -> [..., 3H] (query, key, value side by side)."""
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        weight, bias = self._fused_params()
         return F.linear(x, weight, bias)
 
-    def attend(self, qkv: Tensor, attn_mask: Tensor | None) -> Tensor:
+    def attend(self, qkv: Tensor, attn_mask: Tensor | None, is_causal: bool = False) -> Tensor:
         """qkv [B, T, 3H], attn_mask broadcastable to [B, heads, T, T] (bool, True = attend) -> [B, T, H]."""
         b, t, _ = qkv.shape
         q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         ctx = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.dropout_p if self.training else 0.0
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=self.dropout_p if self.training else 0.0,
+            is_causal=is_causal and attn_mask is None,
         )
         return ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
+
+    def attend_packed(self, qkv: Tensor, packing: _Packing, causal: bool) -> Tensor:
+        """qkv [N, 3H] of packed real tokens -> [N, H]: each group of equal-length sequences attends
+        as one dense batch with no mask, so no work is spent on padding."""
+        outs = []
+        for start, count, length in packing.groups:
+            part = qkv[start : start + count * length].view(count, length, -1)
+            outs.append(self.attend(part, None, is_causal=causal).view(count * length, -1))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
 class BertSelfOutput(nn.Module):
@@ -150,11 +190,27 @@ class BertOutput(nn.Module):
 
 
 class _Packing:
-    """Where the real tokens of a padded [B, T] batch sit, to move between [N, H] and [B, T, H]."""
+    """Where the real tokens of a padded [B, T] batch sit, to move between [N, H] and [B, T, H].
+
+    Sequences are packed longest first, so sequences of equal length lie side by side: ``groups``
+    lists (first packed row, number of sequences, length) for each run of equal lengths, and a run
+    views as a dense [count, length, H] block for attention. Any mask pattern works (not only
+    right padding): a sequence's real tokens keep their order and their position ids.
+    """
 
     def __init__(self, mask: Tensor) -> None:
         self.batch, self.seq_len = mask.shape
-        self.index = mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of real tokens
+        lengths = mask.sum(1)
+        order = torch.sort(lengths, descending=True, stable=True).indices
+        rows, cols = mask.index_select(0, order).nonzero(as_tuple=True)
+        self.index = order.index_select(0, rows) * self.seq_len + cols  # [N] flat positions, packed order
+        self.groups: list[tuple[int, int, int]] = []
+        values, counts = torch.unique_consecutive(lengths.index_select(0, order), return_counts=True)
+        start = 0
+        for length, count in zip(values.tolist(), counts.tolist()):
+            if length > 0:
+                self.groups.append((start, count, length))
+            start += count * length
 
     def pack(self, x: Tensor) -> Tensor:
         """[B, T, ...] -> [N, ...]"""
@@ -176,14 +232,15 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x: Tensor, attn_mask: Tensor | None, packing: _Packing | None = None) -> Tensor:
+    def forward(
+        self, x: Tensor, attn_mask: Tensor | None, packing: _Packing | None = None, causal: bool = False
+    ) -> Tensor:
         """x: [B, T, H], or [N, H] of packed real tokens when ``packing`` is given."""
         qkv = self.attention.self.qkv(x)
         if packing is not None:
-            qkv = packing.unpack(qkv)
-        ctx = self.attention.self.attend(qkv, attn_mask)
-        if packing is not None:
-            ctx = packing.pack(ctx)
+            ctx = self.attention.self.attend_packed(qkv, packing, causal)
+        else:
+            ctx = self.attention.self.attend(qkv, attn_mask, is_causal=causal)
         x = self.attention.output(ctx, x)
         return self.output(self.intermediate(x), x)
 
@@ -195,14 +252,21 @@ class BertEncoder(nn.Module):
         self.gradient_checkpointing = False
 
     def forward(
-        self, x: Tensor, attn_mask: Tensor | None, packing: _Packing | None, output_hidden_states: bool
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None,
+        packing: _Packing | None,
+        output_hidden_states: bool,
+        causal: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         states: list[Tensor] = [x] if output_hidden_states else []
         for layer in self.layer:
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(layer, x, attn_mask, packing, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(
+                    layer, x, attn_mask, packing, causal, use_reentrant=False
+                )
             else:
-                x = layer(x, attn_mask, packing)
+                x = layer(x, attn_mask, packing, causal)
             if output_hidden_states:
                 states.append(x)
         return x, states
@@ -271,15 +335,25 @@ class BertModel(BertPreTrainedModel):
             )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        if position_ids is None:
+            position_ids = self.embeddings.position_ids[:, :seq_len]
 
         has_padding = attention_mask is not None and not bool(attention_mask.all())
-        mask = attention_mask_for(attention_mask if has_padding else None, seq_len, causal, x.device)
-        # Packing pays off once there is real padding; outputs stay [B, T, H] either way.
-        packing = _Packing(attention_mask.bool()) if has_padding else None
-        if packing is not None:
-            x = packing.pack(x)
-        x, states = self.encoder(x, mask, packing, output_hidden_states)
+        if has_padding:
+            # Every position-wise operation (embeddings included) runs on the N real tokens only, and
+            # attention on groups of equal-length sequences; outputs are scattered back to [B, T, H].
+            packing = _Packing(attention_mask.bool())
+            x = self.embeddings.embed(
+                input_ids.reshape(-1).index_select(0, packing.index),
+                token_type_ids.reshape(-1).index_select(0, packing.index),
+                position_ids.expand(batch, seq_len).reshape(-1).index_select(0, packing.index),
+            )
+            mask = None
+        else:
+            packing = None
+            x = self.embeddings.embed(input_ids, token_type_ids, position_ids)
+            mask = None
+        x, states = self.encoder(x, mask, packing, output_hidden_states, causal)
         if packing is not None:
             x = packing.unpack(x)
             states = [packing.unpack(s) for s in states]
