@@ -62,7 +62,12 @@ class SquadExample:
 
 @dataclass
 class SquadFeature:
-    """One window of one example, ready for the model (unpadded)."""
+    """One window of one example, ready for the model (unpadded).
+
+    The window covers document sub-tokens ``doc_start .. doc_start + doc_length - 1`` placed at sequence
+    positions ``doc_offset ..``; the maps to context words and max-context windows are shared per document
+    (``orig_index``/``is_max_context`` per position, or the original's dicts via the properties), so a
+    feature costs little more than its ids."""
 
     unique_id: int
     example_index: int
@@ -70,11 +75,38 @@ class SquadFeature:
     tokens: list[str]
     input_ids: list[int]
     token_type_ids: list[int]
-    token_to_orig_map: dict[int, int]  # sequence position -> context word index (window tokens only)
-    token_is_max_context: dict[int, bool]  # sequence position -> is this window the max-context one
+    doc_offset: int  # sequence position of the first window token (len(query) + 2)
+    doc_start: int  # index of the window's first token among the document's sub-tokens
+    doc_length: int
+    tok_to_orig: Sequence[int] = field(repr=False, compare=False, default=())  # doc sub-token -> word
+    max_context_window: Sequence[int] = field(
+        repr=False, compare=False, default=()
+    )  # doc sub-token -> window
     start_position: int | None = None  # training target (sequence position, 0 = [CLS])
     end_position: int | None = None
     is_impossible: bool = False
+
+    def orig_index(self, position: int) -> int | None:
+        """Context word index of sequence ``position``; None outside the window (query, specials)."""
+        j = position - self.doc_offset
+        return self.tok_to_orig[self.doc_start + j] if 0 <= j < self.doc_length else None
+
+    def is_max_context(self, position: int) -> bool:
+        """Whether this window is the max-context window of the token at ``position`` (False off-window)."""
+        j = position - self.doc_offset
+        return 0 <= j < self.doc_length and self.max_context_window[self.doc_start + j] == self.doc_span_index
+
+    @property
+    def token_to_orig_map(self) -> dict[int, int]:
+        """The original's dict: sequence position -> context word index, for window tokens."""
+        o, s = self.doc_offset, self.doc_start
+        return {o + j: self.tok_to_orig[s + j] for j in range(self.doc_length)}
+
+    @property
+    def token_is_max_context(self) -> dict[int, bool]:
+        """The original's dict: sequence position -> is this window the token's max-context window."""
+        o, s, i = self.doc_offset, self.doc_start, self.doc_span_index
+        return {o + j: self.max_context_window[s + j] == i for j in range(self.doc_length)}
 
 
 @dataclass
@@ -372,8 +404,6 @@ def convert_examples_to_features(
             tokens = head_toks + all_toks[start:stop] + [sep_tok]
             input_ids = head_ids + all_ids[start:stop] + [sep_id]
             type_ids = [0] * doc_offset + [1] * (length + 1)
-            token_to_orig_map = {doc_offset + j: tok_to_orig[start + j] for j in range(length)}
-            token_is_max = {doc_offset + j: best_window[start + j] == span_index for j in range(length)}
             start_pos = end_pos = None
             if is_training:
                 if ex.is_impossible or not (tok_start >= start and tok_end <= stop - 1):
@@ -389,8 +419,11 @@ def convert_examples_to_features(
                     tokens=tokens,
                     input_ids=input_ids,
                     token_type_ids=type_ids,
-                    token_to_orig_map=token_to_orig_map,
-                    token_is_max_context=token_is_max,
+                    doc_offset=doc_offset,
+                    doc_start=start,
+                    doc_length=length,
+                    tok_to_orig=tok_to_orig,
+                    max_context_window=best_window,
                     start_position=start_pos,
                     end_position=end_pos,
                     is_impossible=ex.is_impossible,

@@ -174,7 +174,7 @@ def span_text(
 ) -> str:
     """Final answer text for sequence positions [start, end] of ``feature`` (both context tokens)."""
     tok_text = detokenize(feature.tokens[start : end + 1])
-    w0, w1 = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
+    w0, w1 = feature.orig_index(start), feature.orig_index(end)
     orig_text = " ".join(example.doc_tokens[w0 : w1 + 1])
     return get_final_text(tok_text, orig_text, lowercase)
 
@@ -236,12 +236,12 @@ def compute_predictions(
             n_tokens = len(feat.tokens)
             ends = best_indexes(end_logits, n_best_size)
             for s in best_indexes(start_logits, n_best_size):
-                if s >= n_tokens or s not in feat.token_to_orig_map:
+                if s >= n_tokens or feat.orig_index(s) is None:
                     continue
-                if not feat.token_is_max_context.get(s, False):
+                if not feat.is_max_context(s):
                     continue
                 for e in ends:
-                    if e >= n_tokens or e not in feat.token_to_orig_map:
+                    if e >= n_tokens or feat.orig_index(e) is None:
                         continue
                     if e < s or e - s + 1 > max_answer_length:
                         continue
