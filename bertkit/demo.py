@@ -161,7 +161,9 @@ def corpus_probes(corpus: list[str], n: int = 5, seed: int = 0) -> list[str]:
     return out
 
 
-def tiny_data(work: str | os.PathLike, max_bytes: int = 150_000, vocab_size: int = 1000, max_seq_length: int = 64) -> Path:
+def tiny_data(
+    work: str | os.PathLike, max_bytes: int = 150_000, vocab_size: int = 1000, max_seq_length: int = 64
+) -> Path:
     """A small prepared data directory from the first ``max_bytes`` of the stdlib-docstring corpus (tests)."""
     work = Path(work)
     if (work / "data" / "manifest.json").is_file():
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         warmup=0.06,
         seed=args.seed,
-        log_every=max(args.steps // 30, 1),
+        log_every=max(args.steps // 40, 1),
         checkpoint_every=max(args.steps // 3, 1),
         eval_every=max(args.steps // 4, 1),
         eval_batches=8,
@@ -248,13 +250,17 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
 
+    every = max(args.steps // 10, 1)
+
     def show(rec: dict) -> None:
-        if not args.quiet:
+        if rec["step"] % every and rec["step"] != args.steps:
             return
-        print(
+        from tqdm import tqdm
+
+        tqdm.write(
             f"      step {rec['step']:5d}  loss {rec['loss']:.3f}  MLM acc {rec.get('masked_lm_accuracy', 0):.3f}"
-            f"  NSP acc {rec.get('next_sentence_accuracy', 0):.3f}  {rec.get('tokens_per_s') or 0:.0f} tok/s",
-            flush=True,
+            f"  NSP acc {rec.get('next_sentence_accuracy', 0):.3f}  {rec.get('tokens_per_s') or 0:.0f} tok/s"
+            f"  {rec['elapsed_s']:.0f} s"
         )
 
     t0 = time.perf_counter()

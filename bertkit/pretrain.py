@@ -410,11 +410,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     model_dir = out / "model"
     if rank == 0:
         model.save_pretrained(model_dir)
-        shutil.copyfile(vocab_file, model_dir / "vocab.txt")
-        atomic_write_json(
-            model_dir / "tokenizer_config.json",
-            {"do_lower_case": bool(manifest.get("lowercase", True)), "tokenizer_class": "BertTokenizer"},
-        )
+        save_tokenizer(vocab_file, bool(manifest.get("lowercase", True)), model_dir)
     last = results["phases"][-1] if results["phases"] else {}
     results.update(
         {
@@ -429,6 +425,21 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if rank == 0:
         atomic_write_json(out / "results.json", results)
     return results
+
+
+def save_tokenizer(vocab_file: Path, lowercase: bool, model_dir: Path) -> None:
+    """vocab.txt + tokenizer files beside the model, so ``Tokenizer``/transformers load them from the dir."""
+    try:
+        from bertkit.tokenizer import Tokenizer
+
+        Tokenizer(str(vocab_file), lowercase=lowercase).save_pretrained(model_dir)
+    except Exception as e:  # noqa: BLE001 - the vocabulary itself must be there whatever happens
+        logger.warning("tokenizer files not written (%s); copying vocab.txt only", e)
+        shutil.copyfile(vocab_file, model_dir / "vocab.txt")
+        atomic_write_json(
+            model_dir / "tokenizer_config.json",
+            {"do_lower_case": lowercase, "tokenizer_class": "BertTokenizer"},
+        )
 
 
 def _merge_logs(out: Path, n: int) -> None:
