@@ -174,13 +174,15 @@ def train_model(
     sched = linear_schedule(opt, int(round(warmup_ratio * total)), total)
     params = [p for p in model.parameters() if p.requires_grad]
     losses: list[float] = []
-    with torch.random.fork_rng(devices=[]):
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
         model.train()
         bar = tqdm(total=total, desc="squad train", unit="step", disable=not progress, dynamic_ncols=True)
         while len(losses) < total:
             for idx in length_batches(lengths, batch_size, gen):
-                loss = model(**collate([feats[i] for i in idx], pad_id)).loss
+                batch = {k: v.to(device) for k, v in collate([feats[i] for i in idx], pad_id).items()}
+                loss = model(**batch).loss
                 loss.backward()
                 if max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -208,12 +210,13 @@ def predict_logits(
 ) -> list[P.RawResult]:
     """Start/end logits of every window over its real tokens (batches sorted by length)."""
     model.eval()
+    device = next(model.parameters()).device
     order = sorted(range(len(feats)), key=lambda i: len(feats[i].input_ids))
     results: list[P.RawResult | None] = [None] * len(feats)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     for idx in tqdm(batches, desc="squad eval", unit="batch", disable=not progress, dynamic_ncols=True):
         fs = [feats[i] for i in idx]
-        out = model(**collate(fs, pad_id, targets=False))
+        out = model(**{k: v.to(device) for k, v in collate(fs, pad_id, targets=False).items()})
         start = out.start_logits.float().cpu().numpy()
         end = out.end_logits.float().cpu().numpy()
         for r, i in enumerate(idx):
@@ -309,6 +312,7 @@ def run(args: argparse.Namespace) -> dict:
     encode_s = time.time() - t0
 
     model = BertForQuestionAnswering.from_pretrained(model_dir)
+    model.to("cuda" if torch.cuda.is_available() else "cpu")  # a GPU when there is one
     if getattr(args, "freeze_encoder", False):
         for p in model.bert.parameters():
             p.requires_grad_(False)
@@ -346,6 +350,7 @@ def run(args: argparse.Namespace) -> dict:
     P.write_predictions(preds, out, v2)
     if getattr(args, "dev", None) is None:
         atomic_write_json(out / "dev.json", dev_data)
+    model.to("cpu")
     with atomic_dir(out / "model") as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
