@@ -39,7 +39,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument(
-        "--shard-size-mb", type=float, default=16.0, help="text per shard (memory ~ workers x this)"
+        "--shard-size-mb", type=float, default=4.0, help="text per shard (memory ~ workers x this)"
     )
     p.add_argument("--static", action="store_true", help="also write the original's static instances")
     p.add_argument("--dupe-factor", type=int, default=10)

@@ -9,18 +9,34 @@
   default on-the-fly path used by pre-training (see that module's docstring for the API).
 """
 
-from bertkit.data.corpus import CorpusStats, iter_documents, read_documents, split_sentences
-from bertkit.data.dynamic import EpochSampler, PretrainingDataset, collate_pretraining
-from bertkit.data.instances import (
-    TrainingInstance,
-    create_static_from_shards,
-    create_training_instances,
-    instances_sha256,
-    load_static_instances,
-    write_static_instances,
-)
-from bertkit.data.shards import ShardSet, prepare
-from bertkit.data.vocab import train_vocab
+import importlib
+
+_EXPORTS = {
+    "CorpusStats": "corpus",
+    "iter_documents": "corpus",
+    "read_documents": "corpus",
+    "split_sentences": "corpus",
+    "EpochSampler": "dynamic",
+    "PretrainingDataset": "dynamic",
+    "collate_pretraining": "dynamic",
+    "TrainingInstance": "instances",
+    "create_static_from_shards": "instances",
+    "create_training_instances": "instances",
+    "instances_sha256": "instances",
+    "load_static_instances": "instances",
+    "write_static_instances": "instances",
+    "ShardSet": "shards",
+    "prepare": "shards",
+    "train_vocab": "vocab",
+}
+
+
+def __getattr__(name: str):
+    # Lazy: `prepare` workers and the CLI import only what they use (torch only for the dynamic dataset).
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"bertkit.data.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'bertkit.data' has no attribute {name!r}")
+
 
 __all__ = [
     "CorpusStats",

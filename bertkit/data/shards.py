@@ -83,7 +83,9 @@ def _read_vocab(vocab_file: Path) -> list[str]:
 _WORKER: dict = {}
 
 
-def _init_worker(vocab_file: str, lowercase: bool) -> None:
+def _init_worker(vocab_file: str, lowercase: bool, pooled: bool = False) -> None:
+    if pooled:  # one tokenizer thread per worker process: the processes are the parallelism
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _WORKER["tok"] = load_tokenizer(vocab_file, lowercase)
     _WORKER["cache"] = ChunkCache()  # valid for this tokenizer only
 
@@ -227,7 +229,7 @@ def prepare(
     lowercase: bool = True,
     fmt: str = "auto",
     on_error: str = "raise",
-    shard_size_mb: float = 16.0,
+    shard_size_mb: float = 4.0,
     progress: bool = True,
 ) -> dict:
     """Tokenize a corpus into shards under ``out_dir``; returns the manifest (plus run statistics)."""
@@ -274,7 +276,7 @@ def prepare(
             bar.update(size)
     else:
         ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase)) as pool:
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)) as pool:
             pending: deque = deque()
             for task, size in tasks():
                 pending.append((pool.apply_async(_build_shard, (task,)), size))
