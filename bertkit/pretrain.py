@@ -396,7 +396,10 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             trainer.load_state_dict(own[1], data=True)
             start = end
             continue
-        summary = trainer.fit(resume=own is not None)
+        try:
+            summary = trainer.fit(resume=own is not None)
+        except FileExistsError as e:
+            raise UserError(str(e)) from None
         summary["phase"] = i + 1
         summary["max_seq_length"] = ph["max_seq_length"]
         summary["batch_size"] = ph["batch_size"]
@@ -408,8 +411,14 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if len(phases) > 1 and rank == 0:
         _merge_logs(out, len(phases))
     model_dir = out / "model"
+    export = model
+    if trainer is not None and trainer._fsdp:  # gather the shards (every rank takes part)
+        full = trainer.full_model_state()
+        if rank == 0:
+            export = BertForPreTraining(model.config)
+            export.load_state_dict(full)
     if rank == 0:
-        model.save_pretrained(model_dir)
+        export.save_pretrained(model_dir)
         save_tokenizer(vocab_file, bool(manifest.get("lowercase", True)), model_dir)
     last = results["phases"][-1] if results["phases"] else {}
     results.update(

@@ -68,7 +68,13 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
-from bertkit.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from bertkit.train.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from bertkit.train.logs import plot_curves, truncate_jsonl
 
 logger = logging.getLogger("bertkit")
@@ -175,6 +181,7 @@ class Trainer:
                 "precision fp16 needs a CUDA GPU (it uses a grad scaler); on CPU use bf16 or fp32"
             )
         self.model = model.to(self.device)
+        self._fsdp = False
         self.wrapped = self._wrap(model, distributed, find_unused_parameters)
         self.optimizer = (
             optimizer(self.wrapped)
@@ -228,11 +235,16 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             return DDP(model, device_ids=ids, find_unused_parameters=find_unused)
         if distributed == "fsdp":
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            # FSDP2 (per-parameter sharding; runs on CPU with gloo too): every block of every ModuleList
+            # (the Transformer layers) is its own unit, the rest (embeddings, tied heads) the root unit.
+            from torch.distributed.fsdp import fully_shard
 
-            kw = {"device_id": self.device} if self.device.type == "cuda" else {}
+            blocks = [blk for m in model.modules() if isinstance(m, nn.ModuleList) for blk in m]
+            for blk in blocks:
+                fully_shard(blk)
+            fully_shard(model)
             self._fsdp = True
-            return FSDP(model, use_orig_params=True, **kw)
+            return model
         raise ValueError(f"distributed must be 'ddp', 'fsdp' or 'none', got {distributed!r}")
 
     def _autocast(self):
@@ -247,20 +259,26 @@ class Trainer:
 
     # -- state -------------------------------------------------------------------------------------------
     def _model_state(self) -> dict:
-        if getattr(self, "_fsdp", False):
-            from torch.distributed.fsdp import FullStateDictConfig, StateDictType
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-            cfg = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
-            with FSDP.state_dict_type(self.wrapped, StateDictType.FULL_STATE_DICT, cfg):
-                return self.wrapped.state_dict()
+        if self._fsdp:
+            return self.full_model_state()
         return self.model.state_dict()
 
-    def _optim_state(self) -> dict:
-        if getattr(self, "_fsdp", False):
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    def full_model_state(self) -> dict:
+        """The unsharded model state dict (a collective under FSDP: every rank must call it)."""
+        if not self._fsdp:
+            return self.model.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            return FSDP.full_optim_state_dict(self.wrapped, self.optimizer)
+        return get_model_state_dict(
+            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+
+    def _optim_state(self) -> dict:
+        if self._fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_optimizer_state_dict(self.model, self.optimizer, options=opts)
         return self.optimizer.state_dict()
 
     def state_dict(self) -> dict:
@@ -290,14 +308,16 @@ class Trainer:
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
         """Restore a :meth:`state_dict`; ``data=False`` keeps the batch source where it is (a new phase)."""
-        if getattr(self, "_fsdp", False):
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-            from torch.distributed.fsdp import StateDictType
+        if self._fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
 
-            with FSDP.state_dict_type(self.wrapped, StateDictType.FULL_STATE_DICT):
-                self.wrapped.load_state_dict(state["model"])
-            osd = FSDP.optim_state_dict_to_load(self.wrapped, self.optimizer, state["optimizer"])
-            self.optimizer.load_state_dict(osd)
+            opts = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.model, state["model"], options=opts)
+            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=opts)
         else:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -324,7 +344,12 @@ class Trainer:
         )
 
     def _model_is_finite(self) -> bool:
-        ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+        ok = True
+        for p in self.model.parameters():
+            t = p.to_local() if hasattr(p, "to_local") else p  # an FSDP shard checks its own part
+            if not bool(torch.isfinite(t).all()):
+                ok = False
+                break
         if self.world_size > 1:
             t = torch.tensor([0.0 if ok else 1.0], device=self.device)
             dist.all_reduce(t)
@@ -444,6 +469,11 @@ class Trainer:
                     truncate_jsonl(self.out_dir / "eval.jsonl", self.step)
                 logger.info("resumed from %s at step %d", path, self.step)
         if resumed_from is None:
+            if self.checkpoint_every and list_checkpoints(self.out_dir):
+                raise FileExistsError(
+                    f"{self.out_dir} holds checkpoints of an earlier run; resume it (--resume) or choose a new "
+                    "output directory"
+                )
             torch.manual_seed(self.seed + self.rank)
             if self.is_main:
                 for name in ("metrics.jsonl", "eval.jsonl"):
@@ -457,6 +487,7 @@ class Trainer:
             except Exception:  # noqa: BLE001 - optional
                 logger.info("tensorboard is not installed; skipping TensorBoard logging")
         self._t0 = time.perf_counter()
+        first_step = self.step
         bar = None
         if self.progress:
             from tqdm.auto import tqdm
@@ -555,9 +586,14 @@ class Trainer:
         finally:
             if bar is not None:
                 bar.close()
-        if self.eval_fn is not None and (self.last_eval is None or self.last_eval["step"] != self.step):
+        trained = self.step > first_step
+        if (
+            trained
+            and self.eval_fn is not None
+            and (self.last_eval is None or self.last_eval["step"] != self.step)
+        ):
             self.evaluate()
-        if self.checkpoint_every and (self.step % self.checkpoint_every != 0 or stopped):
+        if trained and self.checkpoint_every and (self.step % self.checkpoint_every != 0 or stopped):
             self.save()
         if self._tb is not None:
             self._tb.close()
@@ -584,10 +620,9 @@ class Trainer:
 
     def _clip(self, params: list[torch.Tensor]) -> float:
         max_norm = self.clip_norm if self.clip_norm else float("inf")
-        if getattr(self, "_fsdp", False):
-            norm = self.wrapped.clip_grad_norm_(max_norm)
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor
+            norm = norm.full_tensor()
         return float(norm)
 
     def _bad_step(self, loss: float, grad_norm: float, lr: float) -> None:
