@@ -11,6 +11,7 @@ token is unchanged, so results equal the padded computation up to float rounding
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +39,76 @@ ACT2FN: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_pytorch_tanh": gelu_tanh,
     "relu": F.relu,
 }
+
+
+# oneDNN's fp32 GEMM runs 2-4x faster than the MKL path that ``F.linear`` takes on CPUs where MKL
+# picks a generic kernel (AMD EPYC here); results agree to float rounding (~1e-6 relative).
+# ``BERTKIT_ONEDNN=0`` turns it off.
+_ONEDNN_ACTS = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh")}
+
+
+def _onednn_linear_op():
+    if os.environ.get("BERTKIT_ONEDNN", "1") == "0" or not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        op = torch.ops.mkldnn._linear_pointwise
+        x = torch.ones(2, 3)
+        if not torch.allclose(
+            op(x, torch.ones(4, 3), torch.zeros(4), "none", [], ""), torch.full((2, 4), 3.0)
+        ):
+            return None
+        return op
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_onednn = _onednn_linear_op()
+
+
+def _dnn(x: Tensor, weight: Tensor, bias: Tensor | None, attr: str = "none", algo: str = "") -> Tensor:
+    shape = x.shape
+    out = _onednn(x.reshape(-1, shape[-1]), weight, bias, attr, [], algo)
+    return out.view(*shape[:-1], weight.shape[0])
+
+
+class _DnnLinear(torch.autograd.Function):
+    """y = x W^T + b with oneDNN GEMMs forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _dnn(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        g2 = grad.reshape(-1, grad.shape[-1])
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_x = _dnn(grad, weight.t().contiguous(), None)
+        if ctx.needs_input_grad[1]:
+            x2 = x.reshape(-1, x.shape[-1])
+            grad_w = _onednn(g2.t().contiguous(), x2.t().contiguous(), None, "none", [], "")
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
+    """``act(F.linear(x, weight, bias))`` (``act``: a key of ACT2FN or None), on oneDNN for fp32 CPU
+    tensors (the activation fused into the GEMM when no gradient is needed), else on ``F.linear``."""
+    fast = _onednn is not None and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
+    fast = fast and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+    if not fast:
+        out = F.linear(x, weight, bias)
+    elif torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        out = _DnnLinear.apply(x.contiguous(), weight, bias)
+    elif act in _ONEDNN_ACTS:
+        return _dnn(x.contiguous(), weight, bias, *_ONEDNN_ACTS[act])
+    else:
+        out = _dnn(x.contiguous(), weight, bias)
+    return out if act is None else ACT2FN[act](out)
 
 
 @dataclass
@@ -124,7 +195,7 @@ class BertSelfAttention(nn.Module):
     def qkv(self, x: Tensor) -> Tensor:
         """One fused projection: x [..., H] -> [..., 3H] (query, key, value side by side)."""
         weight, bias = self._fused_params()
-        return F.linear(x, weight, bias)
+        return linear(x, weight, bias)
 
     def attend(self, qkv: Tensor, attn_mask: Tensor | None, is_causal: bool = False) -> Tensor:
         """qkv [B, T, 3H], attn_mask broadcastable to [B, heads, T, T] (bool, True = attend) -> [B, T, H]."""
@@ -158,7 +229,7 @@ class BertSelfOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        return self.LayerNorm(self.dropout(linear(x, self.dense.weight, self.dense.bias)) + residual)
 
 
 class BertAttention(nn.Module):
@@ -173,9 +244,10 @@ class BertIntermediate(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
         self.act = ACT2FN[config.hidden_act]
+        self.act_name = config.hidden_act
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.act(self.dense(x))
+        return linear(x, self.dense.weight, self.dense.bias, self.act_name)
 
 
 class BertOutput(nn.Module):
@@ -186,7 +258,7 @@ class BertOutput(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
+        return self.LayerNorm(self.dropout(linear(x, self.dense.weight, self.dense.bias)) + residual)
 
 
 class _Packing:
@@ -282,7 +354,7 @@ class BertPooler(nn.Module):
 
     def forward(self, hidden_states: Tensor) -> Tensor:
         """[B, T, H] -> [B, H]"""
-        return self.activation(self.dense(hidden_states[:, 0]))
+        return self.activation(linear(hidden_states[:, 0], self.dense.weight, self.dense.bias))
 
 
 def attention_mask_for(
@@ -389,5 +461,6 @@ __all__ = [
     "attention_mask_for",
     "gelu",
     "gelu_tanh",
+    "linear",
     "num_parameters",
 ]
