@@ -118,6 +118,10 @@ def test_missing_manifest_and_bad_vocab(tmp_path, corpus_and_vocab):
         ShardSet(tmp_path)
     bad = tmp_path / "v.txt"
     bad.write_text("a\nb\n", encoding="utf-8")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    with pytest.raises(UserError, match="no text found"):
+        prepare([empty], corpus_and_vocab[1], tmp_path / "e", progress=False)
     with pytest.raises(UserError, match=r"lacks \[PAD\]"):
         prepare([corpus], bad, tmp_path / "d", progress=False)
 

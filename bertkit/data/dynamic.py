@@ -25,7 +25,8 @@ How an item is made (the original algorithm, reorganised so any item can be draw
   original: with ``short_seq_prob`` a shorter target length ``randint(2, max_num_tokens)``; a split point
   ``a_end`` among the chunk's sentences; B is the rest of the chunk, or (half the time, always for a
   one-sentence chunk) sentences from a random start in a random *other* document of the split until the
-  target is reached; the pair is trimmed longer-side-first with a random front/back split; masking picks
+  target is reached; the pair is trimmed to the target, longer side first, with a random front/back
+  split; masking picks
   ``min(max_predictions_per_seq, max(1, round(len * masked_lm_prob)))`` non-special positions (whole
   words with ``whole_word_mask``), 80% ``[MASK]`` / 10% random vocabulary id / 10% unchanged.
 - ``no_nsp=True``: one contiguous segment ``[CLS] chunk [SEP]`` of up to ``max_seq_length - 2`` tokens

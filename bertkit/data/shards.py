@@ -289,6 +289,10 @@ def prepare(
                 records.append(res.get())
                 bar.update(sz)
     bar.close()
+    if not records:
+        raise UserError(
+            f"no text found in {', '.join(map(str, corpus))} (format {fmt!r}); check --corpus and --format"
+        )
     records.sort(key=lambda r: r["index"])
     # Shards beyond the corpus's current end (it shrank since a previous run) are stale: remove them.
     n = len(records)
