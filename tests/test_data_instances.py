@@ -160,18 +160,22 @@ def test_parity_with_original_release(case, shared_data, uncased, tmp_path):
     assert instances_sha256(instances) == sha
 
 
-def test_static_from_shards_is_the_same_stream(shared_data, uncased, tmp_path):
+@pytest.mark.parametrize("case", [GOLDEN[0], GOLDEN[1]], ids=["seed12345", "seed7-wwm"])
+def test_static_from_shards_is_the_same_stream(case, shared_data, uncased, tmp_path):
     from bertkit.data import create_static_from_shards, prepare
 
-    vocab = shared_data / "vocab" / "bert-base-uncased-vocab.txt"
-    prepare([shared_data / "corpus" / "sample_text.txt"], vocab, tmp_path / "d", progress=False)
-    res = create_static_from_shards(tmp_path / "d", tmp_path / "s.npz", 128, 10, 0.1, 0.15, 20, 12345)
-    docs = [
-        [uncased.tokenize(s) for s in doc] for doc in read_documents([shared_data / "corpus/sample_text.txt"])
-    ]
-    ref = create_training_instances(docs, uncased.ids_to_tokens, 128, 10, 0.1, 0.15, 20, random.Random(12345))
-    assert instances_sha256(ref) == GOLDEN[0][-1] and res["instances"] == len(ref)
-    want = instances_to_arrays(ref, 128, 20, uncased.vocab)
+    _, seed, msl, dupe, short, mlm, maxpred, wwm, n, sha = case
+    corpus = shared_data / "corpus" / "sample_text.txt"
+    prepare([corpus], shared_data / "vocab" / "bert-base-uncased-vocab.txt", tmp_path / "d", progress=False)
+    res = create_static_from_shards(
+        tmp_path / "d", tmp_path / "s.npz", msl, dupe, short, mlm, maxpred, seed, wwm
+    )
+    docs = [[uncased.tokenize(s) for s in doc] for doc in read_documents([corpus])]
+    ref = create_training_instances(
+        docs, uncased.ids_to_tokens, msl, dupe, short, mlm, maxpred, random.Random(seed), wwm
+    )
+    assert instances_sha256(ref) == sha and res["instances"] == len(ref) == n
+    want = instances_to_arrays(ref, msl, maxpred, uncased.vocab)
     got = load_static_instances(tmp_path / "s.npz")
     assert set(got) == set(want)
     for k in want:
