@@ -11,6 +11,7 @@ Special tokens are looked up by their names in the vocabulary, never by fixed id
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -426,10 +427,18 @@ class Tokenizer:
                 pairs = [pairs]
         elif not isinstance(texts, Sequence):
             raise TypeError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
-        self._configure(max_length, truncation, 0, padding, pad_to_multiple_of)
+        if return_tensors is not None and return_tensors not in ("pt", "np"):
+            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
+        # Tensors padded to the longest are built in numpy from the unpadded ids: cheaper than padding
+        # in Rust and reading every padded list back.
+        pad_here = return_tensors is not None and padding in (True, "longest")
+        self._configure(max_length, truncation, 0, False if pad_here else padding, pad_to_multiple_of)
         inputs: Any = texts if pairs is None else list(zip(texts, pairs, strict=True))
+        # Offsets are not returned here, so the batch encoder that skips computing them does (when the
+        # installed tokenizers has it): this keeps the wrapper as fast as the raw library.
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         try:
-            encodings = self._tok.encode_batch(inputs)
+            encodings = encode(inputs)
         except TypeError:
             _check_texts(texts, "texts")
             if pairs is not None:
@@ -443,14 +452,48 @@ class Tokenizer:
         if return_tensors is None:
             out = {k: [getattr(e, a) for e in encodings] for k, a in keys}
             return {k: v[0] for k, v in out.items()} if single else out
-        if return_tensors not in ("pt", "np"):
-            raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
-        lengths = {len(e.ids) for e in encodings}
-        if len(lengths) > 1:
-            raise ValueError("sequences have different lengths: pass padding=True to build tensors")
-        arrays = {k: np.array([getattr(e, a) for e in encodings], dtype=np.int64) for k, a in keys}
+        if pad_here:
+            arrays = self._padded_arrays(encodings, pairs is not None, pad_to_multiple_of)
+        else:
+            arrays = self._arrays(encodings, pairs is not None)
         if return_tensors == "np":
             return arrays
         import torch
 
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+    def _padded_arrays(self, encodings: list[Encoding], pairs: bool, multiple: int | None) -> dict[str, Any]:
+        """Unpadded encodings -> [B, T] int64 arrays padded on the right to the longest (rounded up to
+        ``multiple``), exactly as the Rust padding lays them out."""
+        ids = [e.ids for e in encodings]
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        total = int(lengths.sum())
+        width = int(lengths.max()) if len(ids) else 0
+        if multiple and width % multiple:
+            width += multiple - width % multiple
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        input_ids = np.full((len(ids), width), self.pad_token_id, dtype=np.int64)
+        input_ids[mask] = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=total)
+        types = np.zeros_like(input_ids)
+        if pairs:
+            flat = itertools.chain.from_iterable(e.type_ids for e in encodings)
+            types[mask] = np.fromiter(flat, dtype=np.int64, count=total)
+        return {"input_ids": input_ids, "token_type_ids": types, "attention_mask": mask.astype(np.int64)}
+
+    def _arrays(self, encodings: list[Encoding], pairs: bool) -> dict[str, Any]:
+        ids = [e.ids for e in encodings]
+        if len({len(x) for x in ids}) > 1:
+            raise ValueError("sequences have different lengths: pass padding=True to build tensors")
+        input_ids = np.array(ids, dtype=np.int64).reshape(len(ids), -1)
+        return {
+            "input_ids": input_ids,
+            # single texts: segment 0 everywhere, padding included (no need to read it back from Rust)
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64).reshape(
+                input_ids.shape
+            )
+            if pairs
+            else np.zeros_like(input_ids),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64).reshape(
+                input_ids.shape
+            ),
+        }
