@@ -240,7 +240,7 @@ def prepare(
     vocab_file = Path(vocab_file)
     out_dir = Path(out_dir)
     words = _read_vocab(vocab_file)
-    load_tokenizer(vocab_file, lowercase)  # fail early (in this process) on a bad vocabulary
+    tokenizer = load_tokenizer(vocab_file, lowercase)  # fail early (in this process) on a bad vocabulary
     vocab_sha = sha256_file(vocab_file)
     dtype = "uint16" if len(words) < 65536 else "int32"
     options = {
@@ -270,7 +270,7 @@ def prepare(
             yield (index, docs, text_sha, str(out_dir), dtype, options), size
 
     if workers <= 1:
-        _init_worker(str(vocab_file), lowercase)
+        _WORKER.update(tok=tokenizer, cache=ChunkCache())
         for task, size in tasks():
             records.append(_build_shard(task))
             bar.update(size)
