@@ -58,6 +58,26 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
             raise TypeError(f"{what}[{i}] must be a str, got {type(t).__name__}")
 
 
+def _cut_after_words(texts: Sequence[str], limit: int) -> tuple[Sequence[str], list[int]]:
+    """Texts of more than ``limit`` whitespace-separated words cut after the ``limit``-th word, and the
+    indices cut. Tokens never span whitespace, so a cut text's tokens are the first tokens of the whole
+    text; ``limit`` words give at least ``limit`` tokens unless some words vanish in normalisation,
+    which the caller detects (a short encoding) and redoes on the whole text. Truncation to ``limit``
+    tokens then yields exactly what the whole text yields, without tokenizing what is cut away."""
+    out: list[str] | None = None
+    cut: list[int] = []
+    min_chars = 2 * limit  # a text this short has at most `limit` words
+    for i, text in enumerate(texts):
+        if isinstance(text, str) and len(text) > min_chars:
+            words = text.split(None, limit)
+            if len(words) > limit:
+                if out is None:
+                    out = list(texts)
+                out[i] = " ".join(words[:limit])
+                cut.append(i)
+    return (texts if out is None else out), cut
+
+
 class Tokenizer:
     """BERT WordPiece tokenizer.
 
@@ -437,8 +457,22 @@ class Tokenizer:
         # Offsets are not returned here, so the batch encoder that skips computing them does (when the
         # installed tokenizers has it): this keeps the wrapper as fast as the raw library.
         encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        limit = None
+        if (
+            pairs is None
+            and (pad_here or not padding)
+            and truncation in (None, True, "longest_first", "only_first")
+        ):
+            if truncation is not None or max_length is not None:
+                limit = self.model_max_length if max_length is None else max_length
+        cut: list[int] = []
+        if limit is not None:
+            inputs, cut = _cut_after_words(texts, limit)
         try:
             encodings = encode(inputs)
+            for i in cut:  # a cut text must still fill the window, else encode it whole
+                if len(encodings[i].ids) < limit:
+                    encodings[i] = encode([texts[i]])[0]
         except TypeError:
             _check_texts(texts, "texts")
             if pairs is not None:
