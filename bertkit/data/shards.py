@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.corpus import CorpusStats, iter_documents
+from bertkit.data.corpus import CorpusStats, expand_paths, iter_documents
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 
@@ -256,7 +256,10 @@ def prepare(
     )
     records: list[dict] = []
     skipped = 0
-    bar = tqdm(total=None, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1)
+    total_bytes = sum(p.stat().st_size for p in expand_paths(corpus))  # for the ETA (text bytes ~ file bytes)
+    bar = tqdm(
+        total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1
+    )
 
     def tasks() -> Iterator[tuple]:
         nonlocal skipped
