@@ -256,14 +256,16 @@ def prepare(
     )
     records: list[dict] = []
     skipped = 0
-    total_bytes = sum(p.stat().st_size for p in expand_paths(corpus))  # for the ETA (text bytes ~ file bytes)
+    total_bytes = sum(p.stat().st_size for p in expand_paths(corpus))  # for the ETA
     bar = tqdm(
         total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1
     )
 
     def tasks() -> Iterator[tuple]:
         nonlocal skipped
-        for index, (docs, text_sha, size) in enumerate(groups):
+        read = 0
+        for index, (docs, text_sha, _) in enumerate(groups):
+            size, read = stats.bytes - read, stats.bytes  # file bytes read for this group (sums to the total)
             rec = _finished_record(out_dir, index, text_sha, options)
             if rec is not None:
                 skipped += 1
