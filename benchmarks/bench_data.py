@@ -2,6 +2,7 @@
 
 Run: ``BERT_ORIGINAL_DIR=/path/to/bert .venv/bin/python -m benchmarks.bench_data [--quick] [--workers 2]``
 (``benchmarks.run`` calls :func:`run`). Without ``BERT_ORIGINAL_DIR`` only our numbers are reported.
+``--golden`` re-derives the static-parity fingerprints of tests/test_data_instances.py with the original.
 
 Getting the original (it is not part of bertkit and is never copied into it): any checkout of
 https://github.com/google-research/bert, e.g. ``git clone https://github.com/google-research/bert /tmp/bert``,
@@ -345,14 +346,65 @@ def run(args=None) -> list[dict]:
     return rows
 
 
+def golden(original: str) -> list[dict]:
+    """Re-derive the parity fingerprints of tests/test_data_instances.py with the original script itself
+    (its FullTokenizer and create_training_instances, on the same corpora and parameters)."""
+    import hashlib
+    import importlib.util
+
+    from bertkit.data import instances_sha256
+
+    spec = importlib.util.spec_from_file_location("_golden_cases", ROOT / "tests" / "test_data_instances.py")
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    cpd, tokenization = load_original(original)
+    tok = tokenization.FullTokenizer(vocab_file=str(VOCAB), do_lower_case=True)
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, seed, msl, dupe, short, mlm, maxpred, wwm, n, sha in cases.GOLDEN:
+            corpus = cases.golden_corpus(name, SHARED, Path(tmp))
+            cpd.FLAGS.do_whole_word_mask = wwm
+            insts = cpd.create_training_instances(
+                [str(corpus)], tok, msl, dupe, short, mlm, maxpred, random.Random(seed)
+            )
+            docs, doc = [], []
+            with open(corpus, encoding="utf-8") as f:
+                for line in f:
+                    if not line.strip():
+                        docs.append(doc)
+                        doc = []
+                    elif t := tok.tokenize(line.strip()):
+                        doc.append(t)
+            docs = [d for d in [*docs, doc] if d]
+            got = instances_sha256(insts)
+            out.append(
+                {
+                    "case": f"{name}-seed{seed}",
+                    "instances": len(insts),
+                    "sha256": got,
+                    "matches_test": got == sha and len(insts) == n,
+                    "docs_sha256_matches": hashlib.sha256(json.dumps(docs).encode()).hexdigest()
+                    == cases.DOCS_SHA[name],
+                }
+            )
+    return out
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--quick", action="store_true", help="a third of the corpus")
+    p.add_argument("--golden", action="store_true", help="re-derive the parity test's fingerprints")
     p.add_argument("--_measure", help=argparse.SUPPRESS)
     p.add_argument("--_corpus", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.golden:
+        if not os.environ.get("BERT_ORIGINAL_DIR"):
+            sys.exit("--golden needs BERT_ORIGINAL_DIR (a checkout of google-research/bert)")
+        for row in golden(os.environ["BERT_ORIGINAL_DIR"]):
+            print(json.dumps(row))
+        return
     if a._measure:
         r = _measure(a._measure, a._corpus, a.workers, a.max_seq_length, os.environ.get("BERT_ORIGINAL_DIR"))
         print(json.dumps(r))
