@@ -1,0 +1,132 @@
+"""Tokenizer batch encoding of real text: bertkit ``Tokenizer.__call__`` vs transformers'
+``BertTokenizerFast.__call__`` (goal >= 2x) and vs the raw ``tokenizers`` library (goal >= 0.9x).
+
+Run alone: ``.venv/bin/python -m benchmarks.bench_tokenizer [--quick] [--threads 2]``.
+
+Inputs: SST-2 train sentences and WikiText-2/Gutenberg text lines, in batches of 1,000, truncated to
+128 tokens and padded to the longest in the batch, to int64 tensors (``return_tensors="pt"``).
+The vocabulary is bert-base-uncased's (from all-MiniLM-L6-v2). The raw baseline is the library's
+own ``Tokenizer.from_file(tokenizer.json)`` with the same truncation and padding, calling its fastest
+batch encoder (``encode_batch_fast`` when present: no offsets) and building no tensors at all, so the
+"raw" ratio is what our wrapper costs on top of it. Before timing, input_ids, token_type_ids and
+attention_mask must be identical across all three. Rust's thread pool size is ``RAYON_NUM_THREADS``
+(set by ``benchmarks.run`` to ``--threads``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from .common import check_equal, compare, pin_threads, summary_line
+from .inputs import minilm_dir, sst2_sentences, text_lines
+
+BATCH = 1000
+MAX_LEN = 128
+
+
+def _tokenizers():
+    import tokenizers
+    import transformers
+
+    from bertkit.tokenizer import Tokenizer
+
+    path = minilm_dir()
+    ours = Tokenizer.from_pretrained(path)
+    hf = transformers.BertTokenizerFast.from_pretrained(str(path))
+    raw = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    raw.enable_truncation(MAX_LEN)
+    raw.enable_padding(pad_id=ours.pad_token_id, pad_token=ours.pad_token)
+    return ours, hf, raw
+
+
+def bench(dataset: str, texts: list[str], repeats: int, toks=None) -> list[dict[str, Any]]:
+    ours, hf, raw = toks or _tokenizers()
+    batches = [texts[i : i + BATCH] for i in range(0, len(texts), BATCH)]
+    raw_encode = getattr(raw, "encode_batch_fast", raw.encode_batch)
+
+    def run_ours() -> None:
+        for b in batches:
+            ours(b, max_length=MAX_LEN)
+
+    def run_hf() -> None:
+        for b in batches:
+            hf(b, max_length=MAX_LEN, truncation=True, padding=True, return_tensors="pt")
+
+    def run_raw() -> None:
+        for b in batches:
+            raw_encode(b)
+
+    # identical outputs first, on every batch
+    for i, b in enumerate(batches):
+        a = ours(b, max_length=MAX_LEN)
+        h = hf(b, max_length=MAX_LEN, truncation=True, padding=True, return_tensors="pt")
+        r = raw_encode(b)
+        for key, attr in (
+            ("input_ids", "ids"),
+            ("token_type_ids", "type_ids"),
+            ("attention_mask", "attention_mask"),
+        ):
+            check_equal(a[key], h[key], f"tokenizer {dataset} batch {i} {key} vs transformers")
+            check_equal(
+                a[key],
+                torch.from_numpy(np.array([getattr(e, attr) for e in r], dtype=np.int64)),
+                f"{key} vs raw",
+            )
+    n = len(texts)
+    chars = sum(map(len, texts))
+    extra = {"texts": n, "mb": round(chars / 1e6, 2), "rayon_threads": os.environ.get("RAYON_NUM_THREADS")}
+    vs_hf = compare(
+        f"tokenizer {dataset} vs BertTokenizerFast",
+        run_ours,
+        run_hf,
+        repeats=repeats,
+        items=n,
+        unit="texts",
+        goal=2.0,
+        check="ids/types/mask identical",
+        extra=extra,
+    )
+    vs_raw = compare(
+        f"tokenizer {dataset} vs raw tokenizers",
+        run_ours,
+        run_raw,
+        repeats=repeats,
+        items=n,
+        unit="texts",
+        goal=0.9,
+        check="ids/types/mask identical",
+        extra=extra,
+    )
+    return [vs_hf, vs_raw]
+
+
+def run(args: Any = None) -> list[dict[str, Any]]:
+    quick = bool(getattr(args, "quick", False))
+    repeats = getattr(args, "repeats", None) or (3 if quick else 7)
+    toks = _tokenizers()
+    n = 5000 if quick else 20000
+    sst2 = [s for s, _ in zip(sst2_sentences("train"), range(n))]
+    wiki = text_lines(limit_chars=(250_000 if quick else 1_000_000))
+    return bench("sst2", sst2, repeats, toks) + bench("text", wiki, repeats, toks)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=None)
+    args = p.parse_args(argv)
+    pin_threads(args.threads)
+    for r in run(args):
+        print(summary_line(r), flush=True)
+        print(json.dumps({k: v for k, v in r.items() if not k.endswith("_times")}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

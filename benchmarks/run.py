@@ -1,0 +1,168 @@
+"""``make bench``: every benchmark side by side with its reference, one summary line each, ending in
+``ratio=X.XX`` (ours/reference speed, higher is better), and ``bench/results.json`` (written atomically).
+
+    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...]
+
+Suites (each a module exposing ``run(args) -> list[dict]``; a dict has at least ``name`` and ``ratio``,
+or ``skipped``/``error`` with a reason):
+
+- ``encoder``   benchmarks.bench_encoder   inference, MiniLM and BERT-base, SST-2/CoNLL batches of 32
+- ``tokenizer`` benchmarks.bench_tokenizer batch encoding vs BertTokenizerFast and raw ``tokenizers``
+- ``finetune``  benchmarks.bench_finetune  SQuAD-shaped 8x384 QA step and SST-2 classification step
+- ``pretrain``  benchmarks.bench_pretrain  pre-training step, BERT-mini/small, 32x128 (pretraining engineer)
+- ``data``      benchmarks.bench_data      prepare + instances vs the original algorithm (data engineer)
+
+Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
+tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
+OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``): on a machine shared with other jobs, spinning
+threads that lose their core make every parallel region wait (both sides alike), which made 2-thread
+timings 3x slower and far noisier. Outputs are checked equal before anything is timed; a mismatch is
+reported and makes the exit status 1. Offline: inputs come from ../shared/data and the installed
+all-MiniLM-L6-v2 package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="a fast smoke run: fewer inputs and repeats")
+    p.add_argument("--threads", type=int, default=2, help="torch and Rust threads (default 2)")
+    p.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default per benchmark)")
+    p.add_argument("--only", nargs="+", choices=SUITES, default=None, help="run only these suites")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    return p.parse_args(argv)
+
+
+def _suite_args(name: str, args: argparse.Namespace) -> Any:
+    """What each suite's ``run`` takes (the data and pretraining suites document their own keys)."""
+    if name == "pretrain":
+        d: dict[str, Any] = {"threads": args.threads}
+        if args.quick:
+            d.update(sizes=["mini"], repeats=args.repeats or 3, warmup=1)
+        elif args.repeats:
+            d["repeats"] = args.repeats
+        return argparse.Namespace(**d)
+    if name == "data":
+        return {"quick": args.quick, "workers": args.threads}
+    return argparse.Namespace(quick=args.quick, threads=args.threads, repeats=args.repeats)
+
+
+def _normalise(row: dict[str, Any], suite: str) -> dict[str, Any]:
+    row = dict(row)
+    row.setdefault("suite", suite)
+    if "ours_per_s" not in row and isinstance(row.get("ours"), (int, float)):
+        row.setdefault("ours_value", row["ours"])
+    return row
+
+
+def summary(row: dict[str, Any]) -> str:
+    from .common import summary_line
+
+    if "ours_per_s" in row or "error" in row:
+        return summary_line(row)
+    parts = [f"{row.get('name', '?'):<34}"]
+    if row.get("skipped"):
+        parts.append(f"SKIPPED ({row['skipped']})")
+    unit = row.get("unit", "")
+    if row.get("ours") is not None:
+        ref = row.get("reference")
+        parts.append(f"ours {row['ours']} {unit}  ref {ref if ref is not None else 'n/a'} {unit}")
+    for k in ("peak_mb", "ours_peak_mb"):
+        if row.get(k) is not None:
+            parts.append(
+                f"peak {row[k]} MB"
+                + (f" / ref {row['reference_peak_mb']} MB" if row.get("reference_peak_mb") else "")
+            )
+            break
+    if row.get("goal") is not None:
+        parts.append(f"goal {row['goal']}")
+    ratio = row.get("ratio")
+    parts.append(f"ratio={ratio:.2f}" if isinstance(ratio, (int, float)) else "ratio=n/a")
+    return "  ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    # before torch / tokenizers start their thread pools
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ["RAYON_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+
+    from bertkit.io import atomic_write_json
+
+    from .common import Mismatch, environment, pin_threads
+
+    threads = pin_threads(args.threads)
+    env = environment()
+    print(
+        f"bertkit benchmarks: {env['cpu']} ({env['cpu_count']} cpus), torch threads pinned to {threads}, "
+        f"RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}, OMP_WAIT_POLICY={env['omp_wait_policy']}, "
+        f"load {env['load_average']}, torch {env['torch']}, transformers {env['transformers']}"
+        + (" [quick]" if args.quick else ""),
+        flush=True,
+    )
+    results: list[dict[str, Any]] = []
+    failed = False
+    started = time.perf_counter()
+    for suite in args.only or SUITES:
+        t0 = time.perf_counter()
+        try:
+            module = importlib.import_module(f"benchmarks.bench_{suite}")
+        except ImportError as e:
+            row = {
+                "name": suite,
+                "suite": suite,
+                "skipped": f"benchmarks/bench_{suite}.py not importable: {e}",
+            }
+            results.append(row)
+            print(summary(row), flush=True)
+            continue
+        try:
+            rows = module.run(_suite_args(suite, args))
+        except Mismatch as e:
+            failed = True
+            rows = [{"name": suite, "error": f"outputs differ: {e}"}]
+        except Exception as e:  # one broken suite must not hide the others' numbers
+            name = type(e).__name__
+            skipped = name == "NoData"
+            failed = failed or not skipped
+            traceback.print_exc(limit=4)
+            rows = [{"name": suite, ("skipped" if skipped else "error"): f"{name}: {e}"}]
+        pin_threads(args.threads)  # a suite may have changed it
+        for row in rows:
+            row = _normalise(row, suite)
+            row.setdefault("suite_seconds", round(time.perf_counter() - t0, 1))
+            results.append(row)
+            print(summary(row), flush=True)
+    total = time.perf_counter() - started
+    report = {
+        "environment": env,
+        "command": "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "quick": args.quick,
+        "seconds": round(total, 1),
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out, report)
+    print(f"wrote {args.out} ({len(results)} results, {total:.0f} s)", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
