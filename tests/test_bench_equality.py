@@ -1,0 +1,187 @@
+"""The benchmarks' equality checks as tests (no timings): what is timed side by side computes the same.
+
+- the encoder's fast paths (packed tokens, attention per equal-length group, oneDNN GEMMs, cached fused
+  QKV) against transformers' SDPA BertModel on real variable-length batches;
+- fine-tuning: loss, logits and every gradient against transformers' heads;
+- the tokenizer's fast ``__call__`` (numpy padding, skipping words past the window) against
+  ``BertTokenizerFast`` and the raw library;
+- the harness's own checks reject a difference.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from benchmarks.common import Mismatch, check_close, check_equal  # noqa: E402
+from bertkit.config import BertConfig  # noqa: E402
+from bertkit.model import ACT2FN, BertModel, linear  # noqa: E402
+from bertkit.tokenizer import Tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tok(minilm_dir):
+    return Tokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def hf_tok(minilm_dir):
+    return transformers.BertTokenizerFast.from_pretrained(str(minilm_dir))
+
+
+def _real_batch(shared_data, n: int = 12) -> list[str]:
+    from benchmarks.inputs import conll_sentences, sst2_sentences
+
+    return sst2_sentences("dev")[: n // 2] + conll_sentences("train")[100 : 100 + n // 2]
+
+
+def test_encoder_matches_transformers_sdpa_on_real_batches(minilm_dir, shared_data, tok):
+    ours = BertModel.from_pretrained(minilm_dir).eval()
+    ref = transformers.BertModel.from_pretrained(str(minilm_dir), attn_implementation="sdpa").eval()
+    batch = tok(_real_batch(shared_data), max_length=128)
+    assert batch["attention_mask"].min() == 0
+    with torch.inference_mode():
+        for _ in range(2):  # the second call uses the cached fused QKV weight
+            a, b = ours(**batch), ref(**batch)
+            check_close(a.last_hidden_state, b.last_hidden_state, 1e-4, "hidden", batch["attention_mask"])
+            check_close(a.pooler_output, b.pooler_output, 1e-4, "pooler")
+
+
+def test_fused_qkv_cache_follows_weight_updates(minilm_dir, tok):
+    model = BertModel.from_pretrained(minilm_dir).eval()
+    batch = tok(["a short one", "and a somewhat longer sentence here"])
+    with torch.no_grad():
+        before = model(**batch).last_hidden_state
+        model.encoder.layer[0].attention.self.query.weight.mul_(0.5)  # in place: bumps the version
+        after = model(**batch).last_hidden_state
+        fresh = BertModel.from_pretrained(minilm_dir).eval()
+        fresh.encoder.layer[0].attention.self.query.weight.mul_(0.5)
+        want = fresh(**batch).last_hidden_state
+    assert (before - after).abs().max() > 1e-3
+    check_close(after, want, 1e-6, "after update", batch["attention_mask"])
+
+
+def test_arbitrary_masks_and_equal_lengths_group_correctly():
+    """Left padding, holes, and runs of equal lengths give what each sequence gives alone."""
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.preset("tiny", vocab_size=60)).eval()
+    ids = torch.randint(5, 60, (5, 9))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0  # right padding
+    mask[1, :3] = 0  # left padding (length 6, same as row 0)
+    mask[2, [2, 5]] = 0  # holes
+    mask[4, 4:] = 0
+    with torch.no_grad():
+        out = model(ids, mask).last_hidden_state
+        for i in range(5):
+            keep = mask[i].bool()
+            pos = torch.arange(9)[keep][None]
+            alone = model(ids[i : i + 1, keep], position_ids=pos).last_hidden_state[0]
+            check_close(out[i, keep], alone, 1e-5, f"row {i}")
+
+
+def _reference_linear(x, w, b, act):
+    out = torch.nn.functional.linear(x, w, b)
+    return out if act is None else ACT2FN[act](out)
+
+
+def test_onednn_linear_matches_f_linear_with_gradients():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    w = torch.randn(8, 16, requires_grad=True)
+    b = torch.randn(8, requires_grad=True)
+    g = torch.randn(3, 5, 8)
+    for act in (None, "gelu", "gelu_new"):
+        grads = []
+        for fn in (linear, _reference_linear):
+            for t in (x, w, b):
+                t.grad = None
+            fn(x, w, b, act).backward(g)
+            grads.append([t.grad.clone() for t in (x, w, b)])
+        for got, want in zip(*grads):
+            check_close(got, want, 1e-5, f"grad {act}")
+    with torch.no_grad():
+        for act in (None, "gelu", "gelu_new", "relu"):
+            check_close(linear(x, w, b, act), _reference_linear(x, w, b, act), 1e-5, f"fused {act}")
+
+
+@pytest.mark.parametrize("task", ["squad", "sst2"])
+def test_finetune_step_matches_transformers(minilm_dir, shared_data, tok, task):
+    from benchmarks import bench_finetune as bf
+
+    batch = bf.squad_batch(tok, batch=2, seq=128) if task == "squad" else bf.sst2_batch(tok, batch=4)
+    with tempfile.TemporaryDirectory() as tmp:
+        ours, ref = bf._pair(task, tmp)
+    assert "grad" in bf._check(ours, ref, batch, task)
+
+
+def test_training_packed_path_matches_padded_gradients():
+    """The packed/grouped attention's backward equals a padding-free per-row computation."""
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.preset("tiny", vocab_size=60)).eval()
+    ids = torch.randint(5, 60, (3, 7))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 4 + [0] * 3])
+    model(ids, mask).last_hidden_state[mask.bool()].sum().backward()
+    together = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    for i in range(3):
+        n = int(mask[i].sum())
+        model(ids[i : i + 1, :n]).last_hidden_state.sum().backward()
+    for n, p in model.named_parameters():
+        if n in together:
+            check_close(together[n], p.grad, 1e-4, n)
+
+
+def _texts(shared_data) -> list[str]:
+    from benchmarks.inputs import text_lines
+
+    lines = text_lines(60_000)
+    long = " ".join(lines[:40])
+    return lines[:200] + [
+        long,  # far past the window: the cut path
+        "\u200d " * 300 + long,  # 300 words that vanish in normalisation: the fallback path
+        "é\u0301 " * 200 + "end",  # accents only, stripped
+        "[MASK] " * 150,
+        "",
+    ]
+
+
+@pytest.mark.parametrize("max_length", [16, 128])
+def test_tokenizer_call_equals_transformers_and_raw(shared_data, minilm_dir, tok, hf_tok, max_length):
+    import numpy as np
+    import tokenizers
+
+    texts = _texts(shared_data)
+    raw = tokenizers.Tokenizer.from_file(str(minilm_dir / "tokenizer.json"))
+    raw.enable_truncation(max_length)
+    raw.enable_padding(pad_id=tok.pad_token_id, pad_token=tok.pad_token)
+    ours = tok(texts, max_length=max_length)
+    hf = hf_tok(texts, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+    encs = raw.encode_batch(texts)
+    for key, attr in (
+        ("input_ids", "ids"),
+        ("token_type_ids", "type_ids"),
+        ("attention_mask", "attention_mask"),
+    ):
+        check_equal(ours[key], hf[key], key)
+        check_equal(ours[key], torch.from_numpy(np.array([getattr(e, attr) for e in encs])), key)
+    pairs = texts[::-1]
+    ours = tok(texts, pairs, max_length=max_length)
+    hf = hf_tok(texts, pairs, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+    for key in ours:
+        check_equal(ours[key], hf[key], f"pairs {key}")
+
+
+def test_harness_rejects_differences():
+    a = torch.zeros(2, 3)
+    with pytest.raises(Mismatch):
+        check_close(a, a + 1e-3, 1e-4, "x")
+    with pytest.raises(Mismatch):
+        check_close(a, a * float("nan"), 1e-4, "nan")
+    assert check_close(a, a + 1e-3, 1e-4, "masked", mask=torch.zeros(2, 3)) == 0.0
+    with pytest.raises(Mismatch):
+        check_equal([1, 2], [1, 3], "ids")
