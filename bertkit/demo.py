@@ -161,6 +161,39 @@ def corpus_probes(corpus: list[str], n: int = 5, seed: int = 0) -> list[str]:
     return out
 
 
+def time_one_step(
+    data_dir: Path, preset: str, overrides: dict, batch_size: int, seq: int, lr: float
+) -> float:
+    """Median seconds of a training step (forward, backward, AdamW) of this model on this data, after warm-up."""
+    import torch
+
+    from bertkit.config import BertConfig
+    from bertkit.data import PretrainingDataset
+    from bertkit.heads.pretraining import BertForPreTraining
+    from bertkit.pretrain import make_loss_fn
+    from bertkit.train.batches import Batches
+    from bertkit.train.optim import build_optimizer
+
+    ds = PretrainingDataset(data_dir, max_seq_length=seq)
+    batches = Batches(ds, batch_size, ds.collate, seed=12345)
+    rng = torch.get_rng_state()
+    model = BertForPreTraining(BertConfig.preset(preset, vocab_size=ds.vocab_size, **overrides))
+    opt = build_optimizer(model, lr=lr)
+    loss_fn = make_loss_fn("mlm+nsp")
+    times = []
+    for i in range(8):
+        batch = next(batches)
+        t = time.perf_counter()
+        loss, _ = loss_fn(model, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= 2:
+            times.append(time.perf_counter() - t)
+    torch.set_rng_state(rng)
+    return sorted(times)[len(times) // 2]
+
+
 def tiny_data(
     work: str | os.PathLike, max_bytes: int = 150_000, vocab_size: int = 1000, max_seq_length: int = 64
 ) -> Path:
@@ -180,12 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bertkit.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", nargs="+", help="your own text files/directories (default: Python's docs)")
     ap.add_argument("--out", default="runs/demo", help="report directory (default runs/demo)")
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default: fit --train-seconds)")
+    ap.add_argument(
+        "--train-seconds",
+        type=float,
+        default=150.0,
+        help="without --steps: time a few steps first and train about this long (clamped to 200..3000 steps)",
+    )
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--max-seq-length", type=int, default=64)
-    ap.add_argument("--vocab-size", type=int, default=6000)
+    ap.add_argument("--vocab-size", type=int, default=4000)
     ap.add_argument("--preset", default="mini", help="model size (tiny, mini, small, ...)")
-    ap.add_argument("--layers", type=int, default=None, help="override the preset's number of layers")
+    ap.add_argument("--layers", type=int, default=2, help="override the preset's number of layers (default 2)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--seed", type=int, default=0)
@@ -198,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains afresh
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
 
@@ -223,9 +265,22 @@ def main(argv: list[str] | None = None) -> int:
 
     from bertkit.pretrain import PretrainConfig, pretrain
 
-    overrides = {"max_position_embeddings": max(128, args.max_seq_length)}
+    # short from-scratch training on a small corpus: dropout only slows it down
+    overrides = {
+        "max_position_embeddings": max(128, args.max_seq_length),
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+    }
     if args.layers:
         overrides["num_hidden_layers"] = args.layers
+    if args.steps is None:
+        per_step = time_one_step(
+            data_dir, args.preset, overrides, args.batch_size, args.max_seq_length, args.lr
+        )
+        args.steps = int(min(3000, max(200, args.train_seconds / per_step)))
+        print(
+            f"      {per_step * 1000:.0f} ms per step here: {args.steps} steps fit in ~{args.train_seconds:.0f} s"
+        )
     cfg = PretrainConfig(
         data=str(data_dir),
         out=str(out / "run"),
