@@ -120,6 +120,21 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     failed = False
     started = time.perf_counter()
+    command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    def write(complete: bool) -> None:
+        """bench/results.json after every suite (atomic), so a cut-short run still leaves its numbers."""
+        report = {
+            "environment": env,
+            "command": command.strip(),
+            "quick": args.quick,
+            "complete": complete,
+            "seconds": round(time.perf_counter() - started, 1),
+            "results": results,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(args.out, report)
+
     for suite in args.only or SUITES:
         t0 = time.perf_counter()
         try:
@@ -150,16 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             row.setdefault("suite_seconds", round(time.perf_counter() - t0, 1))
             results.append(row)
             print(summary(row), flush=True)
+        write(complete=False)
     total = time.perf_counter() - started
-    report = {
-        "environment": env,
-        "command": "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "quick": args.quick,
-        "seconds": round(total, 1),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, report)
+    write(complete=True)
     print(f"wrote {args.out} ({len(results)} results, {total:.0f} s)", flush=True)
     return 1 if failed else 0
 
