@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import tempfile
 from typing import Any
@@ -73,12 +74,18 @@ def _pair(task: str, tmp: str):
     from bertkit.heads.finetune import BertForQuestionAnswering, BertForSequenceClassification
 
     torch.manual_seed(0)
-    if task == "squad":
-        ours = BertForQuestionAnswering.from_pretrained(minilm_dir())
-        cls = transformers.BertForQuestionAnswering
-    else:
-        ours = BertForSequenceClassification.from_pretrained(minilm_dir(), num_labels=2)
-        cls = transformers.BertForSequenceClassification
+    log = logging.getLogger("bertkit")
+    level = log.level
+    log.setLevel(logging.ERROR)  # the new head's "freshly initialised" notice is expected here
+    try:
+        if task == "squad":
+            ours = BertForQuestionAnswering.from_pretrained(minilm_dir())
+            cls = transformers.BertForQuestionAnswering
+        else:
+            ours = BertForSequenceClassification.from_pretrained(minilm_dir(), num_labels=2)
+            cls = transformers.BertForSequenceClassification
+    finally:
+        log.setLevel(level)
     ours.save_pretrained(tmp)
     ref = cls.from_pretrained(tmp, attn_implementation="sdpa")
     return ours, ref
