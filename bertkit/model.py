@@ -65,9 +65,26 @@ def _onednn_linear_op():
 _onednn = _onednn_linear_op()
 
 
+def _bucket(rows: int) -> int:
+    """``rows`` rounded up to one of 8 sizes per power of two (at most 12.5% more; powers of two up to 64).
+
+    oneDNN builds and keeps a kernel per GEMM shape; with packed batches the row count changes every
+    batch, and without buckets the process kept growing by ~2 MB per new shape."""
+    if rows <= 64:
+        return 1 << max(rows - 1, 0).bit_length()
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    return x if x.shape[0] == rows else torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])
+
+
 def _dnn(x: Tensor, weight: Tensor, bias: Tensor | None, attr: str = "none", algo: str = "") -> Tensor:
     shape = x.shape
-    out = _onednn(x.reshape(-1, shape[-1]), weight, bias, attr, [], algo)
+    x2 = x.reshape(-1, shape[-1])
+    rows = x2.shape[0]
+    out = _onednn(_pad_rows(x2, _bucket(rows)), weight, bias, attr, [], algo)[:rows]
     return out.view(*shape[:-1], weight.shape[0])
 
 
@@ -90,7 +107,9 @@ class _DnnLinear(torch.autograd.Function):
             grad_x = _dnn(grad, weight.t().contiguous(), None)
         if ctx.needs_input_grad[1]:
             x2 = x.reshape(-1, x.shape[-1])
-            grad_w = _onednn(g2.t().contiguous(), x2.t().contiguous(), None, "none", [], "")
+            rows = _bucket(x2.shape[0])  # zero rows add nothing to the sum over rows
+            g_t, x_t = _pad_rows(g2, rows).t().contiguous(), _pad_rows(x2, rows).t().contiguous()
+            grad_w = _onednn(g_t, x_t, None, "none", [], "")
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = g2.sum(0)
         return grad_x, grad_w, grad_b
