@@ -185,3 +185,13 @@ def test_harness_rejects_differences():
     assert check_close(a, a + 1e-3, 1e-4, "masked", mask=torch.zeros(2, 3)) == 0.0
     with pytest.raises(Mismatch):
         check_equal([1, 2], [1, 3], "ids")
+
+
+def test_onednn_row_buckets_are_few_and_tight():
+    """Packed batches change the GEMM row count every batch; buckets bound the shapes oneDNN caches."""
+    from bertkit.model import _bucket
+
+    sizes = {_bucket(n) for n in range(1, 16385)}
+    assert len(sizes) <= 80
+    assert all(_bucket(n) >= n for n in range(1, 5000))
+    assert max(_bucket(n) / n for n in range(65, 16385)) <= 1.125
