@@ -224,7 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seq-length", type=int, default=64)
     ap.add_argument("--vocab-size", type=int, default=4000)
     ap.add_argument("--preset", default="mini", help="model size (tiny, mini, small, ...)")
-    ap.add_argument("--layers", type=int, default=2, help="override the preset's number of layers (default 2)")
+    ap.add_argument(
+        "--layers", type=int, default=2, help="override the preset's number of layers (default 2)"
+    )
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--seed", type=int, default=0)
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.quiet,
     )
     print(
-        f"[3/4] pre-training BERT-{args.preset} (MLM + NSP) for {args.steps} steps of "
+        f"[3/4] pre-training BERT-{args.preset} ({args.layers or 'preset'} layers, MLM + NSP) for {args.steps} steps of "
         f"{args.batch_size} x {args.max_seq_length} tokens on {torch.get_num_threads()} CPU thread(s)",
         flush=True,
     )
