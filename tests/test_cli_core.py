@@ -16,7 +16,9 @@ def test_help_lists_subcommands(capsys):
 
 
 def test_console_script_runs():
-    result = subprocess.run([sys.executable, "-m", "bertkit", "--version"], capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "bertkit", "--version"], capture_output=True, text=True, check=True
+    )
     assert result.stdout.startswith("bertkit ")
 
 

@@ -12,11 +12,23 @@ from bertkit.errors import UserError
 
 @pytest.mark.parametrize(
     "name,layers,hidden,heads",
-    [("tiny", 2, 128, 2), ("mini", 4, 256, 4), ("small", 4, 512, 8), ("medium", 8, 512, 8), ("base", 12, 768, 12), ("large", 24, 1024, 16)],
+    [
+        ("tiny", 2, 128, 2),
+        ("mini", 4, 256, 4),
+        ("small", 4, 512, 8),
+        ("medium", 8, 512, 8),
+        ("base", 12, 768, 12),
+        ("large", 24, 1024, 16),
+    ],
 )
 def test_presets(name, layers, hidden, heads):
     c = BertConfig.preset(name)
-    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size) == (layers, hidden, heads, 4 * hidden)
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size) == (
+        layers,
+        hidden,
+        heads,
+        4 * hidden,
+    )
 
 
 def test_preset_overrides_and_unknown_preset():
@@ -42,8 +54,16 @@ def test_impossible_configs_raise_with_the_fix(kwargs, match):
 
 
 def test_json_roundtrip_keeps_unknown_keys(tmp_path):
-    data = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 256,
-            "vocab_size": 50, "transformers_version": "4.8.2", "my_custom_key": [1, 2], "id2label": {"0": "NEG", "1": "POS"}}
+    data = {
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "intermediate_size": 256,
+        "vocab_size": 50,
+        "transformers_version": "4.8.2",
+        "my_custom_key": [1, 2],
+        "id2label": {"0": "NEG", "1": "POS"},
+    }
     (tmp_path / "config.json").write_text(json.dumps(data))
     c = BertConfig.from_pretrained(tmp_path)
     assert c.extra["my_custom_key"] == [1, 2]

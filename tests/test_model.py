@@ -116,7 +116,9 @@ def test_gelu_variants():
 def test_saved_model_loads_in_transformers(minilm, tmp_path):
     ours, _, tok = minilm
     ours.save_pretrained(tmp_path)
-    hf, info = transformers.BertModel.from_pretrained(tmp_path, attn_implementation="eager", output_loading_info=True)
+    hf, info = transformers.BertModel.from_pretrained(
+        tmp_path, attn_implementation="eager", output_loading_info=True
+    )
     assert info["missing_keys"] in ([], set()), info
     batch = _batch(tok)
     with torch.no_grad():
@@ -129,7 +131,12 @@ def test_saved_model_loads_in_transformers(minilm, tmp_path):
 @pytest.mark.parametrize("act", ["gelu", "gelu_new"])
 def test_transformers_random_model_loads_in_bertkit(tmp_path, act):
     hf_config = transformers.BertConfig(
-        vocab_size=120, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_size=128, hidden_act=act
+        vocab_size=120,
+        hidden_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=128,
+        hidden_act=act,
     )
     torch.manual_seed(1)
     hf = transformers.BertModel(hf_config).eval()
@@ -214,7 +221,9 @@ def test_too_long_input_is_refused():
 
 def test_gradient_checkpointing_gives_same_gradients():
     torch.manual_seed(0)
-    model = BertModel(BertConfig.preset("tiny", vocab_size=60, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    model = BertModel(
+        BertConfig.preset("tiny", vocab_size=60, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    )
     ids = torch.randint(0, 60, (2, 12))
     mask = torch.ones_like(ids)
     mask[0, 8:] = 0

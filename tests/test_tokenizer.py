@@ -42,7 +42,9 @@ def tokenizers_triple(minilm_dir):
 
 
 def _real_lines(shared_data, n: int) -> list[str]:
-    files = sorted((shared_data / "corpus" / "gutenberg").glob("*.txt")) + [shared_data / "corpus" / "wikitext-2" / "valid.txt"]
+    files = sorted((shared_data / "corpus" / "gutenberg").glob("*.txt")) + [
+        shared_data / "corpus" / "wikitext-2" / "valid.txt"
+    ]
     lines: list[str] = []
     for f in files:
         with f.open(encoding="utf-8") as fh:
@@ -120,7 +122,10 @@ def test_batch_padding_and_masks(tokenizers_triple):
         assert torch.equal(got[key], want[key]), key
     fixed = ours(texts, max_length=8, padding="max_length")
     assert fixed["input_ids"].shape == (3, 8)
-    assert torch.equal(fixed["input_ids"], fast(texts, max_length=8, padding="max_length", truncation=True, return_tensors="pt")["input_ids"])
+    assert torch.equal(
+        fixed["input_ids"],
+        fast(texts, max_length=8, padding="max_length", truncation=True, return_tensors="pt")["input_ids"],
+    )
     unpadded = ours(texts, padding=False, return_tensors=None)
     assert [len(x) for x in unpadded["input_ids"]] == [sum(m) for m in got["attention_mask"].tolist()]
     np_out = ours(texts, return_tensors="np")
@@ -169,7 +174,20 @@ def test_cased_and_accent_settings(tmp_path):
 
 
 def test_wordpiece_greedy_longest_match_and_unk():
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "unaff", "##aff", "##able", "##a", "##ble", "a"]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "un",
+        "unaff",
+        "##aff",
+        "##able",
+        "##a",
+        "##ble",
+        "a",
+    ]
     tok = Tokenizer.from_vocab(vocab)
     # longest match first: "unaff" beats "un" + "##aff"
     assert tok.tokenize("unaffable") == ["unaff", "##able"]
@@ -177,13 +195,22 @@ def test_wordpiece_greedy_longest_match_and_unk():
     assert tok.tokenize("unxyz a") == ["[UNK]", "a"]
     long_tok = Tokenizer.from_vocab(vocab, max_input_chars_per_word=5)
     assert long_tok.tokenize("unaffable a") == ["[UNK]", "a"]
-    assert Tokenizer.from_vocab(vocab, max_input_chars_per_word=200).tokenize("unaffable") == ["unaff", "##able"]
+    assert Tokenizer.from_vocab(vocab, max_input_chars_per_word=200).tokenize("unaffable") == [
+        "unaff",
+        "##able",
+    ]
 
 
 def test_special_tokens_looked_up_by_name():
     vocab = ["hello", "[MASK]", "[SEP]", "[UNK]", "[CLS]", "[PAD]"]
     tok = Tokenizer.from_vocab(vocab)
-    assert (tok.mask_token_id, tok.sep_token_id, tok.unk_token_id, tok.cls_token_id, tok.pad_token_id) == (1, 2, 3, 4, 5)
+    assert (tok.mask_token_id, tok.sep_token_id, tok.unk_token_id, tok.cls_token_id, tok.pad_token_id) == (
+        1,
+        2,
+        3,
+        4,
+        5,
+    )
     assert tok.encode("hello there").ids == [4, 0, 3, 2]
 
 
