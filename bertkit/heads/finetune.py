@@ -121,13 +121,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         output_hidden_states: bool = False,
         return_dict: bool | None = None,
     ) -> SequenceClassifierOutput:
-        out = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            output_hidden_states=output_hidden_states,
-        )
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
         logits = self.classifier(self.dropout(out.pooler_output))
         loss = None
         if labels is not None:
@@ -252,13 +246,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         output_hidden_states: bool = False,
         return_dict: bool | None = None,
     ) -> TokenClassifierOutput:
-        out = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            output_hidden_states=output_hidden_states,
-        )
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
         logits = self.classifier(self.dropout(out.last_hidden_state))
         loss = None
         if labels is not None:
@@ -304,13 +292,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         output_hidden_states: bool = False,
         return_dict: bool | None = None,
     ) -> QuestionAnsweringOutput:
-        out = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            output_hidden_states=output_hidden_states,
-        )
+        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
         logits = self.qa_outputs(out.last_hidden_state)
         start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()
         loss = None

@@ -198,23 +198,29 @@ def pretraining_metrics(
 # ------------------------------------------------------------------------------------------------- models
 
 
-class BertForPreTraining(BertPreTrainedModel):
-    """BERT with the masked-LM and next-sentence heads (the paper's pre-training model)."""
+class _WithMLMHead(BertPreTrainedModel):
+    """What every model with the masked-LM head (``self.cls.predictions``) shares: the decoder is tied to
+    the word embeddings and its bias starts at zero."""
 
     _tied_weights = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
-    _ignored_keys = BertPreTrainedModel._ignored_keys + (r"^cls\.predictions\.decoder\.bias$",)
-
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
-        self.bert = BertModel(config)
-        self.cls = BertPreTrainingHeads(config)
-        self.post_init()
 
     def _init_extra(self) -> None:
         self.cls.predictions.bias.zero_()
 
     def get_output_embeddings(self) -> nn.Linear:
         return self.cls.predictions.decoder
+
+
+class BertForPreTraining(_WithMLMHead):
+    """BERT with the masked-LM and next-sentence heads (the paper's pre-training model)."""
+
+    _ignored_keys = _WithMLMHead._ignored_keys + (r"^cls\.predictions\.decoder\.bias$",)
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config)
+        self.post_init()
 
     def forward(
         self,
@@ -230,12 +236,7 @@ class BertForPreTraining(BertPreTrainedModel):
         sparse_mlm: bool = True,
     ) -> BertForPreTrainingOutput:
         enc = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            output_hidden_states=output_hidden_states,
-            causal=causal,
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=causal
         )
         logits, mlm_loss, sel = mlm_logits_and_loss(
             self.cls.predictions, enc.last_hidden_state, labels, sparse=sparse_mlm
@@ -257,11 +258,10 @@ class BertForPreTraining(BertPreTrainedModel):
         return out if return_dict else out.to_tuple()
 
 
-class BertForMaskedLM(BertPreTrainedModel):
+class BertForMaskedLM(_WithMLMHead):
     """BERT with the masked-LM head only (fill-mask; the "No NSP" and LTR ablations' model)."""
 
-    _tied_weights = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
-    _ignored_keys = BertPreTrainedModel._ignored_keys + (
+    _ignored_keys = _WithMLMHead._ignored_keys + (
         r"^cls\.predictions\.decoder\.bias$",
         r"^cls\.seq_relationship\.",
         r"^(bert\.)?pooler\.",
@@ -272,12 +272,6 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.bert = BertModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config)
         self.post_init()
-
-    def _init_extra(self) -> None:
-        self.cls.predictions.bias.zero_()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.cls.predictions.decoder
 
     def forward(
         self,
@@ -292,12 +286,7 @@ class BertForMaskedLM(BertPreTrainedModel):
         sparse_mlm: bool = True,
     ) -> MaskedLMOutput:
         enc = self.bert(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            output_hidden_states=output_hidden_states,
-            causal=causal,
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=causal
         )
         logits, loss, sel = mlm_logits_and_loss(
             self.cls.predictions, enc.last_hidden_state, labels, sparse_mlm
