@@ -16,10 +16,13 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="write a resumable checkpoint every N steps under OUT/checkpoints (default 0: none)",
+        help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
+        "OUT/runs/RUN/checkpoints; default 0: none)",
     )
     p.add_argument(
-        "--resume", action="store_true", help="continue from the newest checkpoint under OUT/checkpoints"
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint (each run's own); finished runs are only evaluated again",
     )
     p.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)"
