@@ -5,13 +5,13 @@
   The default is the paper's best feature set, the last four hidden layers concatenated.
 - ``word_features``: the same for pre-split words, taking each word's first sub-token (as fine-tuning does).
 - ``BiLSTMTagger`` / ``feature_ner``: NER on frozen features with a two-layer bidirectional LSTM and a
-  linear classifier, as in the paper's feature-based CoNLL-2003 experiment. Nothing in BERT is trained.
+  linear classifier, as in the paper's feature-based CoNLL-2003 experiment, trained with the generic
+  :class:`bertkit.train.Trainer`. Nothing in BERT is trained.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +25,7 @@ from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 from bertkit.model import BertModel
 from bertkit.tokenizer import Tokenizer
+from bertkit.train import LengthGroupedBatches, Trainer, read_jsonl
 
 DEFAULT_LAYERS = (-1, -2, -3, -4)
 
@@ -165,6 +166,22 @@ def _pad(xs: list[Tensor]) -> tuple[Tensor, Tensor]:
     return out, lengths
 
 
+def _collate_tagged(items: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
+    """(word features, tag ids) pairs -> padded ``x``, ``lengths`` and ``y`` (-100 on padding)."""
+    x, lengths = _pad([f for f, _ in items])
+    y = torch.full(x.shape[:2], -100, dtype=torch.long)
+    for r, (_, tags) in enumerate(items):
+        y[r, : len(tags)] = tags
+    return {"x": x, "lengths": lengths, "y": y}
+
+
+def _tagger_loss(tagger: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+    logits = tagger(batch["x"], batch["lengths"])
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), batch["y"].reshape(-1), ignore_index=-100
+    )
+
+
 @torch.no_grad()
 def _tag(
     tagger: BiLSTMTagger, feats: list[Tensor], labels: list[str], batch_size: int = 64
@@ -196,8 +213,15 @@ def feature_ner(
     seed: int = 42,
     progress: bool = True,
     name: str = "ner-feature-based",
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    precision: str = "fp32",
 ) -> dict:
-    """Train a BiLSTM tagger on frozen BERT word features; evaluate with conlleval F1; write metrics.json."""
+    """Train a BiLSTM tagger on frozen BERT word features; evaluate with conlleval F1; write metrics.json.
+
+    Training runs on :class:`bertkit.train.Trainer` (Adam, linear decay to 0, gradient clipping 5.0), so it
+    writes ``OUT/metrics.jsonl`` and ``OUT/curves.png`` too, and takes ``checkpoint_every``/``resume``/
+    ``precision`` as fine-tuning does (the features are extracted again on resume: they are deterministic)."""
     from bertkit.tasks.finetune import plot_losses
     from bertkit.tasks.metrics import conll_scores
     from bertkit.tasks.ner import label_list
@@ -221,38 +245,27 @@ def feature_ner(
     extract_s = time.time() - t0
     del encoder
 
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)  # the tagger's initialisation
     tagger = BiLSTMTagger(ftrain[0].size(-1), len(labels), hidden_size)
+    items = [(x, torch.tensor([label2id[t] for t in s.tags])) for x, s in zip(ftrain, train)]
+    batches = LengthGroupedBatches(
+        items, batch_size, _collate_tagged, lengths=[len(x) for x in ftrain], seed=seed
+    )
+    steps = batches.steps_per_epoch() * epochs
     opt = torch.optim.Adam(tagger.parameters(), lr=lr)
-    ytrain = [torch.tensor([label2id[t] for t in s.tags]) for s in train]
-    steps = math.ceil(len(train) / batch_size) * epochs
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: max(0.0, 1 - k / steps))
-    losses: list[float] = []
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: max(0.0, 1 - k / steps))  # linear decay to 0
+    trainer = Trainer(
+        tagger, opt, sched, train_batches=batches, out_dir=out, max_steps=steps, loss_fn=_tagger_loss,
+        clip_norm=5.0, precision=precision, log_every=1, checkpoint_every=checkpoint_every, seed=seed,
+        progress=progress, tokens_fn=lambda b: int(b["lengths"].sum()), desc="bilstm",
+    )  # fmt: skip
     t1 = time.time()
-    lengths = [len(x) for x in ftrain]
-    from bertkit.tasks.finetune import length_batches
-
-    bar = tqdm(total=steps, desc="bilstm", unit="step", disable=not progress)
-    for _ in range(epochs):
-        tagger.train()
-        for idx in length_batches(lengths, batch_size, gen):
-            x, ln = _pad([ftrain[i] for i in idx])
-            y = torch.full(x.shape[:2], -100, dtype=torch.long)
-            for r, i in enumerate(idx):
-                y[r, : len(ytrain[i])] = ytrain[i]
-            logits = tagger(x, ln)
-            loss = nn.functional.cross_entropy(
-                logits.reshape(-1, len(labels)), y.reshape(-1), ignore_index=-100
-            )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(tagger.parameters(), 5.0)
-            opt.step()
-            sched.step()
-            losses.append(float(loss.detach()))
-            bar.update(1)
-    bar.close()
+    try:
+        trainer.fit(resume=resume)
+    except FileExistsError as e:
+        raise UserError(str(e)) from None
+    losses = [r["loss"] for r in read_jsonl(out / "metrics.jsonl")]
+    tagger.cpu()  # the features being tagged live on the CPU
     train_s = time.time() - t1
     dev_scores = conll_scores([s.tags for s in dev], _tag(tagger, fdev, labels))
     result = {

@@ -217,3 +217,79 @@ def test_squad_subcommand_is_wired():
 
     args = build_parser().parse_args(["finetune", "squad", "--model", "m", "--out", "o", "--train", "t.json"])
     assert callable(args.func) and args.model == "m" and args.epochs is None and args.version == "1.1"
+
+
+KILLER = """
+import os, signal, sys
+from bertkit.cli import build_parser
+from bertkit.cli.finetune import _settings
+from bertkit.tasks.classify import classify_task_data
+from bertkit.tasks.finetune import finetune
+kill_at = int(sys.argv[1])
+args = build_parser().parse_args(sys.argv[2:])
+task = classify_task_data(args.train, args.dev, args.text_field, args.pair_field, args.label_field)
+seen = []
+def killer(rec):
+    seen.append(rec["step"])
+    if len(seen) == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+finetune(task, args.model, args.out, _settings(args), restarts=args.restarts, callbacks=[killer])
+"""
+
+
+def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, capsys, minilm_dir):
+    """Two restarts (each in OUT/runs/...) with checkpoints every 4 steps; the process is killed with SIGKILL
+    in step 6 of the second run and resumed with --resume: every loss, the metrics and the saved model are
+    exactly those of an uninterrupted run. The killed process is a second run with the same seed, so the
+    steps it logged before dying also show that the same seed gives the same losses."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    model = _tiny_model_dir(tmp_path / "tiny", minilm_dir)
+    rows = [("good fine great", "1"), ("bad awful poor", "0"), ("a film", "1"), ("the plot", "0")] * 11
+    for name in ("train", "dev"):
+        (tmp_path / f"{name}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    base = ["finetune", "classify", "--train", tmp_path / "train.csv", "--dev", tmp_path / "dev.csv",
+            "--model", model, "--epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "16",
+            "--restarts", "2", "--checkpoint-every", "4", "--quiet"]  # fmt: skip
+    base = [str(x) for x in base]
+    ref = _run(capsys, [*base, "--out", str(tmp_path / "ref")])  # uninterrupted, in this process (1 thread)
+    assert ref["steps"] == 12  # ceil(44 / 8) = 6 steps per epoch, 2 epochs
+
+    killed = tmp_path / "killed"
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(root))
+    p = subprocess.run([sys.executable, script, "18", *base, "--out", str(killed)], env=env,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
+    run1, run2 = sorted((killed / "runs").iterdir())
+    assert (run1.name, run2.name) == ("01-b8-lr0.001-e2-s42", "02-b8-lr0.001-e2-s43")
+    assert [x.name for x in sorted((run2 / "checkpoints").iterdir())] == ["step-00000004.pt"]
+    assert not (killed / "metrics.json").exists() and not (killed / "model").exists()
+
+    resumed = _run(capsys, [*base, "--out", str(killed), "--resume"])
+    for run in ("01-b8-lr0.001-e2-s42", "02-b8-lr0.001-e2-s43"):
+        a, b = (
+            [(r["step"], r["loss"]) for r in map(json.loads, (d / "runs" / run / "metrics.jsonl").open())]
+            for d in (tmp_path / "ref", killed)
+        )
+        assert a == b and len(a) == 12  # floats compared exactly
+    assert json.loads((killed / "train_log.json").read_text()) == json.loads(
+        (tmp_path / "ref" / "train_log.json").read_text()
+    )
+    for key in ("metrics", "runs", "hyperparameters", "final_loss", "first_loss", "steps"):
+        assert resumed[key] == ref[key], key
+    a = load_file(tmp_path / "ref" / "model" / "model.safetensors")
+    b = load_file(killed / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    # a new run into a directory holding checkpoints must not silently overwrite them
+    assert main([*base, "--out", str(killed)]) == 2
+    assert "--resume" in capsys.readouterr().err

@@ -12,6 +12,7 @@ from torch import nn
 from bertkit.train import (
     Batches,
     Lamb,
+    LengthGroupedBatches,
     NonFiniteLossError,
     Trainer,
     build_optimizer,
@@ -148,6 +149,36 @@ def test_batches_split_over_ranks_equals_accumulation():
     assert d.indices(7) == c.indices(7)
     list(zip(range(6), d))
     assert data.epochs == [0, 1]
+
+
+def test_length_grouped_batches_cover_each_epoch_with_little_padding_and_resume():
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(1, 200, (1000,), generator=g).tolist()
+    items = list(range(len(lengths)))
+    a = LengthGroupedBatches(items, 16, lengths=lengths, seed=5, bucket_batches=10)
+    assert a.steps_per_epoch() == 63  # ceil(1000 / 16): nothing dropped
+    epoch0 = [next(a) for _ in range(63)]
+    assert sorted(i for b in epoch0 for i in b) == items  # every item once per epoch
+    assert sorted(len(b) for b in epoch0)[:1] == [8]  # the one short batch (1000 = 62 * 16 + 8)
+
+    def padding(batches):
+        return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches)
+
+    shuffled = Batches(items, 16, seed=5)
+    plain = [next(shuffled) for _ in range(62)]
+    assert padding(epoch0) < 0.25 * padding(plain)  # grouped by length within chunks of 160 items
+    # short and long batches are interleaved (the batch order is shuffled, not rising within a chunk)
+    maxes = [max(lengths[i] for i in b) for b in epoch0[:10]]
+    assert maxes != sorted(maxes)
+    epoch1 = [next(a) for _ in range(63)]
+    assert epoch1 != epoch0 and sorted(i for b in epoch1 for i in b) == items
+    # the same seed gives the same stream; a stream restored from state_dict continues exactly
+    b = LengthGroupedBatches(items, 16, lengths=lengths, seed=5, bucket_batches=10)
+    assert [next(b) for _ in range(126)] == epoch0 + epoch1
+    c = LengthGroupedBatches(items, 16, lengths=lengths, seed=5, bucket_batches=10)
+    c.load_state_dict(a.state_dict())
+    assert [next(c) for _ in range(70)] == [next(b) for _ in range(70)]
+    assert LengthGroupedBatches(items, 16, lengths=lengths, seed=6).plan(0) != a.plan(0)
 
 
 def test_trainer_learns_logs_checkpoints_and_plots(tmp_path):

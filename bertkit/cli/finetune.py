@@ -9,6 +9,26 @@ from pathlib import Path
 from bertkit.errors import UserError
 
 
+def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
+    """The training-run options every ``finetune`` subcommand shares (the generic Trainer's)."""
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
+        "OUT/runs/RUN/checkpoints; default 0: none)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint (each run's own); finished runs are only evaluated again",
+    )
+    p.add_argument(
+        "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)"
+    )
+
+
 def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 128) -> None:
     p.add_argument(
         "--model", required=True, help="pre-trained model directory (HF layout: config.json, weights, vocab)"
@@ -42,6 +62,7 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
     p.add_argument("--eval-batch-size", type=int, default=128)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_trainer_arguments(p)
 
 
 def _settings(args: argparse.Namespace, **extra):
@@ -51,6 +72,8 @@ def _settings(args: argparse.Namespace, **extra):
         raise UserError("--epochs, --batch-size and --lr must be positive")
     if args.max_seq_length < 8 or args.max_seq_length > 512:
         raise UserError(f"--max-seq-length {args.max_seq_length}: use 8..512")
+    if args.checkpoint_every < 0:
+        raise UserError(f"--checkpoint-every {args.checkpoint_every}: use 0 (off) or a number of steps")
     if args.threads:
         import torch
 
@@ -67,6 +90,9 @@ def _settings(args: argparse.Namespace, **extra):
         max_train_examples=args.max_train_examples,
         eval_batch_size=args.eval_batch_size,
         progress=not args.quiet,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        precision=args.precision,
         **extra,
     )
 
@@ -133,6 +159,9 @@ def run_ner(args: argparse.Namespace) -> dict:
             seed=args.seed,
             progress=not args.quiet,
             name=f"{args.name}-feature-based",
+            checkpoint_every=settings.checkpoint_every,
+            resume=settings.resume,
+            precision=settings.precision,
         )
     return _run(task, args, use_crf=args.crf)
 
@@ -171,6 +200,7 @@ def _register_squad(sub) -> None:
     p.add_argument("--freeze-encoder", action="store_true", help="train only qa_outputs (BERT frozen)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_trainer_arguments(p)
     squad_cli.add_arguments(p)  # SQuAD's own options (may refine the ones above)
 
     def run_squad(args: argparse.Namespace) -> dict:

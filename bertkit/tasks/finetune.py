@@ -5,29 +5,31 @@ A task is a ``TaskData`` (kind ``seq`` / ``token`` / ``choice``, train and dev e
 
 1. tokenizes (pairs as ``[CLS] a [SEP] b [SEP]`` truncated longest-first; for tagging, each word's pieces
    with the word's label on its first sub-token and -100 on the rest, long sentences split into windows),
-2. trains with AdamW (weight decay 0.01, none on LayerNorm/bias), linear warm-up over ``warmup_ratio`` of the
-   steps then linear decay, gradient clipping 1.0, batches bucketed by length (shuffled within buckets,
-   padded to the longest member) so little time goes on padding,
+2. trains with the generic :class:`bertkit.train.Trainer` (see :func:`train`): AdamW (weight decay 0.01, none
+   on LayerNorm/bias), linear warm-up over ``warmup_ratio`` of the steps then linear decay, gradient
+   clipping 1.0, batches of similar lengths (:class:`bertkit.train.LengthGroupedBatches`, padded to the
+   longest member) so little time goes on padding; optional checkpoints, resume and bf16,
 3. evaluates on dev, and writes ``OUT/metrics.json`` ``{"task", "split": "dev", "metrics", "examples"}``,
    ``OUT/model`` (HF layout + tokenizer files), ``OUT/predictions.jsonl``, ``OUT/loss.png``,
-   ``OUT/train_log.json``.
+   ``OUT/train_log.json``, and the Trainer's ``OUT/metrics.jsonl`` (one record per step), ``OUT/curves.png``
+   and, with ``checkpoint_every``, ``OUT/checkpoints/``.
 
 ``search=True`` runs the paper's grid (batch {16, 32} x lr {5e-5, 3e-5, 2e-5} x epochs {2, 3, 4}) and
-``restarts=N`` N seeds; the run best on dev is kept (its model is the one saved).
+``restarts=N`` N seeds; the run best on dev is kept (its model is the one saved). With more than one run,
+each run's Trainer files go to its own ``OUT/runs/NN-b…-lr…-e…-s…/`` so checkpoints never mix.
 
-The training loop is self-contained (optimiser and schedule from ``bertkit.train.optim``); dropout draws from
-torch's default generator, which is seeded from ``seed`` at the start of every run.
+The same seed gives the same losses; a run resumed from a checkpoint (``resume=True``) continues exactly
+as if it had not been interrupted (on CPU, bitwise).
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 from bertkit.tokenizer import Tokenizer
-from bertkit.train.optim import build_optimizer, linear_schedule
+from bertkit.train import LengthGroupedBatches, Trainer, build_optimizer, linear_schedule, read_jsonl
 
 logger = logging.getLogger("bertkit")
 
@@ -65,6 +67,9 @@ class Settings:
     eval_batch_size: int = 128
     use_crf: bool = False
     progress: bool = True
+    checkpoint_every: int = 0  # optimizer steps between training checkpoints; 0: none
+    resume: bool = False  # continue from the newest checkpoint of the run's directory
+    precision: str = "fp32"  # or "bf16" (autocast)
 
 
 @dataclass
@@ -210,26 +215,11 @@ def encode(task: TaskData, tok: Tokenizer, examples: list, max_len: int) -> list
 # ------------------------------------------------------------------------------------------------ batching
 
 
-def length_batches(
-    lengths: Sequence[int],
-    batch_size: int,
-    generator: torch.Generator | None = None,
-    bucket_batches: int = 50,
-) -> list[list[int]]:
-    """Batches of indices grouped by length. With a generator (training): shuffle, then sort within chunks of
-    ``bucket_batches`` batches, cut into batches and shuffle the batch order. Without (evaluation): sort all."""
-    n = len(lengths)
-    if generator is None:
-        order = sorted(range(n), key=lambda i: lengths[i])
-        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
-    perm = torch.randperm(n, generator=generator).tolist()
-    chunk = batch_size * bucket_batches
-    batches = []
-    for c in range(0, n, chunk):
-        part = sorted(perm[c : c + chunk], key=lambda i: lengths[i])
-        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
-    order = torch.randperm(len(batches), generator=generator).tolist()
-    return [batches[i] for i in order]
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Evaluation batches: indices sorted by length, cut into batches (little padding, order irrelevant).
+    Training batches come from :class:`bertkit.train.LengthGroupedBatches` (shuffled and resumable)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 def collate(feats: Sequence[Feature], kind: str, pad_id: int = 0) -> dict[str, torch.Tensor]:
@@ -298,54 +288,61 @@ def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn
     if task.kind == "token":
         config.extra["use_crf"] = bool(settings.use_crf)
     cls = model_class(task.kind)
-    model = cls.from_pretrained(model_dir, config=config, ignore_mismatched_sizes=True)
-    if settings.freeze_encoder:
-        for p in model.bert.parameters():
-            p.requires_grad_(False)
-    return model
+    return cls.from_pretrained(model_dir, config=config, ignore_mismatched_sizes=True)
 
 
 # ------------------------------------------------------------------------------------------------ train / eval
 
 
-def train(model: nn.Module, feats: list[Feature], kind: str, s: Settings, pad_id: int = 0) -> list[float]:
-    """Train in place; returns the loss of every step."""
-    gen = torch.Generator().manual_seed(s.seed)
-    torch.manual_seed(s.seed)  # dropout
-    lengths = [len(f) for f in feats]
-    steps_per_epoch = math.ceil(len(feats) / s.batch_size)
-    total = max(1, math.ceil(steps_per_epoch * s.epochs))
+def train(
+    model: nn.Module,
+    feats: Sequence,
+    collate_fn: Callable[[list], dict],
+    s: Settings,
+    out_dir: str | Path,
+    *,
+    lengths: Sequence[int] | None = None,
+    desc: str = "train",
+    callbacks: Iterable[Callable[[dict], None]] = (),
+) -> list[float]:
+    """Fine-tune ``model`` in place on ``feats`` with :class:`bertkit.train.Trainer`; returns every step's loss.
+
+    ``collate_fn(list of feats) -> batch dict`` whose ``model(**batch).loss`` is trained; ``lengths`` (default
+    ``len(f)``) groups batches by length. ``s.epochs`` (may be fractional) sets the number of steps. The
+    Trainer's files (``metrics.jsonl``, ``curves.png``, ``checkpoints/`` with ``s.checkpoint_every``) go to
+    ``out_dir``; with ``s.resume`` training continues from its newest checkpoint, and the returned losses
+    include the steps before it (read back from ``metrics.jsonl``). ``callbacks`` get each step's log record.
+    With ``s.freeze_encoder`` the encoder ``model.bert`` is frozen and only the rest (the head) is trained.
+    The caller's global RNG state is left as it was (dropout draws from a fork seeded with ``s.seed``).
+    """
+    out_dir = Path(out_dir)
+    if s.freeze_encoder:
+        for p in model.bert.parameters():
+            p.requires_grad_(False)
+    batches = LengthGroupedBatches(feats, s.batch_size, collate_fn, lengths=lengths, seed=s.seed)
+    total = max(1, math.ceil(batches.steps_per_epoch() * s.epochs))
     opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay)
     sched = linear_schedule(opt, int(round(s.warmup_ratio * total)), total)
-    params = [p for p in model.parameters() if p.requires_grad]
-    losses: list[float] = []
-    model.train()
-    if s.freeze_encoder:
-        model.bert.eval()  # frozen features: no dropout inside the encoder
-    bar = tqdm(total=total, desc="train", unit="step", disable=not s.progress, dynamic_ncols=True)
-    step = 0
-    for _epoch in itertools.count():
-        for idx in length_batches(lengths, s.batch_size, gen):
-            batch = collate([feats[i] for i in idx], kind, pad_id)
-            loss = model(**batch).loss
-            loss.backward()
-            if s.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(float(loss.detach()))
-            step += 1
-            bar.update(1)
-            if step % 10 == 0:
-                bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.4f}")
-            if step >= total:
-                break
-        if step >= total:
-            break
-    bar.close()
+    frozen = s.freeze_encoder
+
+    def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
+        if frozen:  # the Trainer sets the whole model to train mode; frozen features must not get dropout
+            m.bert.eval()
+        return m(**batch).loss
+
+    trainer = Trainer(
+        model, opt, sched, train_batches=batches, out_dir=out_dir, max_steps=total, loss_fn=loss_fn,
+        clip_norm=s.max_grad_norm or None, precision=s.precision, log_every=1,
+        checkpoint_every=s.checkpoint_every, seed=s.seed, progress=s.progress, callbacks=callbacks, desc=desc,
+    )  # fmt: skip
+    devices = [trainer.device] if trainer.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            trainer.fit(resume=s.resume)
+        except FileExistsError as e:
+            raise UserError(str(e)) from None
     model.eval()
-    return losses
+    return [r["loss"] for r in read_jsonl(out_dir / "metrics.jsonl")]
 
 
 @torch.no_grad()
@@ -360,6 +357,7 @@ def predict_features(
     """Raw per-feature predictions: label id (seq/choice), float (regression), list of word label ids (token),
     plus the probability vector / score under ``scores``."""
     model.eval()
+    device = next(model.parameters()).device
     out: list = [None] * len(feats)
     lengths = [len(f) for f in feats]
     regression = getattr(model.config, "problem_type", None) == "regression"
@@ -367,7 +365,7 @@ def predict_features(
         fs = [feats[i] for i in idx]
         batch = collate(fs, kind, pad_id)
         batch.pop("labels", None)
-        logits = model(**batch).logits
+        logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.cpu()
         if kind == "token":
             starts = torch.zeros(batch["input_ids"].shape, dtype=torch.bool)
             for r, f in enumerate(fs):
@@ -463,13 +461,18 @@ def check_labels(task: TaskData, train_file: str, dev_file: str) -> None:
                     )
 
 
-def _one_run(task, model_dir, tok, s: Settings, train_feats, dev_feats):
+def _one_run(task, model_dir, tok, s: Settings, train_feats, dev_feats, run_dir: Path, callbacks=()):
     t0 = time.time()
     torch.manual_seed(s.seed)  # the new head's initialisation draws from torch's default generator
     model = build_model(task, model_dir, s)
-    losses = train(model, train_feats, task.kind, s, tok.pad_token_id)
+    pad_id = tok.pad_token_id
+
+    def collate_fn(fs: list[Feature]) -> dict[str, torch.Tensor]:
+        return collate(fs, task.kind, pad_id)
+
+    losses = train(model, train_feats, collate_fn, s, run_dir, callbacks=callbacks)
     t1 = time.time()
-    metrics, preds, raw = evaluate(model, task, task.dev, dev_feats, s, tok.pad_token_id)
+    metrics, preds, raw = evaluate(model, task, task.dev, dev_feats, s, pad_id)
     return model, losses, metrics, preds, raw, t1 - t0, time.time() - t1
 
 
@@ -481,9 +484,10 @@ def finetune(
     search: bool = False,
     restarts: int = 1,
     train_file: str = "train",
+    callbacks: Iterable[Callable[[dict], None]] = (),
 ) -> dict:
     """Fine-tune on ``task.train``, evaluate on ``task.dev``, write everything under ``out_dir``; returns the
-    metrics.json dict."""
+    metrics.json dict. ``callbacks`` get every training step's log record (see :class:`bertkit.train.Trainer`)."""
     s = settings or Settings()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -526,8 +530,9 @@ def finetune(
                 r.epochs,
                 r.seed,
             )
+        run_dir = out if len(runs) == 1 else out / "runs" / _run_name(n, r)
         model, losses, metrics, preds, raw, train_s, eval_s = _one_run(
-            task, model_dir, tok, r, train_feats, dev_feats
+            task, model_dir, tok, r, train_feats, dev_feats, run_dir, callbacks
         )
         score = metrics[task.main_metric]
         history.append(
@@ -567,7 +572,7 @@ def finetune(
         "examples": len(task.dev),
         "train_examples": len(train_ex),
         "train_features": len(train_feats),
-        "hyperparameters": {k: v for k, v in asdict(r).items() if k != "progress"},
+        "hyperparameters": {k: v for k, v in asdict(r).items() if k not in ("progress", "resume")},
         "steps": len(losses),
         "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "first_loss": sum(losses[:20]) / max(1, len(losses[:20])),
@@ -584,6 +589,11 @@ def finetune(
     return result
 
 
+def _run_name(n: int, r: Settings) -> str:
+    """A run's own directory name under ``OUT/runs`` (the same for the same arguments, so --resume finds it)."""
+    return f"{n + 1:02d}-b{r.batch_size}-lr{r.lr:g}-e{r.epochs:g}-s{r.seed}"
+
+
 def _write_predictions(path: Path, task: TaskData, examples: list, preds: list, raw: list) -> None:
     with atomic_write(path) as f:
         for i, (e, p) in enumerate(zip(examples, preds)):
@@ -594,7 +604,3 @@ def _write_predictions(path: Path, task: TaskData, examples: list, preds: list, 
                 if task.labels is not None and task.kind == "seq":
                     row["probs"] = {lab: round(v, 6) for lab, v in zip(task.labels, raw[i][1])}
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def copy_settings(s: Settings, **changes: Any) -> Settings:
-    return replace(copy.copy(s), **changes)

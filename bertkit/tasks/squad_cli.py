@@ -9,7 +9,9 @@ last 8 articles of F and trains on the others (``--train-articles 40`` keeps onl
 The shared data has only dev files, whose questions carry several answers: training uses the first one.
 
 Training follows the paper: AdamW (weight decay 0.01, none on biases/LayerNorm), linear warm-up over 10% of
-the steps then linear decay, gradient clipping 1.0, loss = mean of the start and end cross-entropies.
+the steps then linear decay, gradient clipping 1.0, loss = mean of the start and end cross-entropies; it runs
+on the generic :class:`bertkit.train.Trainer` through :func:`bertkit.tasks.finetune.train` (so
+``--checkpoint-every N``, ``--resume`` and ``--precision bf16`` work as for the other tasks).
 Defaults when the caller leaves them unset (None): max_seq_length 384, batch 32, lr 5e-5, 3 epochs for
 v1.1 and 2 for v2.0 (the paper's SQuAD settings). Batches are grouped by length and padded to their longest
 member only (the attention mask hides padding), so logits are scored over each window's real tokens.
@@ -20,7 +22,8 @@ Outputs under ``--out``: ``metrics.json`` (``{"task": "squad-v1.1"|"squad-v2.0",
 ``evaluate-v2.0.py dev.json predictions.json --na-prob-file null_odds.json``, including ``best_f1_thresh``;
 ``metrics.json`` also reports the scores re-decided at that threshold under ``tuned``), ``dev.json`` when
 the dev set was split off (so the official script can be run on exactly the same questions), ``model/``
-(HF layout + tokenizer), ``loss.png`` and ``train_log.json``.
+(HF layout + tokenizer), ``loss.png``, ``train_log.json``, and the Trainer's ``metrics.jsonl`` (one record
+per step), ``curves.png`` and ``checkpoints/``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -147,59 +149,6 @@ def collate(feats: list[S.SquadFeature], pad_id: int = 0, targets: bool = True) 
     return batch
 
 
-def train_model(
-    model: torch.nn.Module,
-    feats: list[S.SquadFeature],
-    *,
-    epochs: float,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    warmup_ratio: float = 0.1,
-    weight_decay: float = 0.01,
-    max_grad_norm: float = 1.0,
-    pad_id: int = 0,
-    progress: bool = True,
-) -> list[float]:
-    """Fine-tune in place (AdamW + linear warm-up/decay from ``bertkit.train.optim``); returns step losses.
-    Dropout draws from a forked torch RNG seeded with ``seed`` (the caller's global RNG is untouched)."""
-    from bertkit.tasks.finetune import length_batches
-    from bertkit.train.optim import build_optimizer, linear_schedule
-
-    gen = torch.Generator().manual_seed(seed)
-    lengths = [len(f.input_ids) for f in feats]
-    steps_per_epoch = math.ceil(len(feats) / batch_size)
-    total = max(1, math.ceil(steps_per_epoch * epochs))
-    opt = build_optimizer(model, lr=lr, weight_decay=weight_decay)
-    sched = linear_schedule(opt, int(round(warmup_ratio * total)), total)
-    params = [p for p in model.parameters() if p.requires_grad]
-    losses: list[float] = []
-    device = next(model.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
-        model.train()
-        bar = tqdm(total=total, desc="squad train", unit="step", disable=not progress, dynamic_ncols=True)
-        while len(losses) < total:
-            for idx in length_batches(lengths, batch_size, gen):
-                batch = {k: v.to(device) for k, v in collate([feats[i] for i in idx], pad_id).items()}
-                loss = model(**batch).loss
-                loss.backward()
-                if max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-                losses.append(float(loss.detach()))
-                bar.update(1)
-                if len(losses) % 10 == 0:
-                    bar.set_postfix(loss=f"{sum(losses[-10:]) / 10:.4f}")
-                if len(losses) >= total:
-                    break
-        bar.close()
-    model.eval()
-    return losses
-
-
 @torch.no_grad()
 def predict_logits(
     model: torch.nn.Module,
@@ -209,11 +158,12 @@ def predict_logits(
     progress: bool = True,
 ) -> list[P.RawResult]:
     """Start/end logits of every window over its real tokens (batches sorted by length)."""
+    from bertkit.tasks.finetune import length_batches
+
     model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(feats)), key=lambda i: len(feats[i].input_ids))
     results: list[P.RawResult | None] = [None] * len(feats)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = length_batches([len(f.input_ids) for f in feats], batch_size)
     for idx in tqdm(batches, desc="squad eval", unit="batch", disable=not progress, dynamic_ncols=True):
         fs = [feats[i] for i in idx]
         out = model(**{k: v.to(device) for k, v in collate(fs, pad_id, targets=False).items()})
@@ -254,12 +204,14 @@ def _check_settings(**v: Any) -> None:
         )
     if not 0 <= v["warmup_ratio"] < 1:
         raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
+    if v["checkpoint_every"] < 0:
+        raise UserError(f"--checkpoint-every {v['checkpoint_every']}: use 0 (off) or a number of steps")
 
 
 def run(args: argparse.Namespace) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
     from bertkit.heads.finetune import BertForQuestionAnswering
-    from bertkit.tasks.finetune import plot_losses
+    from bertkit.tasks.finetune import Settings, plot_losses, train
     from bertkit.tokenizer import Tokenizer
 
     version = str(_setting(args, "version", "1.1"))
@@ -278,10 +230,12 @@ def run(args: argparse.Namespace) -> dict:
     weight_decay = float(_setting(args, "weight_decay", 0.01))
     warmup_ratio = float(_setting(args, "warmup_ratio", 0.1))
     progress = not getattr(args, "quiet", False)
+    checkpoint_every = int(_setting(args, "checkpoint_every", 0))
+    precision = str(_setting(args, "precision", "fp32"))
     _check_settings(
         max_seq_length=max_seq_length, epochs=epochs, batch_size=batch_size, lr=lr, doc_stride=doc_stride,
         max_query_length=max_query_length, n_best_size=n_best_size, max_answer_length=max_answer_length,
-        warmup_ratio=warmup_ratio,
+        warmup_ratio=warmup_ratio, checkpoint_every=checkpoint_every,
     )  # fmt: skip
     out = Path(args.out)
     model_dir = Path(args.model)
@@ -311,24 +265,25 @@ def run(args: argparse.Namespace) -> dict:
     dev_feats = S.convert_examples_to_features(dev_ex, tok, is_training=False, progress=progress, **common)
     encode_s = time.time() - t0
 
+    torch.manual_seed(seed)  # qa_outputs is initialised from torch's default generator
     model = BertForQuestionAnswering.from_pretrained(model_dir)
-    model.to("cuda" if torch.cuda.is_available() else "cpu")  # a GPU when there is one
-    if getattr(args, "freeze_encoder", False):
-        for p in model.bert.parameters():
-            p.requires_grad_(False)
+    settings = Settings(
+        epochs=epochs, batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, seed=seed,
+        warmup_ratio=warmup_ratio, weight_decay=weight_decay, progress=progress,
+        freeze_encoder=bool(getattr(args, "freeze_encoder", False)),
+        checkpoint_every=checkpoint_every, resume=bool(getattr(args, "resume", False)), precision=precision,
+    )  # fmt: skip
+    pad_id = tok.pad_token_id
+
+    def collate_fn(fs: list[S.SquadFeature]) -> dict[str, torch.Tensor]:
+        return collate(fs, pad_id)
+
     t1 = time.time()
-    losses = train_model(
-        model,
-        train_feats,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        seed=seed,
-        warmup_ratio=warmup_ratio,
-        weight_decay=weight_decay,
-        pad_id=tok.pad_token_id,
-        progress=progress,
-    )
+    # loss = mean of the start and end cross-entropies (the head's); the Trainer uses a GPU when there is one
+    losses = train(
+        model, train_feats, collate_fn, settings, out, lengths=[len(f.input_ids) for f in train_feats],
+        desc="squad train",
+    )  # fmt: skip
     t2 = time.time()
     results = predict_logits(
         model, dev_feats, int(_setting(args, "eval_batch_size", 64)), tok.pad_token_id, progress
@@ -412,6 +367,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     """Stand-alone entry (the product's entry point is ``bertkit finetune squad``)."""
+    from bertkit.cli.finetune import add_trainer_arguments
+
     parser = argparse.ArgumentParser(prog="bertkit-squad", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
@@ -420,6 +377,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--max-seq-length", type=int)
     parser.add_argument("--seed", type=int, default=42)
+    add_trainer_arguments(parser)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

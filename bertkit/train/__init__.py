@@ -1,6 +1,6 @@
 """Generic training: optimisers and schedules (optim), the resumable loop (loop), checkpoints (checkpoint)."""
 
-from bertkit.train.batches import Batches
+from bertkit.train.batches import Batches, LengthGroupedBatches
 from bertkit.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from bertkit.train.logs import plot_curves, read_jsonl
 from bertkit.train.loop import NonFiniteLossError, Trainer, to_device
@@ -16,6 +16,7 @@ from bertkit.train.optim import (
 __all__ = [
     "Batches",
     "Lamb",
+    "LengthGroupedBatches",
     "LinearWarmupDecay",
     "NonFiniteLossError",
     "Trainer",

@@ -1,9 +1,11 @@
-"""Batches: a deterministic, resumable, rank-aware stream of micro-batches over a map-style dataset."""
+"""Resumable batch streams over a map-style dataset: :class:`Batches` (shuffled, rank-aware) and
+:class:`LengthGroupedBatches` (shuffled, similar lengths together, for padded sequences)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -107,6 +109,93 @@ class Batches:
             logger.warning(
                 "resuming with world_size*grad_accum %s*%s instead of %s*%s: the data order changes",
                 self.world_size, self.grad_accum, state.get("world_size"), state.get("grad_accum"),
+            )  # fmt: skip
+        self.seed = state.get("seed", self.seed)
+        self.consumed = int(state["consumed"])
+
+
+class LengthGroupedBatches:
+    """Endless stream of batches of similar-length items, shuffled per epoch, exactly resumable.
+
+    For padded sequence batches: padding every batch to its longest member wastes little when members have
+    similar lengths. Epoch ``e`` draws from a ``torch.Generator`` seeded by ``(seed, e)``: a random permutation
+    of the items, cut into chunks of ``batch_size * bucket_batches`` items; each chunk is sorted by length
+    and cut into batches of ``batch_size`` (the last one of a chunk may be shorter); then the order of all the
+    epoch's batches is shuffled, so short and long batches alternate instead of lengths rising within a chunk.
+    Nothing is dropped: an epoch has ``ceil(len(dataset) / batch_size)`` batches.
+
+    Same protocol as :class:`Batches` for one process (``__next__``, ``state_dict``/``load_state_dict``,
+    ``steps_per_epoch``): because an epoch's plan is re-derived from ``(seed, epoch)``, the state is just the
+    number of batches taken, and a resumed stream continues with exactly the batches it would have given.
+    """
+
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        collate_fn: Callable[[list], Any] | None = None,
+        *,
+        lengths: Sequence[int] | None = None,
+        seed: int = 0,
+        bucket_batches: int = 50,
+    ):
+        if batch_size < 1 or bucket_batches < 1:
+            raise ValueError(f"bad batching: batch_size={batch_size} bucket_batches={bucket_batches}")
+        if len(dataset) == 0:
+            raise ValueError("the dataset is empty; there is nothing to batch")
+        self.dataset = dataset
+        self.lengths = list(lengths) if lengths is not None else [len(x) for x in dataset]
+        if len(self.lengths) != len(dataset):
+            raise ValueError(f"{len(self.lengths)} lengths for {len(dataset)} items")
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn or (lambda items: items)
+        self.seed = int(seed)
+        self.bucket_batches = bucket_batches
+        self.consumed = 0  # batches taken
+        self._plan_epoch = -1
+        self._plan: list[list[int]] = []
+
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.dataset) / self.batch_size)
+
+    def plan(self, epoch: int) -> list[list[int]]:
+        """The dataset indices of every batch of ``epoch``, in the order they are given."""
+        if epoch != self._plan_epoch:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            perm = torch.randperm(len(self.dataset), generator=g).tolist()
+            chunk = self.batch_size * self.bucket_batches
+            batches = []
+            for c in range(0, len(perm), chunk):
+                part = sorted(perm[c : c + chunk], key=self.lengths.__getitem__)
+                batches += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+            order = torch.randperm(len(batches), generator=g).tolist()
+            self._plan = [batches[i] for i in order]
+            self._plan_epoch = epoch
+        return self._plan
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def __next__(self):
+        epoch, k = divmod(self.consumed, self.steps_per_epoch())
+        idx = self.plan(epoch)[k]
+        self.consumed += 1
+        return self.collate_fn([self.dataset[i] for i in idx])
+
+    def state_dict(self) -> dict:
+        return {
+            "consumed": self.consumed,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "n": len(self.dataset),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state.get("batch_size"), state.get("n")) != (self.batch_size, len(self.dataset)):
+            logger.warning(
+                "resuming a length-grouped stream of %s items in batches of %s with %s items in batches of %s: "
+                "the data order changes",
+                state.get("n"), state.get("batch_size"), len(self.dataset), self.batch_size,
             )  # fmt: skip
         self.seed = state.get("seed", self.seed)
         self.consumed = int(state["consumed"])
