@@ -152,7 +152,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         t = self.max_num_tokens
         sh = self.shards
         docs = np.arange(self.doc_lo, self.doc_hi)
-        c_shard, c_lo, c_hi, c_doc = [], [], [], []
+        c_shard, c_lo, c_hi, c_doc, c_start, c_end = [], [], [], [], [], []
         for k, arr in enumerate(sh.arrays):
             mine = docs[sh.doc_shard[docs] == k]
             if mine.size == 0:
@@ -173,12 +173,16 @@ class PretrainingDataset(torch.utils.data.Dataset):
             c_lo.append(sent_idx[first])
             c_hi.append(sent_idx[last - 1] + 1)
             c_doc.append(doc_of[first])
+            c_start.append(starts_tok[first])  # token offsets of the chunk (saves two gathers per batch)
+            c_end.append(sents[sent_idx[last - 1] + 1])
         self.chunk_shard = np.concatenate(c_shard)
         self.chunk_lo = np.concatenate(c_lo)
         self.chunk_hi = np.concatenate(c_hi)
         self.chunk_doc = np.concatenate(c_doc)
+        self.chunk_start_tok = np.concatenate(c_start).astype(np.int64)
+        self.chunk_end_tok = np.concatenate(c_end).astype(np.int64)
         order = np.argsort(self.chunk_doc, kind="stable")  # reading order across shards
-        for name in ("chunk_shard", "chunk_lo", "chunk_hi", "chunk_doc"):
+        for name in ("chunk_shard", "chunk_lo", "chunk_hi", "chunk_doc", "chunk_start_tok", "chunk_end_tok"):
             setattr(self, name, getattr(self, name)[order])
 
     # --- Dataset API -------------------------------------------------------------------------------

@@ -21,8 +21,10 @@ _M64 = (1 << 64) - 1
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _TOP = np.uint64(_M64)
 
-# Draw slots: one independent stream per use, so adding a draw never shifts the others.
-SHORT, TARGET, SPLIT, NEXT, DOC, START, TRIM_A, TRIM_B, MASK_KEY, MASK_KIND, MASK_ID = range(11)
+# One number per instance each (numbers 0..7 of stream SCALARS, drawn together in one go).
+SHORT, TARGET, SPLIT, NEXT, DOC, START = range(6)
+# Streams: one per use, so adding a draw never shifts the others.
+SCALARS, TRIM_A, TRIM_B, MASK_KEY, MASK_VALUE = range(5)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -41,6 +43,7 @@ class Streams:
     def __init__(self, seed: int, epoch: int, index: np.ndarray):
         key = _mix(np.array([((seed & 0xFFFFFFFF) << 32) | (epoch & 0xFFFFFFFF)], dtype=np.uint64))
         self.base = _mix(key ^ _mix(np.asarray(index, dtype=np.uint64) * _GAMMA))  # [B]
+        self.unit = _to_unit(self.bits(SCALARS, 8))  # [B, 8]: the per-instance scalars, one hash call
 
     def bits_at(self, slot: int, rows: np.ndarray, cols: np.ndarray | int = 0) -> np.ndarray:
         """uint64 numbers ``cols`` of ``slot`` for the instances at ``rows`` (broadcast together)."""
@@ -52,8 +55,8 @@ class Streams:
         return self.bits_at(slot, np.arange(len(self.base))[:, None], np.arange(n)[None, :])
 
     def uniform(self, slot: int) -> np.ndarray:
-        """float64 [B] in [0, 1)."""
-        return _to_unit(self.bits_at(slot, np.arange(len(self.base))))
+        """float64 [B] in [0, 1): the instances' scalar number ``slot`` (< 8)."""
+        return self.unit[:, slot]
 
     def integers(self, slot: int, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
         """int64 [B] uniform in [lo, hi) (hi > lo)."""
@@ -96,10 +99,17 @@ def _take(arrays: list[dict[str, np.ndarray]], key: str, shard: np.ndarray, idx:
     if (shard == first).all():
         out[...] = arrays[first][key][idx]
         return out
-    for k in np.unique(shard).tolist():
+    for k in _shards_in(shard, len(arrays)):
         m = shard == k
         out[m] = arrays[k][key][idx[m]]
     return out
+
+
+def _shards_in(shard: np.ndarray, n_shards: int) -> list[int]:
+    """The distinct values of ``shard`` (a scan per shard beats np.unique's hashing for few shards)."""
+    if n_shards <= 8:
+        return [k for k in range(n_shards) if (shard == k).any()]
+    return np.unique(shard).tolist()
 
 
 def _random_next(ds: Any, rs: Streams, doc: np.ndarray, target_b: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -118,7 +128,9 @@ def _random_next(ds: Any, rs: Streams, doc: np.ndarray, target_b: np.ndarray) ->
     start = rs.integers(START, s_lo, s_hi)
     start_tok = _take(sh.arrays, "sents", shard, start)
     end = np.empty_like(start)
-    for k in np.unique(shard).tolist():  # sentence offsets are increasing within a shard: one searchsorted
+    for k in _shards_in(
+        shard, len(sh.arrays)
+    ):  # sentence offsets are increasing within a shard: one searchsorted
         m = shard == k
         end[m] = np.searchsorted(sh.arrays[k]["sents"], start_tok[m] + target_b[m], side="left")
     end = np.clip(end, start + 1, s_hi)
@@ -135,16 +147,16 @@ def draw_batch(ds: Any, index: np.ndarray, epoch: int) -> dict[str, np.ndarray]:
     target = np.where(rs.uniform(SHORT) < ds.short_seq_prob, rs.integers(TARGET, 2, t_max + 1), t_max)
     shard = ds.chunk_shard[index].astype(np.int64)
     lo, hi = ds.chunk_lo[index], ds.chunk_hi[index]
-    start = _take(arrays, "sents", shard, lo)
+    start, end = ds.chunk_start_tok[index], ds.chunk_end_tok[index]
     if ds.no_nsp:
-        la = np.minimum(_take(arrays, "sents", shard, hi) - start, target)
+        la = np.minimum(end - start, target)
         lb = np.zeros_like(la)
         fa = fb = b_start = lb
         b_shard, length = shard, la + 2
     else:
         a_end = _take(arrays, "sents", shard, lo + rs.integers(SPLIT, 1, np.maximum(hi - lo, 2)))
         is_random = (hi - lo == 1) | (rs.uniform(NEXT) < 0.5)
-        b_shard, b_start, b_end = shard.copy(), a_end.copy(), _take(arrays, "sents", shard, hi)
+        b_shard, b_start, b_end = shard.copy(), a_end.copy(), end.copy()
         if is_random.any():
             rows = np.flatnonzero(is_random)
             sub = _Subset(rs, rows)
@@ -184,7 +196,7 @@ class _Subset(Streams):
     """The streams of some rows of a batch (same numbers as the full batch's for those instances)."""
 
     def __init__(self, parent: Streams, rows: np.ndarray):
-        self.base = parent.base[rows]
+        self.base, self.unit = parent.base[rows], parent.unit[rows]
 
 
 def _mask(ds: Any, rs: Streams, tokens: np.ndarray, cand: np.ndarray, length: np.ndarray) -> dict:
@@ -201,8 +213,10 @@ def _mask(ds: Any, rs: Streams, tokens: np.ndarray, cand: np.ndarray, length: np
         kth = np.sort(keys, axis=1)[np.arange(n_rows), num.astype(np.int64) - 1]
         chosen = cand & (keys <= kth[:, None])
     r, c = np.nonzero(chosen)
-    kind = _to_unit(rs.bits_at(MASK_KIND, r, c))
-    rand_ids = (rs.bits_at(MASK_ID, r, c) >> np.uint64(11)) % np.uint64(ds.vocab_size)
+    # One hash per chosen position: its high 32 bits pick [MASK]/random/keep, its low 32 bits the random id.
+    value = rs.bits_at(MASK_VALUE, r, c)
+    kind = (value >> np.uint64(32)).astype(np.float64) * 2.0**-32
+    rand_ids = ((value & np.uint64(0xFFFFFFFF)) * np.uint64(ds.vocab_size)) >> np.uint64(32)
     labels = np.full(tokens.shape, -100, dtype=np.int64)
     labels[r, c] = tokens[r, c]
     out = tokens.copy()
