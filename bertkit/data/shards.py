@@ -20,6 +20,7 @@ Loading checks every file's size and structure (``verify=True`` also its sha256)
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import multiprocessing as mp
 import os
@@ -86,7 +87,9 @@ _WORKER: dict = {}
 def _init_worker(vocab_file: str, lowercase: bool, pooled: bool = False) -> None:
     if pooled:  # one tokenizer thread per worker process: the processes are the parallelism
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _WORKER["tok"] = load_tokenizer(vocab_file, lowercase)
+    # A forked worker inherits the parent's tokenizer (building one costs ~0.1-0.2 s per worker, on the
+    # critical path of a small corpus); a spawned one builds its own.
+    _WORKER["tok"] = _WORKER.pop("inherited", None) or load_tokenizer(vocab_file, lowercase)
     _WORKER["cache"] = ChunkCache()  # valid for this tokenizer only
 
 
@@ -202,12 +205,27 @@ def _build_shard(task: tuple) -> dict:
         "files": {},
     }
     for key, arr in zip(_ARRAYS, (ids, sents, docs_arr)):
-        path = out_dir / f"{name}.{key}.npy"
-        with atomic_write(path, "wb") as f:
-            np.save(f, arr)
-        record["files"][key] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        record["files"][key] = _write_array(out_dir / f"{name}.{key}.npy", arr)
     atomic_write_json(out_dir / f"{name}.json", record)
     return record
+
+
+def _write_array(path: Path, arr: np.ndarray) -> dict:
+    """Write ``arr`` as ``.npy`` (temp file + rename); returns its sha256 and size, hashed from memory.
+
+    Not fsynced, unlike the shard's record, which is written after it and holds these checksums: a resumed
+    run re-checks them, so a file lost in a crash is rebuilt, and 6 fsyncs per shard are saved."""
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    data = buf.getbuffer()
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 def _group_documents(
@@ -308,6 +326,7 @@ def prepare(
             bar.update(size)
     else:
         ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
+        _WORKER["inherited"] = tokenizer  # (forked workers pick it up in _init_worker)
         with ctx.Pool(workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)) as pool:
             pending: deque = deque()
             for task, size in tasks():
@@ -320,6 +339,7 @@ def prepare(
                 res, sz = pending.popleft()
                 records.append(res.get())
                 bar.update(sz)
+        _WORKER.pop("inherited", None)
     bar.close()
     if not records:
         raise UserError(
