@@ -24,19 +24,27 @@ pages are file-backed cache and not counted). Rows:
   original's functions), with the streams checked identical. Goal: ratio >= 1.
 - ``peak memory growth``: peak memory on the corpus repeated 3 times / on the corpus, ours vs the original.
 
-Measured (2026-11-22, the shared 2-core development machine at load average ~8.5, so absolute numbers are
-low and noisy; the Gutenberg books, 7.3 MB, max_seq_length 128, dupe_factor 1 / one epoch):
+Measured (2026-11-22, after the batch-vectorised dynamic instances and block tokenization of distinct
+chunks; the shared 2-core development machine at load average 5.4-6.4 from three other jobs, so absolute
+numbers are low and noisy; the Gutenberg books, 7.3 MB, max_seq_length 128, dupe_factor 1 / one epoch;
+command ``PYTHONPATH=$PWD BERT_ORIGINAL_DIR=/tmp/bert_orig OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m
+benchmarks.bench_data``, two runs a few minutes apart):
 
-    default path, prepare workers=2 + dynamic epoch   1.33 MB/s vs original 0.39 MB/s   3.4x  (5.5 s vs 18.7 s)
-    default path, prepare workers=1 + dynamic epoch   1.70 MB/s                         4.4x
-    static path (prepare + original stream to .npz)   1.31 MB/s                         3.4x
-    static algorithm alone (identical stream)         11.2k vs 5.4k instances/s         2.1x
-    peak memory, corpus x3 (7.3 -> 21.8 MB)           ours 439 -> 502 MB (1.14x); original 167 -> 473 MB (2.83x)
+    default path, prepare workers=2 + dynamic epoch   2.32-2.44 MB/s vs original 0.43-0.55 MB/s   4.5-5.4x  (3.0-3.1 s vs 13.3-16.9 s)
+    default path, prepare workers=1 + dynamic epoch   3.75-3.97 MB/s                              6.9-9.2x  (1.8-1.9 s)
+    static path (prepare + original stream to .npz)   1.85-2.19 MB/s                              4.0-4.3x
+    static algorithm alone (identical stream)         14.2k-19.4k vs 8.5k-9.0k instances/s        1.7-2.2x
+    peak memory, corpus x3 (7.3 -> 21.8 MB)           ours 401 -> 470 MB (1.17x); original 167 -> 473 MB (2.83x)
 
-Earlier runs on the same machine gave 2.5-4.3x (workers=2) and 5.6x (workers=1) for the default path. The 10x
-goal is not reached here: with the cores saturated by other work, two workers cannot run in parallel, and most
-of our time is the Rust tokenizer on the ~49k distinct words (each distinct space-separated chunk is tokenized
-once) plus ~70 us per dynamic instance.
+Before (same day, same machine at load ~8.5): 3.4x (workers=2), 4.4x (workers=1). The 10x goal is not reached on
+this machine. Where the time goes (workers=1, 1.83 s): prepare 1.39 s - reading lines ~0.1 s, " "-split + set +
+dict lookup of the 1.6M words ~0.3 s, the Rust tokenizer on the 49k distinct chunks ~0.16 s (joined blocks;
+one encoding per chunk took 0.38 s), gather/write ~0.1 s, the rest waiting for a core - and the dynamic epoch
+0.44 s for 14k instances (~1 ms per batch of 32: ~100 numpy calls, fixed cost; batches of 256 take 0.11-0.13 s
+per epoch). With workers=2 the prepare step takes 2.5-2.7 s: the cores are saturated by other jobs, so the two
+processes do not run in parallel, and each re-tokenizes its shard's distinct chunks (cold cache per worker).
+10x needs a machine whose 2 cores are free (two parallel workers would halve the 1.4 s), or a shared cache
+of distinct chunks across workers, and a cheaper per-word step than Python's split + dict lookup.
 """
 
 from __future__ import annotations

@@ -195,3 +195,21 @@ def test_collate_and_dataloader(data_dir):
     resumed = list(iter(sampler))
     sampler.set_epoch(1)
     assert resumed == list(iter(sampler))[8:] and ds.epoch == 1
+
+
+@pytest.mark.parametrize("options", [{}, {"whole_word_mask": True}, {"no_nsp": True}])
+def test_batch_draw_equals_single_items(data_dir, options):
+    """An item depends only on (seed, epoch, index): drawn alone or in any batch, it is the same."""
+    ds = PretrainingDataset(data_dir, max_seq_length=48, seed=5, **options)
+    ds.set_epoch(2)
+    idx = np.random.default_rng(0).permutation(len(ds))[:40].tolist()
+    batch = ds.__getitems__(idx)
+    collated = ds.collate(batch)
+    slow = collate_pretraining([dict(item) for item in batch], pad_id=ds.pad_id)  # the generic padding path
+    for k in collated:
+        assert torch.equal(collated[k], slow[k])
+    for i, item in zip(idx, batch):
+        single = ds[i]
+        assert single.keys() == item.keys()
+        for k in item:
+            np.testing.assert_array_equal(single[k], item[k])

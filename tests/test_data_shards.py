@@ -187,6 +187,7 @@ TRICKY = [
     " leading and trailing ",
     "",
     "a" * 150 + " averyveryverylongwordthatexceedsnothing",
+    "literal [MASK] and x[CLS]y [SEP]. [unk] [UNK]",
     "don't stop-believing (yes) [no] {maybe} <tag> ... — – “quotes” ‘single’",
     "e\u0301 combining \u0301accent at start",
 ]

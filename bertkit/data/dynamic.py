@@ -9,6 +9,7 @@ Public API (stable; the pre-training loop uses exactly this)::
                             rank=0, world_size=1, split="train", valid_documents=None)
     ds.set_epoch(epoch)                     # call before each epoch (also in DataLoader workers: see below)
     item = ds[i]                            # dict of numpy int64 arrays, unpadded
+    items = ds.__getitems__([i, j, k])      # the same items, drawn together (and already padded)
     loader = DataLoader(ds, batch_size=32, sampler=EpochSampler(ds, seed=0), collate_fn=ds.collate)
     batch = next(iter(loader))              # dict of torch.long tensors:
       input_ids [B,T], attention_mask [B,T], token_type_ids [B,T],
@@ -20,8 +21,10 @@ How an item is made (the original algorithm, reorganised so any item can be draw
 - Once, at construction, each document's sentences are cut into *chunks* of about
   ``max_seq_length - 3`` tokens (whole sentences; vectorised over all shards). ``len(ds)`` is the number of
   chunks of this rank's part of the split.
-- Item ``i`` of epoch ``e`` uses its own generator ``Philox(key=(seed, e, global chunk index))``, so it is
-  deterministic in (seed, epoch, index) whatever the worker, batch size or resume point. Per item, as the
+- Item ``i`` of epoch ``e`` draws its random numbers from counter-based streams keyed by
+  (seed, e, global chunk index) (:mod:`bertkit.data.sampling`), so it is deterministic in (seed, epoch, index)
+  whatever the worker, batch size, batch composition or resume point. A batch is drawn at once, vectorised
+  in numpy (``__getitems__``, which the DataLoader calls; ``ds[i]`` is a batch of one). Per item, as the
   original: with ``short_seq_prob`` a shorter target length ``randint(2, max_num_tokens)``; a split point
   ``a_end`` among the chunk's sentences; B is the rest of the chunk, or (half the time, always for a
   one-sentence chunk) sentences from a random start in a random *other* document of the split until the
@@ -53,29 +56,21 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from bertkit.data.sampling import draw_batch
 from bertkit.data.shards import ShardSet
 from bertkit.errors import UserError
 
-__all__ = ["PretrainingDataset", "collate_pretraining", "EpochSampler"]
-
-_MASK32 = 0xFFFFFFFF
+__all__ = ["PretrainingDataset", "collate_pretraining", "EpochSampler", "InstanceBatch"]
 
 
-def _pair_lengths(la: int, lb: int, limit: int) -> tuple[int, int]:
-    """Lengths after the original's trimming (longer side first, B on ties) to ``limit`` tokens."""
-    excess = la + lb - limit
-    if excess <= 0:
-        return la, lb
-    if la > lb:
-        d = min(excess, la - lb)
-        la -= d
-        excess -= d
-    elif lb > la:
-        d = min(excess, lb - la)
-        lb -= d
-        excess -= d
-    # Equal now: B loses first, then they alternate.
-    return la - excess // 2, lb - (excess - excess // 2)
+class InstanceBatch(list):
+    """Items of one batch (a list of unpadded item dicts) that also carries them already padded, so
+    :func:`collate_pretraining` only wraps the arrays (``padded``: int64 [B, T] arrays, labels -100 and
+    types/mask 0 on padding, ``next_sentence_label`` [B]; ``pad_id`` the id they are padded with)."""
+
+    def __init__(self, padded: dict[str, np.ndarray], items: list[dict[str, np.ndarray]], pad_id: int = 0):
+        super().__init__(items)
+        self.padded, self.pad_id = padded, pad_id
 
 
 class PretrainingDataset(torch.utils.data.Dataset):
@@ -113,9 +108,6 @@ class PretrainingDataset(torch.utils.data.Dataset):
         self.whole_word_mask = bool(whole_word_mask)
         self.rank, self.world_size, self.split = int(rank), int(world_size), split
         self.epoch = 0
-        self._gen: np.random.Generator | None = None
-        self._bitgen = None
-        self._arange = np.arange(self.max_seq_length + 1)
 
         words = self.shards.vocab_words()
         index = {w: i for i, w in enumerate(words)}
@@ -160,7 +152,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         t = self.max_num_tokens
         sh = self.shards
         docs = np.arange(self.doc_lo, self.doc_hi)
-        c_shard, c_lo, c_hi, c_doc = [], [], [], []
+        c_shard, c_lo, c_hi, c_doc, c_start, c_end = [], [], [], [], [], []
         for k, arr in enumerate(sh.arrays):
             mine = docs[sh.doc_shard[docs] == k]
             if mine.size == 0:
@@ -181,12 +173,16 @@ class PretrainingDataset(torch.utils.data.Dataset):
             c_lo.append(sent_idx[first])
             c_hi.append(sent_idx[last - 1] + 1)
             c_doc.append(doc_of[first])
+            c_start.append(starts_tok[first])  # token offsets of the chunk (saves two gathers per batch)
+            c_end.append(sents[sent_idx[last - 1] + 1])
         self.chunk_shard = np.concatenate(c_shard)
         self.chunk_lo = np.concatenate(c_lo)
         self.chunk_hi = np.concatenate(c_hi)
         self.chunk_doc = np.concatenate(c_doc)
+        self.chunk_start_tok = np.concatenate(c_start).astype(np.int64)
+        self.chunk_end_tok = np.concatenate(c_end).astype(np.int64)
         order = np.argsort(self.chunk_doc, kind="stable")  # reading order across shards
-        for name in ("chunk_shard", "chunk_lo", "chunk_hi", "chunk_doc"):
+        for name in ("chunk_shard", "chunk_lo", "chunk_hi", "chunk_doc", "chunk_start_tok", "chunk_end_tok"):
             setattr(self, name, getattr(self, name)[order])
 
     # --- Dataset API -------------------------------------------------------------------------------
@@ -197,131 +193,30 @@ class PretrainingDataset(torch.utils.data.Dataset):
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
 
-    def rng_for(self, index: int) -> np.random.Generator:
-        """The generator of item ``index`` (this rank's numbering) in the current epoch."""
-        epoch = 0 if self.split == "valid" else self.epoch
-        g = self.offset + int(index)
-        key = ((self.seed & _MASK32) << 32) | (epoch & _MASK32)
-        if self._gen is None:
-            self._bitgen = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
-            self._gen = np.random.Generator(self._bitgen)
-        # Re-keying one Philox (counter 0, empty buffer) equals Philox(key=[key, g]), 4x cheaper than a new one.
-        self._bitgen.state = {
-            "bit_generator": "Philox",
-            "state": {"counter": np.zeros(4, dtype=np.uint64), "key": np.array([key, g], dtype=np.uint64)},
-            "buffer": np.zeros(4, dtype=np.uint64),
-            "buffer_pos": 4,
-            "has_uint32": 0,
-            "uinteger": 0,
-        }
-        return self._gen
-
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        if not 0 <= index < self.per_rank:
-            raise IndexError(index)
-        rng = self.rng_for(index)
-        c = self.offset + int(index)
-        arr = self.shards.arrays[self.chunk_shard[c]]
-        ids, sents = arr["ids"], arr["sents"]
-        lo, hi = int(self.chunk_lo[c]), int(self.chunk_hi[c])
-        bounds = np.asarray(sents[lo : hi + 1])
-        target = self.max_num_tokens
-        if rng.random() < self.short_seq_prob:
-            target = int(rng.integers(2, self.max_num_tokens + 1))
+        return self.__getitems__([index])[0]
 
-        if self.no_nsp:
-            seg = np.asarray(ids[bounds[0] : min(bounds[-1], bounds[0] + target)], dtype=np.int64)
-            tokens = np.concatenate(([self.cls_id], seg, [self.sep_id]))
-            types = np.zeros(len(tokens), dtype=np.int64)
-            specials = (0, len(tokens) - 1)
-            out = self._mask(tokens, specials, rng)
-            out["token_type_ids"] = types
-            return out
-
-        n = hi - lo
-        a_end = int(rng.integers(1, n)) if n >= 2 else 1
-        a = ids[bounds[0] : bounds[a_end]]
-        is_random = n == 1 or rng.random() < 0.5
-        if is_random:
-            b = self._random_b(int(self.chunk_doc[c]), target - len(a), rng)
-        else:
-            b = ids[bounds[a_end] : bounds[-1]]
-        la, lb = _pair_lengths(len(a), len(b), target)
-        # Trimmed tokens: a binomial share from the front, the rest from the back (as coin-by-coin trimming).
-        fa = int(rng.binomial(len(a) - la, 0.5)) if la < len(a) else 0
-        fb = int(rng.binomial(len(b) - lb, 0.5)) if lb < len(b) else 0
-        tokens = np.empty(la + lb + 3, dtype=np.int64)
-        tokens[0] = self.cls_id
-        tokens[1 : la + 1] = a[fa : fa + la]
-        tokens[la + 1] = self.sep_id
-        tokens[la + 2 : la + lb + 2] = b[fb : fb + lb]
-        tokens[-1] = self.sep_id
-        types = np.zeros(len(tokens), dtype=np.int64)
-        types[la + 2 :] = 1
-        out = self._mask(tokens, (0, la + 1, la + lb + 2), rng)
-        out["token_type_ids"] = types
-        out["next_sentence_label"] = np.array(1 if is_random else 0, dtype=np.int64)
-        return out
-
-    def _random_b(self, doc: int, target_b: int, rng: np.random.Generator) -> np.ndarray:
-        pool = self.pool_hi - self.pool_lo
-        if pool >= 2 and self.pool_lo <= doc < self.pool_hi:
-            r = self.pool_lo + int(rng.integers(0, pool - 1))
-            if r >= doc:
-                r += 1
-        elif pool >= 2:
-            r = self.pool_lo + int(rng.integers(0, pool))
-        else:
-            r = doc  # a one-document corpus: nothing else to draw from
-        sh = self.shards
-        arr = sh.arrays[sh.doc_shard[r]]
-        lo, hi = int(sh.doc_sent_lo[r]), int(sh.doc_sent_hi[r])
-        start = lo + int(rng.integers(0, hi - lo))
-        bounds = np.asarray(arr["sents"][start : hi + 1])
-        cum = bounds[1:] - bounds[0]
-        end = min(int(np.searchsorted(cum, target_b, side="left")), len(cum) - 1)
-        return arr["ids"][bounds[0] : bounds[end + 1]]
-
-    def _mask(
-        self, tokens: np.ndarray, specials: np.ndarray, rng: np.random.Generator
-    ) -> dict[str, np.ndarray]:
-        n = len(tokens)
-        ar = self._arange
-        if len(specials) == 2:
-            cand = ar[1 : n - 1]
-        else:
-            cand = np.concatenate((ar[1 : specials[1]], ar[specials[1] + 1 : n - 1]))
-        num = min(self.max_predictions_per_seq, max(1, int(round(n * self.masked_lm_prob))))
-        if self.whole_word_mask:
-            cont = self.is_continuation[tokens[cand]]
-            cont[0] = False
-            cont[1:] &= np.diff(cand) == 1  # a word never spans a [SEP]
-            word_of = np.cumsum(~cont) - 1
-            starts = np.flatnonzero(~cont)
-            lengths = np.diff(np.append(starts, len(cand)))
-            chosen_words = []
-            total = 0
-            for w in rng.permutation(len(starts)).tolist():
-                if total >= num:
-                    break
-                ln = int(lengths[w])
-                if total + ln > num:
-                    continue
-                chosen_words.append(w)
-                total += ln
-            pos = cand[np.isin(word_of, chosen_words)]
-        else:
-            pos = np.sort(cand[rng.permutation(len(cand))[:num]])
-        k = len(pos)
-        u = rng.random(k)
-        rand_ids = rng.integers(0, self.vocab_size, k)
-        labels = np.full(n, -100, dtype=np.int64)
-        labels[pos] = tokens[pos]
-        out = tokens.copy()
-        out[pos[u < 0.8]] = self.mask_id
-        rnd = u >= 0.9
-        out[pos[rnd]] = rand_ids[rnd]
-        return {"input_ids": out, "labels": labels}
+    def __getitems__(self, indices: Sequence[int]) -> InstanceBatch:
+        """Items ``indices`` drawn together, vectorised over the batch (the DataLoader calls this with each
+        batch's indices). Each item equals ``self[i]``: it depends only on (seed, epoch, index)."""
+        index = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if index.size == 0:
+            return InstanceBatch({}, [])
+        if index.min() < 0 or index.max() >= self.per_rank:
+            raise IndexError(int(index[(index < 0) | (index >= self.per_rank)][0]))
+        epoch = 0 if self.split == "valid" else self.epoch
+        padded = draw_batch(self, self.offset + index, epoch)
+        lengths = padded.pop("lengths")
+        items = []
+        for i, n in enumerate(lengths.tolist()):
+            item = {k: v[i, :n] for k, v in padded.items() if v.ndim == 2}
+            if "next_sentence_label" in padded:
+                item["next_sentence_label"] = padded["next_sentence_label"][i]
+            items.append(item)
+        padded["attention_mask"] = (np.arange(padded["input_ids"].shape[1]) < lengths[:, None]).astype(
+            np.int64
+        )
+        return InstanceBatch(padded, items, pad_id=self.pad_id)
 
     def collate(self, batch: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         return collate_pretraining(batch, pad_id=self.pad_id)
@@ -346,6 +241,9 @@ def collate_pretraining(
     next_sentence_label [B] (when the items have it). Padding: ``pad_id``, mask 0, type 0, label -100."""
     if not batch:
         raise ValueError("empty batch")
+    padded = getattr(batch, "padded", None)
+    if padded is not None and batch.pad_id == pad_id and pad_to_multiple_of is None:
+        return {k: torch.from_numpy(v) for k, v in padded.items()}  # drawn padded already: no copies
     lengths = [len(item["input_ids"]) for item in batch]
     t = max(lengths)
     if pad_to_multiple_of:

@@ -20,7 +20,7 @@ Loading checks every file's size and structure (``verify=True`` also its sha256)
 from __future__ import annotations
 
 import hashlib
-import itertools
+import io
 import json
 import multiprocessing as mp
 import os
@@ -42,6 +42,7 @@ __all__ = [
     "load_tokenizer",
     "encode_sentences",
     "ChunkCache",
+    "encode_chunks",
     "sha256_file",
     "FORMAT_VERSION",
 ]
@@ -86,7 +87,9 @@ _WORKER: dict = {}
 def _init_worker(vocab_file: str, lowercase: bool, pooled: bool = False) -> None:
     if pooled:  # one tokenizer thread per worker process: the processes are the parallelism
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _WORKER["tok"] = load_tokenizer(vocab_file, lowercase)
+    # A forked worker inherits the parent's tokenizer (building one costs ~0.1-0.2 s per worker, on the
+    # critical path of a small corpus); a spawned one builds its own.
+    _WORKER["tok"] = _WORKER.pop("inherited", None) or load_tokenizer(vocab_file, lowercase)
     _WORKER["cache"] = ChunkCache()  # valid for this tokenizer only
 
 
@@ -108,13 +111,40 @@ class ChunkCache:
         self.off = np.zeros(1, dtype=np.int64)
 
     def add(self, tok, chunks: list[str]) -> None:
-        encoded = tok.encode_batch_ids(chunks, add_special_tokens=False)
-        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-        flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
+        flat, lengths = encode_chunks(tok, chunks)
         n = len(self.index)
         self.index.update(zip(chunks, range(n, n + len(chunks))))
         self.ids = np.concatenate((self.ids, flat))
         self.off = np.concatenate((self.off, self.off[-1] + np.cumsum(lengths)))
+
+
+def encode_chunks(tok, chunks: list[str], block: int = 2048) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of space-free ``chunks``: flat int64 ids [n_tokens] and int64 lengths [len(chunks)], exactly
+    as ``tok.encode_batch_ids(chunks)`` would give them.
+
+    Why not one encoding per chunk: the Rust tokenizer's fixed cost per encoding (~6 us) dominates for single
+    words. Instead ``block`` chunks are joined with spaces into one text (no token spans a space), encoded in
+    one batch call (parallel over blocks), and each token is assigned to its chunk by its character offset.
+    Measured on the 49k distinct Gutenberg words: 0.16 s instead of 0.38 s.
+    """
+    texts = [" ".join(chunks[i : i + block]) for i in range(0, len(chunks), block)]
+    encodings = tok.encode_batch(texts, add_special_tokens=False) if texts else []
+    flats, lens = [], []
+    for k, enc in enumerate(encodings):
+        words = chunks[k * block : (k + 1) * block]
+        width = np.fromiter(map(len, words), dtype=np.int64, count=len(words)) + 1  # + the joining space
+        starts = np.cumsum(width) - width  # character offset of each chunk in the joined text
+        ids = np.array(enc.ids, dtype=np.int64)
+        if ids.size:
+            tok_start = np.array(enc.offsets, dtype=np.int64).reshape(-1, 2)[:, 0]
+            owner = np.searchsorted(starts, tok_start, side="right") - 1
+            lens.append(np.bincount(owner, minlength=len(words)))
+        else:
+            lens.append(np.zeros(len(words), dtype=np.int64))
+        flats.append(ids)
+    if not flats:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(flats), np.concatenate(lens)
 
 
 def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache | None = None):
@@ -175,12 +205,27 @@ def _build_shard(task: tuple) -> dict:
         "files": {},
     }
     for key, arr in zip(_ARRAYS, (ids, sents, docs_arr)):
-        path = out_dir / f"{name}.{key}.npy"
-        with atomic_write(path, "wb") as f:
-            np.save(f, arr)
-        record["files"][key] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        record["files"][key] = _write_array(out_dir / f"{name}.{key}.npy", arr)
     atomic_write_json(out_dir / f"{name}.json", record)
     return record
+
+
+def _write_array(path: Path, arr: np.ndarray) -> dict:
+    """Write ``arr`` as ``.npy`` (temp file + rename); returns its sha256 and size, hashed from memory.
+
+    Not fsynced, unlike the shard's record, which is written after it and holds these checksums: a resumed
+    run re-checks them, so a file lost in a crash is rebuilt, and 6 fsyncs per shard are saved."""
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    data = buf.getbuffer()
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
 def _group_documents(
@@ -281,6 +326,7 @@ def prepare(
             bar.update(size)
     else:
         ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
+        _WORKER["inherited"] = tokenizer  # (forked workers pick it up in _init_worker)
         with ctx.Pool(workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)) as pool:
             pending: deque = deque()
             for task, size in tasks():
@@ -293,6 +339,7 @@ def prepare(
                 res, sz = pending.popleft()
                 records.append(res.get())
                 bar.update(sz)
+        _WORKER.pop("inherited", None)
     bar.close()
     if not records:
         raise UserError(

@@ -94,7 +94,8 @@ class Batches:
             self.dataset.set_epoch(epoch)
             self._dataset_epoch = epoch
         self.consumed += 1
-        return self.collate_fn([self.dataset[i] for i in idx])
+        getitems = getattr(self.dataset, "__getitems__", None)  # a whole batch at once, as DataLoader does
+        return self.collate_fn(getitems(idx) if getitems else [self.dataset[i] for i in idx])
 
     def state_dict(self) -> dict:
         return {
