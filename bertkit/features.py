@@ -47,7 +47,10 @@ def _select(hidden_states: tuple[Tensor, ...], layers: Sequence[int]) -> Tensor:
     for layer in layers:
         idx = layer if layer >= 0 else n + layer
         if not 0 <= idx < n:
-            raise UserError(f"layer {layer} does not exist: the model has layers 0 (embeddings) .. {n - 1}")
+            raise UserError(
+                f"layer {layer} does not exist: the model has layers 0 (embeddings) .. {n - 1} "
+                f"(-1 .. -{n}); choose others with --layers, e.g. --layers {','.join(str(-i) for i in range(1, n))}"
+            )
         picked.append(hidden_states[idx])
     return torch.cat(picked, dim=-1)
 

@@ -1,15 +1,19 @@
-"""Atomic file and directory writes: nothing half-written is ever left under the final name."""
+"""Atomic file and directory writes (nothing half-written is ever left under the final name), and where a
+model directory is."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+logger = logging.getLogger("bertkit")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -70,3 +74,13 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         _fsync_dir(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """The model directory meant by ``path``: ``path`` itself, or ``path/model`` when ``path`` is the output
+    directory of a run (``bertkit finetune``/``pretrain`` write the model there) and has no config.json."""
+    path = Path(path)
+    if path.is_dir() and not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
+        logger.info("%s holds no model; using the run's model directory %s", path, path / "model")
+        return path / "model"
+    return path

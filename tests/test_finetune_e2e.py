@@ -74,7 +74,8 @@ def test_classify_learns_sst2_subset(tmp_path, capsys, shared_data, minilm_dir):
     batch = tok(["a gorgeous , witty film", "dull and lifeless"], max_length=64, return_tensors="pt")
     _same_logits_in_transformers(out / "model", "BertForSequenceClassification", batch)
 
-    pred = _run(capsys, ["predict", str(out / "model"), "--input", str(tmp_path / "dev.jsonl"),
+    # The run's OUT dir stands for OUT/model wherever a model dir is expected.
+    pred = _run(capsys, ["predict", str(out), "--input", str(tmp_path / "dev.jsonl"),
                          "--text-field", "sentence", "--out", str(tmp_path / "pred.jsonl")])  # fmt: skip
     rows = [json.loads(x) for x in (tmp_path / "pred.jsonl").read_text().splitlines()]
     assert pred["examples"] == len(rows) == 200

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .. import __version__
 from ..errors import UserError
@@ -44,6 +45,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from bertkit.io import resolve_model_dir
+
+    # A run's output dir (OUT, holding OUT/model) works wherever a model dir is expected.
+    for name in ("model_dir", "model"):
+        if isinstance(getattr(args, name, None), (str, Path)):
+            setattr(args, name, type(getattr(args, name))(resolve_model_dir(getattr(args, name))))
     try:
         result = args.func(args)
     except UserError as e:
@@ -53,7 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bertkit {args.command}: interrupted", file=sys.stderr)
         return 130
     if result is not None:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+        try:
+            print(json.dumps(result, indent=2, ensure_ascii=False))
+        except BrokenPipeError:  # e.g. piped into `head`: the reader has gone, nothing left to say
+            sys.stderr.close()
     return 0
 
 
