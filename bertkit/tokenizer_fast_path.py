@@ -46,15 +46,29 @@ class PlainText:
         unsafe: matches any character that is not plain; a text with no match may take the fast path.
         split_pattern: Oniguruma pattern for ``pre_tokenizers.Split(..., invert=True)``: a run of word
             characters or a single punctuation character, both as they are after normalisation.
+        piece_pattern: the same as a Python pattern over the input characters (before normalisation),
+            with the whitespace that may precede a piece: one match is one pre-tokenizer piece.
     """
 
     chars: frozenset[str]
     unsafe: re.Pattern[str]
     split_pattern: str
+    piece_pattern: str
 
     def is_plain(self, text: str) -> bool:
         """True when every character of ``text`` is plain (raises TypeError for a non-str)."""
         return self.unsafe.search(text) is None
+
+    @functools.cache  # noqa: B019 (instances are few and cached for the process's life anyway)
+    def first_pieces(self, n: int) -> re.Pattern[str]:
+        """Matches the first ``n`` pre-tokenizer pieces of a plain text (no match: it has fewer).
+
+        Each piece gives at least one token (an unknown word gives ``[UNK]``), so a plain text cut after
+        its ``n``-th piece still yields at least ``n`` tokens, and they are the whole text's first
+        tokens. The quantifiers are possessive and the group atomic: a text with fewer pieces fails in
+        linear time instead of backtracking through every way to split a word.
+        """
+        return re.compile(f"(?>(?:{self.piece_pattern}){{{n}}})")
 
 
 def _ranges(chars: Iterable[str]) -> list[tuple[int, int]]:
@@ -101,8 +115,11 @@ def plain_text(lowercase: bool, strip_accents: bool | None, tokenize_chinese_cha
     cheap = fast_normalizer(lowercase)
     pre = pre_tokenizers.BertPreTokenizer()
     plain: set[str] = set()
-    word: set[str] = set()
+    word: set[str] = set()  # normalised characters, for the Rust pre-tokenizer
     punct: set[str] = set()
+    word_in: set[str] = set()  # the same classes over the input characters, for Python patterns
+    punct_in: set[str] = set()
+    space_in: set[str] = set()
     for lo, hi in CANDIDATE_RANGES:
         for cp in range(lo, hi + 1):
             c = chr(cp)
@@ -118,20 +135,25 @@ def plain_text(lowercase: bool, strip_accents: bool | None, tokenize_chinese_cha
             if want == got:
                 if pieces == ["a", "a"]:
                     plain.add(c)  # whitespace: dropped by both pre-tokenizers
+                    space_in.add(c)
                 elif pieces == ["a", got, "a"]:
                     plain.add(c)
                     punct.add(got)
+                    punct_in.add(c)
                 elif pieces == [f"a{got}a"]:
                     plain.add(c)
                     word.add(got)
+                    word_in.add(c)
             elif want == " " and pieces == ["a", "a"]:
                 plain.add(c)  # whitespace the full normaliser turns into a space; dropped either way
+                space_in.add(c)
     if word & punct:  # cannot happen (the classification is by normalised character); guard anyway
         raise AssertionError(f"characters classed as both word and punctuation: {sorted(word & punct)}")
     return PlainText(
         chars=frozenset(plain),
         unsafe=re.compile(_python_class(plain, negate=True)),
         split_pattern=f"{_onig_class(word)}+|{_onig_class(punct)}",
+        piece_pattern=f"{_python_class(space_in)}*+(?:{_python_class(word_in)}++|{_python_class(punct_in)})",
     )
 
 

@@ -219,3 +219,31 @@ def test_settings_match_transformers_on_real_text(minilm_dir, minilm, shared_dat
     want = hf(lines, max_length=32, truncation=True, padding=True, return_tensors="pt")
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         assert torch.equal(got[key], want[key]), key
+
+
+@pytest.mark.parametrize("max_length", [3, 8, 16, 128])
+def test_call_cuts_plain_texts_after_their_pieces_without_changing_ids(
+    minilm, full_minilm, hf_fast, shared_data, max_length
+):
+    """``__call__`` tokenizes a plain text only up to its (max_length - 2)-th pre-tokenizer piece."""
+    from bertkit.tokenizer import _cut_texts
+
+    lines = _real_lines(shared_data, 3_000)
+    n = max_length - 2
+    texts = lines + EDGE_CASES
+    texts += [
+        " ".join(lines[:30]),  # far past the window
+        "x," * 200,  # every character a piece
+        "a" * 300,  # one long word ([UNK])
+        "w " * n + "tail",  # exactly n pieces before the tail
+        "w " * (n - 1) + "[MASK] " * 5 + "more words",  # special tokens: cut by words only
+        "é " * 20 + "plain " * 200,  # not plain for this model: cut by words only
+    ]
+    _, cut = _cut_texts(texts, max_length, minilm._plain)
+    assert len(cut) > (20 if max_length == 128 else 1_000)
+    got = minilm(texts, max_length=max_length)
+    want = full_minilm(texts, max_length=max_length)
+    ref = hf_fast(texts, max_length=max_length, truncation=True, padding=True, return_tensors="pt")
+    for key in ("input_ids", "token_type_ids", "attention_mask"):
+        assert torch.equal(got[key], want[key]), key
+        assert torch.equal(got[key], ref[key]), key
