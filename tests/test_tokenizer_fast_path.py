@@ -183,6 +183,8 @@ def test_mixed_batch_padded_in_rust_to_the_longest(minilm, full_minilm, hf_fast,
     enc = minilm.encode_batch(texts, padding=True)
     _assert_same(enc, full_minilm.encode_batch(texts, padding=True), texts)
     assert len({len(e.ids) for e in enc}) == 1
+    windows = dict(padding=True, max_length=6, stride=2)  # overflow windows are padded too
+    _assert_same(minilm.encode_batch(texts, **windows), full_minilm.encode_batch(texts, **windows), texts)
     fixed = dict(max_length=20, padding="max_length", return_tensors=None)
     assert minilm(texts, **fixed) == full_minilm(texts, **fixed)
 
