@@ -21,6 +21,9 @@ takes the full pipeline.
 
 Candidates: ASCII, Latin-1 and Latin Extended-A/B, and the punctuation and symbol blocks
 U+2000-U+2BFF (dashes, quotes, primes, currency, arrows, maths), which covers nearly all English text.
+
+Also here: :func:`cut_texts`, which skips tokenizing text past a truncation window (finer for plain
+text, whose pre-tokenizer pieces this module can count).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tokenizers import Regex, normalizers, pre_tokenizers
@@ -161,3 +164,41 @@ def fast_pre_tokenizer(plain: PlainText) -> pre_tokenizers.PreTokenizer:
     """One-pass pre-tokenizer equal to ``BertPreTokenizer`` on plain text: keep each regex match (a word
     or one punctuation character) as a piece and drop what lies between (whitespace)."""
     return pre_tokenizers.Split(Regex(plain.split_pattern), behavior="removed", invert=True)
+
+
+def cut_texts(
+    texts: Sequence[str], limit: int, plain: PlainText | None, n_special: int = 2
+) -> tuple[Sequence[str], list[int]]:
+    """Texts cut short where their tail cannot reach a ``limit``-token window, and the indices cut.
+
+    Tokens never span whitespace, so a text cut after its ``limit``-th whitespace-separated word yields
+    the whole text's first tokens, at least ``limit`` of them unless some words vanish in normalisation
+    (the caller detects a short encoding and redoes the whole text); truncation to ``limit`` then gives
+    exactly what the whole text gives, without tokenizing what is cut away. A plain text (``plain``
+    given; no ``[``, so no special token written in it) is cut finer, after its ``limit - n_special``-th
+    pre-tokenizer piece: a word with punctuation attached is several pieces, so this cuts ~12% fewer
+    tokens on WikiText, and plain pieces never vanish.
+    """
+    out: list[str] | None = None
+    cut: list[int] = []
+    min_chars = 2 * limit  # a text this short has at most `limit` words
+    n_pieces = max(limit - n_special, 1)
+    first_pieces = plain.first_pieces(n_pieces).match if plain is not None else None
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or len(text) <= n_pieces:
+            continue
+        short = None
+        if first_pieces is not None and "[" not in text and plain.is_plain(text):
+            m = first_pieces(text)
+            if m is not None and m.end() < len(text):
+                short = text[: m.end()]
+        elif len(text) > min_chars:
+            words = text.split(None, limit)
+            if len(words) > limit:
+                short = " ".join(words[:limit])
+        if short is not None:
+            if out is None:
+                out = list(texts)
+            out[i] = short
+            cut.append(i)
+    return (texts if out is None else out), cut

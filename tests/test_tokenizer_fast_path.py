@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertkit.tokenizer import Tokenizer
-from bertkit.tokenizer_fast_path import CANDIDATE_RANGES, plain_text
+from bertkit.tokenizer_fast_path import CANDIDATE_RANGES, cut_texts, plain_text
 
 transformers = pytest.importorskip("transformers")
 
@@ -228,8 +228,6 @@ def test_call_cuts_plain_texts_after_their_pieces_without_changing_ids(
     minilm, full_minilm, hf_fast, shared_data, max_length
 ):
     """``__call__`` tokenizes a plain text only up to its (max_length - 2)-th pre-tokenizer piece."""
-    from bertkit.tokenizer import _cut_texts
-
     lines = _real_lines(shared_data, 3_000)
     n = max_length - 2
     texts = lines + EDGE_CASES
@@ -241,7 +239,7 @@ def test_call_cuts_plain_texts_after_their_pieces_without_changing_ids(
         "w " * (n - 1) + "[MASK] " * 5 + "more words",  # special tokens: cut by words only
         "é " * 20 + "plain " * 200,  # not plain for this model: cut by words only
     ]
-    _, cut = _cut_texts(texts, max_length, minilm._plain)
+    _, cut = cut_texts(texts, max_length, minilm._plain)
     assert len(cut) > (20 if max_length == 128 else 1_000)
     got = minilm(texts, max_length=max_length)
     want = full_minilm(texts, max_length=max_length)
