@@ -72,6 +72,19 @@ def text_lines(limit_chars: int) -> list[str]:
     return lines
 
 
+def spread_lines(n: int) -> list[str]:
+    """``n`` non-blank lines (as in the files, unstripped) spread evenly over every Gutenberg book and
+    WikiText-2: a sample of real text with its rare characters, used by the tokenizer tests."""
+    files = sorted((SHARED_DATA / "corpus" / "gutenberg").glob("*.txt"))
+    files.append(_need(SHARED_DATA / "corpus" / "wikitext-2" / "valid.txt"))
+    lines: list[str] = []
+    for f in files:
+        with f.open(encoding="utf-8") as fh:
+            lines.extend(ln.rstrip("\n") for ln in fh if ln.strip())
+    step = max(1, len(lines) // n)
+    return lines[::step][:n]
+
+
 def sample_batches(sentences: list[str], batch_size: int, n_batches: int, seed: int) -> list[list[str]]:
     rng = random.Random(seed)
     return [rng.sample(sentences, batch_size) for _ in range(n_batches)]

@@ -7,6 +7,11 @@ then greedy longest-match-first WordPiece with ``##`` continuations; a word long
 ``[UNK]``. Pairs are laid out ``[CLS] A [SEP] B [SEP]`` with segment ids 0 and 1.
 
 Special tokens are looked up by their names in the vocabulary, never by fixed id.
+
+Texts made only of "plain" characters (ASCII and the common Latin/punctuation blocks that the BERT
+normaliser leaves alone apart from lowercasing; see :mod:`bertkit.tokenizer_fast_path`) go through a
+second, cheaper pipeline that gives identical ids, offsets and word ids; every other text takes the full
+one. ``Tokenizer.fast_path = False`` turns this off.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tokenizers import Tokenizer as _RustTokenizer
 
 from .errors import UserError
 from .io import atomic_write, atomic_write_json
+from .tokenizer_fast_path import PlainText, cut_texts, fast_normalizer, fast_pre_tokenizer, plain_text
 
 SPECIAL_TOKENS = {"unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
@@ -58,26 +64,6 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
             raise TypeError(f"{what}[{i}] must be a str, got {type(t).__name__}")
 
 
-def _cut_after_words(texts: Sequence[str], limit: int) -> tuple[Sequence[str], list[int]]:
-    """Texts of more than ``limit`` whitespace-separated words cut after the ``limit``-th word, and the
-    indices cut. Tokens never span whitespace, so a cut text's tokens are the first tokens of the whole
-    text; ``limit`` words give at least ``limit`` tokens unless some words vanish in normalisation,
-    which the caller detects (a short encoding) and redoes on the whole text. Truncation to ``limit``
-    tokens then yields exactly what the whole text yields, without tokenizing what is cut away."""
-    out: list[str] | None = None
-    cut: list[int] = []
-    min_chars = 2 * limit  # a text this short has at most `limit` words
-    for i, text in enumerate(texts):
-        if isinstance(text, str) and len(text) > min_chars:
-            words = text.split(None, limit)
-            if len(words) > limit:
-                if out is None:
-                    out = list(texts)
-                out[i] = " ".join(words[:limit])
-                cut.append(i)
-    return (texts if out is None else out), cut
-
-
 class Tokenizer:
     """BERT WordPiece tokenizer.
 
@@ -90,7 +76,13 @@ class Tokenizer:
         max_input_chars_per_word: longer words become ``[UNK]`` (100 as transformers; the original
             release used 200).
         model_max_length: the longest sequence the model takes (used by ``max_length="model"``).
+
+    Attributes:
+        fast_path: send texts whose characters are all plain through the cheaper pipeline (same
+            output; on by default; set False to always use the full BERT normaliser and pre-tokenizer).
     """
+
+    fast_path: bool = True
 
     def __init__(
         self,
@@ -166,9 +158,14 @@ class Tokenizer:
         self.all_special_ids = sorted(
             {self.unk_token_id, self.cls_token_id, self.sep_token_id, self.pad_token_id, self.mask_token_id}
         )
-        self._tok = self._build_backend()
+        self._plain: PlainText = plain_text(lowercase, strip_accents, tokenize_chinese_chars)
+        self._tok = self._build_backend(fast=False)
+        self._fast_tok = self._build_backend(fast=True)
+        self._pad_longest = False  # whether _configure set Rust padding to the longest in the batch
 
-    def _build_backend(self) -> _RustTokenizer:
+    def _build_backend(self, fast: bool = False) -> _RustTokenizer:
+        """The Rust pipeline; ``fast=True`` builds the one for plain texts (cheap normaliser and one-pass
+        pre-tokenizer, everything else the same)."""
         tok = _RustTokenizer(
             models.WordPiece(
                 self.vocab,
@@ -177,13 +174,19 @@ class Tokenizer:
                 continuing_subword_prefix="##",
             )
         )
-        tok.normalizer = normalizers.BertNormalizer(
-            clean_text=True,
-            handle_chinese_chars=self.tokenize_chinese_chars,
-            strip_accents=self.strip_accents,
-            lowercase=self.lowercase,
-        )
-        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        if fast:
+            normalizer = fast_normalizer(self.lowercase)
+            if normalizer is not None:
+                tok.normalizer = normalizer
+            tok.pre_tokenizer = fast_pre_tokenizer(self._plain)
+        else:
+            tok.normalizer = normalizers.BertNormalizer(
+                clean_text=True,
+                handle_chinese_chars=self.tokenize_chinese_chars,
+                strip_accents=self.strip_accents,
+                lowercase=self.lowercase,
+            )
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         cls, sep = self.cls_token, self.sep_token
         tok.post_processor = processors.TemplateProcessing(
             single=f"{cls}:0 $A:0 {sep}:0",
@@ -309,16 +312,17 @@ class Tokenizer:
         """WordPiece tokens of ``text`` without special tokens."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self._tok.encode(text, add_special_tokens=False).tokens
+        return self._backend_for(text).encode(text, add_special_tokens=False).tokens
 
     def encode_batch_ids(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
         """Token ids of many texts (the fast path for data preparation: no offsets are computed)."""
         texts = list(texts)
-        self._tok.no_truncation()
-        self._tok.no_padding()
-        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        for tok in (self._tok, self._fast_tok):
+            tok.no_truncation()
+            tok.no_padding()
+        self._pad_longest = False
         try:
-            encodings = encode(texts, add_special_tokens=add_special_tokens)
+            encodings = self._encode_routed(texts, texts, None, add_special_tokens, offsets=False)
         except TypeError:
             _check_texts(texts, "texts")
             raise
@@ -327,6 +331,57 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``: ``##`` pieces joined to their word, words joined by spaces."""
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    # --------------------------------------------------------------- routing
+    def _backend_for(self, text: str, pair: str | None = None) -> _RustTokenizer:
+        """The cheap pipeline when every character of the input is plain, else the full one."""
+        plain = self.fast_path and self._plain.is_plain(text) and (pair is None or self._plain.is_plain(pair))
+        return self._fast_tok if plain else self._tok
+
+    def _encode_routed(
+        self,
+        inputs: list[Any],
+        texts: Sequence[str],
+        pairs: Sequence[str] | None,
+        add_special_tokens: bool = True,
+        offsets: bool = True,
+    ) -> list[Encoding]:
+        """Batch-encode ``inputs`` (``texts`` or their zip with ``pairs``), the plain ones through the
+        cheap pipeline and the rest through the full one, in the input order.
+
+        ``offsets=False`` uses the batch encoder that skips character offsets where the installed
+        tokenizers has it. Both pipelines must already be configured alike (``_configure``). A batch
+        split across the two pipelines is padded to its longest here, as one Rust call would have.
+        """
+        full, fast = self._tok, self._fast_tok
+        method = "encode_batch_fast" if not offsets and hasattr(full, "encode_batch_fast") else "encode_batch"
+        if not self.fast_path:
+            return getattr(full, method)(inputs, add_special_tokens=add_special_tokens)
+        is_plain = self._plain.is_plain
+        if pairs is None:
+            route = [is_plain(t) for t in texts]
+        else:
+            route = [is_plain(a) and is_plain(b) for a, b in zip(texts, pairs)]
+        n_plain = sum(route)
+        if n_plain == len(inputs):
+            return getattr(fast, method)(inputs, add_special_tokens=add_special_tokens)
+        if n_plain == 0:
+            return getattr(full, method)(inputs, add_special_tokens=add_special_tokens)
+        out: list[Any] = [None] * len(inputs)
+        for tok, want in ((fast, True), (full, False)):
+            idx = [i for i, r in enumerate(route) if r is want]
+            for i, enc in zip(
+                idx, getattr(tok, method)([inputs[i] for i in idx], add_special_tokens=add_special_tokens)
+            ):
+                out[i] = enc
+        if self._pad_longest:
+            # Each half was padded to its own longest (rounded up to the multiple, which commutes with
+            # max); pad the shorter half on to the batch's longest, exactly as one call pads.
+            width = max(len(e.ids) for e in out)
+            for enc in out:
+                if len(enc.ids) < width:
+                    enc.pad(width, pad_id=self.pad_token_id, pad_token=self.pad_token)
+        return out
 
     # --------------------------------------------------------------- encoding
     def _configure(
@@ -337,7 +392,7 @@ class Tokenizer:
         padding: bool | str,
         pad_to_multiple_of: int | None = None,
     ) -> None:
-        tok = self._tok
+        """Set truncation and padding on both pipelines (they must always be configured alike)."""
         if truncation is None:
             truncation = max_length is not None
         if truncation:
@@ -349,19 +404,22 @@ class Tokenizer:
             limit = self.model_max_length if max_length is None else max_length
             if stride >= limit:
                 raise ValueError(f"stride ({stride}) must be smaller than max_length ({limit})")
-            tok.enable_truncation(limit, stride=stride, strategy=strategy)
-        else:
-            tok.no_truncation()
-        if padding == "max_length":
-            if max_length is None:
-                raise ValueError("padding='max_length' needs max_length")
-            tok.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token, length=max_length)
-        elif padding:
-            tok.enable_padding(
-                pad_id=self.pad_token_id, pad_token=self.pad_token, pad_to_multiple_of=pad_to_multiple_of
-            )
-        else:
-            tok.no_padding()
+        if padding == "max_length" and max_length is None:
+            raise ValueError("padding='max_length' needs max_length")
+        for tok in (self._tok, self._fast_tok):
+            if truncation:
+                tok.enable_truncation(limit, stride=stride, strategy=strategy)
+            else:
+                tok.no_truncation()
+            if padding == "max_length":
+                tok.enable_padding(pad_id=self.pad_token_id, pad_token=self.pad_token, length=max_length)
+            elif padding:
+                tok.enable_padding(
+                    pad_id=self.pad_token_id, pad_token=self.pad_token, pad_to_multiple_of=pad_to_multiple_of
+                )
+            else:
+                tok.no_padding()
+        self._pad_longest = bool(padding) and padding != "max_length"
 
     def encode(
         self,
@@ -384,7 +442,7 @@ class Tokenizer:
             raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
         self._configure(max_length, truncation, stride, padding=False)
         try:
-            return self._tok.encode(text, pair, add_special_tokens=add_special_tokens)
+            return self._backend_for(text, pair).encode(text, pair, add_special_tokens=add_special_tokens)
         except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
             raise ValueError(
                 f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
@@ -411,7 +469,7 @@ class Tokenizer:
             inputs = texts
         self._configure(max_length, truncation, stride, padding)
         try:
-            return self._tok.encode_batch(inputs, add_special_tokens=add_special_tokens)
+            return self._encode_routed(inputs, texts, pairs, add_special_tokens)
         except TypeError:
             _check_texts(texts, "texts")
             if pairs is not None:
@@ -454,9 +512,8 @@ class Tokenizer:
         pad_here = return_tensors is not None and padding in (True, "longest")
         self._configure(max_length, truncation, 0, False if pad_here else padding, pad_to_multiple_of)
         inputs: Any = texts if pairs is None else list(zip(texts, pairs, strict=True))
-        # Offsets are not returned here, so the batch encoder that skips computing them does (when the
+        # Offsets are not returned here, so the batch encoder that skips computing them is used (when the
         # installed tokenizers has it): this keeps the wrapper as fast as the raw library.
-        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         limit = None
         if (
             pairs is None
@@ -467,12 +524,15 @@ class Tokenizer:
                 limit = self.model_max_length if max_length is None else max_length
         cut: list[int] = []
         if limit is not None:
-            inputs, cut = _cut_after_words(texts, limit)
+            inputs, cut = cut_texts(texts, limit, self._plain if self.fast_path else None)
         try:
-            encodings = encode(inputs)
+            if pairs is None:
+                encodings = self._encode_routed(inputs, inputs, None, offsets=False)
+            else:
+                encodings = self._encode_routed(inputs, texts, pairs, offsets=False)
             for i in cut:  # a cut text must still fill the window, else encode it whole
                 if len(encodings[i].ids) < limit:
-                    encodings[i] = encode([texts[i]])[0]
+                    encodings[i] = self._encode_routed([texts[i]], [texts[i]], None, offsets=False)[0]
         except TypeError:
             _check_texts(texts, "texts")
             if pairs is not None:

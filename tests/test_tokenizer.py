@@ -42,15 +42,10 @@ def tokenizers_triple(minilm_dir):
 
 
 def _real_lines(shared_data, n: int) -> list[str]:
-    files = sorted((shared_data / "corpus" / "gutenberg").glob("*.txt")) + [
-        shared_data / "corpus" / "wikitext-2" / "valid.txt"
-    ]
-    lines: list[str] = []
-    for f in files:
-        with f.open(encoding="utf-8") as fh:
-            lines.extend(ln.rstrip("\n") for ln in fh if ln.strip())
-    step = max(1, len(lines) // n)  # evenly spread over every book and the wiki text
-    return lines[::step][:n]
+    """``n`` real lines spread over every book and the wiki text (``shared_data`` only for the skip)."""
+    from benchmarks.inputs import spread_lines
+
+    return spread_lines(n)
 
 
 def test_ids_match_both_references_on_real_corpus(tokenizers_triple, shared_data):
