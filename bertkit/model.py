@@ -232,12 +232,15 @@ class BertSelfAttention(nn.Module):
         return ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
 
     def attend_packed(self, qkv: Tensor, packing: _Packing, causal: bool) -> Tensor:
-        """qkv [N, 3H] of packed real tokens -> [N, H]: each group of equal-length sequences attends
+        """qkv [R, 3H] of packed real tokens (then padding rows) -> [R, H]: each group of equal-length sequences attends
         as one dense batch with no mask, so no work is spent on padding."""
         outs = []
         for start, count, length in packing.groups:
             part = qkv[start : start + count * length].view(count, length, -1)
             outs.append(self.attend(part, None, is_causal=causal).view(count * length, -1))
+        extra = qkv.shape[0] - packing.tokens
+        if extra:  # the rows that round the packing up: nothing attends from or to them
+            outs.append(qkv.new_zeros(extra, outs[0].shape[1]))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
 
@@ -296,6 +299,13 @@ class _Packing:
         order = torch.sort(lengths, descending=True, stable=True).indices
         rows, cols = mask.index_select(0, order).nonzero(as_tuple=True)
         self.index = order.index_select(0, rows) * self.seq_len + cols  # [N] flat positions, packed order
+        # The packed rows are rounded up to one of a few sizes per power of two (`_bucket`) with copies of the
+        # first real token, which no group attends to and `unpack` drops. Every activation then comes in a
+        # few shapes, so the allocator reuses freed blocks: with a new row count every batch, training grew
+        # the heap by hundreds of MB (freed but fragmented memory). The GEMMs pad to these sizes anyway.
+        self.tokens = int(self.index.numel())
+        extra = _bucket(self.tokens) - self.tokens if self.tokens else 0
+        self.rows = self.index if not extra else torch.cat([self.index, self.index[:1].expand(extra)])
         self.groups: list[tuple[int, int, int]] = []
         values, counts = torch.unique_consecutive(lengths.index_select(0, order), return_counts=True)
         start = 0
@@ -305,13 +315,13 @@ class _Packing:
             start += count * length
 
     def pack(self, x: Tensor) -> Tensor:
-        """[B, T, ...] -> [N, ...]"""
-        return x.reshape(self.batch * self.seq_len, *x.shape[2:]).index_select(0, self.index)
+        """[B, T, ...] -> [R, ...], R = ``len(self.rows)`` >= N real tokens (the extra rows are padding)."""
+        return x.reshape(self.batch * self.seq_len, *x.shape[2:]).index_select(0, self.rows)
 
     def unpack(self, x: Tensor) -> Tensor:
-        """[N, ...] -> [B, T, ...] with zeros at padded positions."""
+        """[R, ...] -> [B, T, ...] with zeros at padded positions."""
         out = x.new_zeros(self.batch * self.seq_len, *x.shape[1:])
-        out = out.index_copy(0, self.index, x)
+        out = out.index_copy(0, self.index, x[: self.tokens])
         return out.view(self.batch, self.seq_len, *x.shape[1:])
 
 
@@ -436,9 +446,9 @@ class BertModel(BertPreTrainedModel):
             # attention on groups of equal-length sequences; outputs are scattered back to [B, T, H].
             packing = _Packing(attention_mask.bool())
             x = self.embeddings.embed(
-                input_ids.reshape(-1).index_select(0, packing.index),
-                token_type_ids.reshape(-1).index_select(0, packing.index),
-                position_ids.expand(batch, seq_len).reshape(-1).index_select(0, packing.index),
+                input_ids.reshape(-1).index_select(0, packing.rows),
+                token_type_ids.reshape(-1).index_select(0, packing.rows),
+                position_ids.expand(batch, seq_len).reshape(-1).index_select(0, packing.rows),
             )
             mask = None
         else:
