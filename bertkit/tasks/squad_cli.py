@@ -352,13 +352,18 @@ def run(args: argparse.Namespace) -> dict:
         "model_dir": str(out / "model"),
     }
     if v2:
-        best = metrics["best_f1_thresh"]
+        # The search must see every question's best non-null answer: on predictions.json (as the official
+        # script is run) a question already decided "" can never be switched back, so when the null score
+        # wins everywhere at the default threshold the official best_f1 is just the all-null score.
+        search = evaluate(dev_data, preds.best_non_null, version="2.0", na_probs=preds.null_odds)
+        best = search["best_f1_thresh"]
         tuned = evaluate(dev_data, P.apply_threshold(preds, best), version="2.0")
         result["null_score_diff_threshold"] = threshold
         result["tuned"] = {
             "null_score_diff_threshold": best,
             "metrics": tuned,
-            "note": "threshold searched on this dev set",
+            "note": "threshold searched on this dev set over each question's best non-null answer and "
+            "null_odds.json; re-run with --null-score-diff-threshold to apply it to new data",
         }
     atomic_write_json(out / "metrics.json", result)
     log.info("SQuAD v%s dev: %s", version, json.dumps({k: metrics[k] for k in ("exact", "f1")}))
