@@ -11,18 +11,20 @@ weights (ours saved, transformers loads it) and run in training mode (dropout 0.
 ``torch.optim.AdamW`` built the same way for both (decoupled decay 0.01, none on bias/LayerNorm, eps 1e-6).
 Before timing, the two models' losses and masked-position logits are checked equal in eval mode.
 Timing alternates ours / theirs after warm-up and reports the median of ``repeats`` steps as tokens/s
-(real, unpadded tokens). Goal on CPU: ratio >= 3 for BERT-mini and BERT-small.
+(real, unpadded tokens), and the peak resident-set growth of one step of each (`common.compare`).
+Goal on CPU: ratio >= 3 for BERT-mini and BERT-small.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 
 import torch
+
+from .common import compare
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -95,31 +97,26 @@ def bench_size(size: str, repeats: int = 5, warmup: int = 2, batch_size: int = 3
     theirs.train()
     opt_ours = build_optimizer(ours, "adamw", lr=1e-4)
     opt_theirs = build_optimizer(theirs, "adamw", lr=1e-4)
-    for _ in range(warmup):
-        _step(ours, opt_ours, batch)
-        _step(theirs, opt_theirs, batch)
-    t_ours, t_theirs = [], []
-    for _ in range(repeats):
-        t_ours.append(_step(ours, opt_ours, batch))
-        t_theirs.append(_step(theirs, opt_theirs, batch))
     tokens = int(batch["attention_mask"].sum())
-    mo, mt = statistics.median(t_ours), statistics.median(t_theirs)
-    return {
-        "name": f"pretrain step BERT-{size} ({batch_size}x{seq}, 15% masked, NSP, AdamW)",
-        "ours": round(tokens / mo, 1),
-        "reference": round(tokens / mt, 1),
-        "unit": "tokens/s",
-        "ratio": round(mt / mo, 2),
-        "ours_step_s": round(mo, 4),
-        "reference_step_s": round(mt, 4),
-        "threads": torch.get_num_threads(),
-        "repeats": repeats,
-        "max_logit_diff": max_logit_diff,
-        "loss_diff": loss_diff,
-        "reference_impl": f"transformers {transformers.__version__} BertForPreTraining "
-        f"(attn {getattr(theirs.config, '_attn_implementation', '?')})",
-        "goal": ">= 3",
-    }
+    # alternating rounds, medians and the peak resident-set growth of one step: the shared method
+    result = compare(
+        f"pretrain step BERT-{size} ({batch_size}x{seq}, 15% masked, NSP, AdamW)",
+        lambda: _step(ours, opt_ours, batch),
+        lambda: _step(theirs, opt_theirs, batch),
+        repeats=repeats,
+        warmup=warmup,
+        items=tokens,
+        unit="tokens",
+        goal=3.0,
+        check=f"logits {max_logit_diff:.1e}, loss {loss_diff:.1e}, nsp {nsp_diff:.1e}",
+        extra={
+            "max_logit_diff": max_logit_diff,
+            "loss_diff": loss_diff,
+            "reference_impl": f"transformers {transformers.__version__} BertForPreTraining "
+            f"(attn {getattr(theirs.config, '_attn_implementation', '?')})",
+        },
+    )
+    return result
 
 
 def run(args=None) -> list[dict]:
