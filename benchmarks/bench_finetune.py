@@ -20,7 +20,6 @@ Goal: ratio >= 1.3.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import random
@@ -29,7 +28,7 @@ from typing import Any
 
 import torch
 
-from .common import Mismatch, check_close, compare, pin_threads, summary_line
+from .common import Mismatch, check_close, compare, suite_main
 from .inputs import SHARED_DATA, NoData, minilm_dir, sample_batches
 
 GOAL = 1.3
@@ -186,15 +185,7 @@ def run(args: Any = None) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=None)
-    args = p.parse_args(argv)
-    pin_threads(args.threads)
-    for r in run(args):
-        print(summary_line(r), flush=True)
-        print(json.dumps({k: v for k, v in r.items() if not k.endswith("_times")}), flush=True)
+    suite_main(run, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

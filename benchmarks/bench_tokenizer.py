@@ -28,15 +28,13 @@ BertTokenizerFast (before: 2.05x; 1.76x in the 2026-11-22 full run), 1.91x raw, 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from typing import Any
 
 import numpy as np
 import torch
 
-from .common import check_equal, compare, pin_threads, summary_line
+from .common import check_equal, compare, suite_main
 from .inputs import minilm_dir, sst2_sentences, text_lines
 
 BATCH = 1000
@@ -142,15 +140,7 @@ def run(args: Any = None) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=None)
-    args = p.parse_args(argv)
-    pin_threads(args.threads)
-    for r in run(args):
-        print(summary_line(r), flush=True)
-        print(json.dumps({k: v for k, v in r.items() if not k.endswith("_times")}), flush=True)
+    suite_main(run, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

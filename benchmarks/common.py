@@ -19,8 +19,10 @@ How a comparison is measured (:func:`compare`):
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import gc
+import json
 import os
 import platform
 import statistics
@@ -224,3 +226,19 @@ def summary_line(result: dict[str, Any]) -> str:
         parts.append(f"ERROR {result['error']}")
     parts.append(f"ratio={result.get('ratio', float('nan')):.2f}")
     return "  ".join(parts)
+
+
+def suite_main(
+    run: Callable[[Any], list[dict[str, Any]]], description: str, argv: list[str] | None = None
+) -> None:
+    """The command line of a suite module: ``--quick``, ``--threads`` (pinned), ``--repeats``; prints each
+    result's summary line and its JSON (without the per-round times)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=None)
+    args = p.parse_args(argv)
+    pin_threads(args.threads)
+    for r in run(args):
+        print(summary_line(r), flush=True)
+        print(json.dumps({k: v for k, v in r.items() if not k.endswith("_times")}), flush=True)
