@@ -197,6 +197,20 @@ def test_trainer_learns_logs_checkpoints_and_plots(tmp_path):
     assert res["steps"] == 30 and res["eval"]["step"] == 30
 
 
+def test_tokens_per_second_covers_the_whole_step(tmp_path):
+    import time
+
+    def slow_loss(model, batch):
+        time.sleep(0.02)  # every step takes at least 20 ms
+        return toy_loss(model, batch)
+
+    tr = make_trainer(tmp_path, steps=5, loss_fn=slow_loss, tokens_fn=lambda batch: 100)
+    tr.fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rates = [r["tokens_per_s"] for r in rows]
+    assert len(rates) == 5 and all(0 < x <= 100 / 0.02 for x in rates), rates
+
+
 def test_resume_in_process_is_bitwise(tmp_path):
     full = make_trainer(tmp_path / "a", steps=16, grad_accum=2)
     full.fit()

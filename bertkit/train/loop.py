@@ -374,8 +374,6 @@ class Trainer:
     # -- logging -------------------------------------------------------------------------------------------
     def _accumulate(self, loss: float, metrics: dict, tokens: int) -> None:
         w = self._window
-        if w["t"] is None:
-            w["t"] = time.perf_counter()
         w["loss"] += loss
         w["n"] += 1
         w["tokens"] += tokens
@@ -417,6 +415,7 @@ class Trainer:
         if self.nonfinite_steps:
             rec["nonfinite_steps"] = self.nonfinite_steps
         self._window = self._empty_window()
+        self._window["t"] = time.perf_counter()  # the next window's steps are timed from here
         return rec
 
     def _write(self, name: str, rec: dict) -> None:
@@ -447,6 +446,8 @@ class Trainer:
             self.model.train(was_training)
             set_rng_state(saved)
         rec = {"step": self.step, **{k: _scalar(v) for k, v in (res or {}).items()}}
+        if self._window["n"] == 0:  # evaluation time is not training time: the open window starts now
+            self._window["t"] = time.perf_counter()
         self.last_eval = rec
         self._write("eval.jsonl", rec)
         self._tb_log("eval", rec)
@@ -500,6 +501,9 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float("nan")
         stopped = None
+        # tokens/s covers each log window from its first step's start (not from the end of its first step,
+        # which made a one-step window look instantaneous)
+        self._window["t"] = time.perf_counter()
         try:
             while self.step < self.max_steps:
                 loss_sum = 0.0
