@@ -109,6 +109,27 @@ def test_ner_learns_conll_subset(tmp_path, capsys, shared_data, minilm_dir):
     _same_logits_in_transformers(out / "model", "BertForTokenClassification", batch)
 
 
+def test_ner_with_crf_learns_transitions(tmp_path, capsys, shared_data, minilm_dir):
+    train = read_conll(shared_data / "conll2003" / "train.txt")[:400]
+    _write_conll(tmp_path / "train.txt", train)
+    _write_conll(tmp_path / "dev.txt", read_conll(shared_data / "conll2003" / "valid.txt")[:150])
+    out = tmp_path / "out"
+    r = _run(
+        capsys,
+        ["finetune", "ner", "--train", str(tmp_path / "train.txt"), "--dev", str(tmp_path / "dev.txt"),
+         "--model", str(minilm_dir), "--out", str(out), "--crf", "--epochs", "2", "--batch-size", "16",
+         "--lr", "1e-4", "--max-seq-length", "64", "--quiet"],
+    )  # fmt: skip
+    assert r["hyperparameters"]["use_crf"] and r["hyperparameters"]["crf_lr"] == 5e-3
+    from bertkit.heads.finetune import BertForTokenClassification
+
+    model = BertForTokenClassification.from_pretrained(out / "model")
+    assert model.crf is not None
+    # at the encoder's rate (1e-4 for 50 steps) no transition could pass 0.005; the CRF's own rate moves them
+    assert float(model.crf.transitions.abs().max()) > 0.02
+    assert r["metrics"]["f1"] > 0.15, r["metrics"]  # Viterbi decoding tags entities (all-O scores 0)
+
+
 def test_feature_based_ner_and_features_command(tmp_path, capsys, shared_data, minilm_dir):
     train = read_conll(shared_data / "conll2003" / "train.txt")[:400]
     dev = read_conll(shared_data / "conll2003" / "valid.txt")[:100]

@@ -94,6 +94,18 @@ def test_param_groups_exclude_bias_and_layernorm():
     assert opt.defaults["eps"] == 1e-6
 
 
+def test_lr_by_prefix_gives_a_layer_its_own_rate_under_the_schedule():
+    m = Toy()
+    opt = build_optimizer(m, "adamw", lr=1e-3, lr_by_prefix={"out.": 0.5})
+    by_param = {id(p): g for g in opt.param_groups for p in g["params"]}
+    assert by_param[id(m.out.weight)]["lr"] == 0.5 and by_param[id(m.out.weight)]["weight_decay"] == 0.01
+    assert by_param[id(m.out.bias)]["lr"] == 0.5 and by_param[id(m.out.bias)]["weight_decay"] == 0.0
+    assert by_param[id(m.lin.weight)]["lr"] == 1e-3 and by_param[id(m.norm.weight)]["lr"] == 1e-3
+    assert len(by_param) == len(list(m.parameters()))  # every parameter in exactly one group
+    linear_schedule(opt, 2, 10)  # the first of 2 warm-up steps runs at half the peak: both rates scale
+    assert by_param[id(m.out.weight)]["lr"] == 0.25 and by_param[id(m.lin.weight)]["lr"] == 5e-4
+
+
 def test_linear_warmup_then_decay():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = linear_schedule(opt, warmup_steps=4, total_steps=12)

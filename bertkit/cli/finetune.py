@@ -163,7 +163,7 @@ def run_ner(args: argparse.Namespace) -> dict:
             resume=settings.resume,
             precision=settings.precision,
         )
-    return _run(task, args, use_crf=args.crf)
+    return _run(task, args, use_crf=args.crf, crf_lr=args.crf_lr)
 
 
 def run_swag(args: argparse.Namespace) -> dict:
@@ -247,6 +247,9 @@ def register(subparsers) -> None:
     p.add_argument("--dev", required=True)
     p.add_argument("--test", default=None, help="also evaluate on this file (reported under 'test')")
     p.add_argument("--crf", action="store_true", help="a CRF layer over the token classifier")
+    p.add_argument(
+        "--crf-lr", type=float, default=5e-3, help="learning rate of the CRF transitions (default 5e-3)"
+    )
     p.add_argument(
         "--feature-based",
         action="store_true",

@@ -66,6 +66,9 @@ class Settings:
     max_train_examples: int | None = None
     eval_batch_size: int = 128
     use_crf: bool = False
+    # The CRF's transition scores start at zero and at the encoder's learning rate barely move in a few
+    # epochs (the CRF then changes nothing); as usual for BERT + CRF they get their own, larger rate.
+    crf_lr: float = 5e-3
     progress: bool = True
     checkpoint_every: int = 0  # optimizer steps between training checkpoints; 0: none
     resume: bool = False  # continue from the newest checkpoint of the run's directory
@@ -321,7 +324,8 @@ def train(
             p.requires_grad_(False)
     batches = LengthGroupedBatches(feats, s.batch_size, collate_fn, lengths=lengths, seed=s.seed)
     total = max(1, math.ceil(batches.steps_per_epoch() * s.epochs))
-    opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay)
+    lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None
+    opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, lr_by_prefix=lr_by_prefix)
     sched = linear_schedule(opt, int(round(s.warmup_ratio * total)), total)
     frozen = s.freeze_encoder
 

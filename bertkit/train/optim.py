@@ -14,7 +14,7 @@ Nothing here knows about BERT except the default names used to exclude parameter
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 from torch import nn
@@ -23,26 +23,35 @@ NO_DECAY_NAMES = ("bias", "LayerNorm.weight", "LayerNorm.bias", "layer_norm", "n
 
 
 def param_groups(
-    model: nn.Module, weight_decay: float = 0.01, no_decay: Iterable[str] = NO_DECAY_NAMES
+    model: nn.Module,
+    weight_decay: float = 0.01,
+    no_decay: Iterable[str] = NO_DECAY_NAMES,
+    lr_by_prefix: Mapping[str, float] | None = None,
 ) -> list[dict]:
-    """Two parameter groups: with ``weight_decay`` and without (biases, LayerNorm, any 1-D tensor).
+    """Parameter groups: with ``weight_decay`` and without (biases, LayerNorm, any 1-D tensor), each split
+    again for every name prefix in ``lr_by_prefix`` that gets its own learning rate (e.g. a freshly added
+    layer that must move faster than the pre-trained weights); groups without ``"lr"`` use the optimizer's.
 
     Tied parameters appear once (``named_parameters`` de-duplicates them); frozen ones are left out.
     """
     no_decay = tuple(no_decay)
-    decay, plain = [], []
+    lr_by_prefix = dict(lr_by_prefix or {})
+    buckets: dict[tuple[str | None, bool], list[nn.Parameter]] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        if p.ndim < 2 or any(nd in name for nd in no_decay):
-            plain.append(p)
-        else:
-            decay.append(p)
+        prefix = next((k for k in lr_by_prefix if name.startswith(k)), None)
+        decays = not (p.ndim < 2 or any(nd in name for nd in no_decay))
+        buckets.setdefault((prefix, decays), []).append(p)
     groups = []
-    if decay:
-        groups.append({"params": decay, "weight_decay": weight_decay})
-    if plain:
-        groups.append({"params": plain, "weight_decay": 0.0})
+    for prefix in [None, *lr_by_prefix]:
+        for decays in (True, False):
+            params = buckets.get((prefix, decays))
+            if params:
+                group = {"params": params, "weight_decay": weight_decay if decays else 0.0}
+                if prefix is not None:
+                    group["lr"] = lr_by_prefix[prefix]
+                groups.append(group)
     return groups
 
 
@@ -117,13 +126,14 @@ def build_optimizer(
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-6,
     fused: bool | None = None,
+    lr_by_prefix: Mapping[str, float] | None = None,
 ) -> torch.optim.Optimizer:
-    """AdamW (default) or LAMB over :func:`param_groups` of ``model``.
+    """AdamW (default) or LAMB over :func:`param_groups` of ``model`` (``lr_by_prefix``: see there).
 
     ``fused=None`` picks PyTorch's fused AdamW kernel when the parameters' device supports it
     (bitwise deterministic on CPU); pass ``False`` for the multi-tensor (foreach) implementation.
     """
-    groups = param_groups(model, weight_decay)
+    groups = param_groups(model, weight_decay, lr_by_prefix=lr_by_prefix)
     name = name.lower()
     if name == "adamw":
         kwargs = {}
