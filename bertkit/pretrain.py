@@ -93,6 +93,7 @@ class PretrainConfig:
     optimizer: str = "adamw"
     clip_norm: float = 1.0
     precision: str = "fp32"
+    gradient_checkpointing: bool = False  # recompute encoder layers in backward (long phases, less memory)
     device: str | None = None
     distributed: str = "ddp"
     seed: int = 0
@@ -319,6 +320,8 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         model.train()
     else:
         model = BertForPreTraining(mc)
+    if cfg.gradient_checkpointing:
+        model.bert.gradient_checkpointing_enable()
     model.to(device)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)

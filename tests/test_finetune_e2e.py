@@ -233,6 +233,17 @@ def test_restarts_keep_best_and_freeze_encoder(tmp_path, capsys, minilm_dir):
         torch.testing.assert_close(after["bert." + k], v)  # BERT untouched
     assert f["hyperparameters"]["freeze_encoder"] is True
 
+    # recomputing the layers in the backward pass changes memory, not the training: same per-step losses
+    plain = _run(capsys, [*base, "--out", str(tmp_path / "p")])
+    ckpt = _run(capsys, [*base, "--out", str(tmp_path / "c"), "--gradient-checkpointing"])
+    assert ckpt["hyperparameters"]["gradient_checkpointing"] is True
+
+    def losses(run_dir):
+        return [json.loads(x)["loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    assert losses(tmp_path / "c") == pytest.approx(losses(tmp_path / "p"), abs=1e-5)
+    assert plain["metrics"] == ckpt["metrics"]
+
 
 def test_squad_subcommand_is_wired():
     from bertkit.cli import build_parser

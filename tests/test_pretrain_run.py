@@ -190,6 +190,7 @@ def test_two_phase_config_and_ablation_objectives(tmp_path, data_dir):
             progress = false
             eval_batches = 0
             num_threads = 1
+            gradient_checkpointing = true
             [model]
             hidden_size = 32
             num_hidden_layers = 1
@@ -209,6 +210,7 @@ def test_two_phase_config_and_ablation_objectives(tmp_path, data_dir):
         )
     )
     cfg = PretrainConfig.from_file(cfg_file, data=str(data_dir), out=str(tmp_path / "run"))
+    assert cfg.gradient_checkpointing is True  # the long phase recomputes layers in backward
     res = pretrain(cfg)
     assert [p["max_seq_length"] for p in res["phases"]] == [32, 64]
     steps = [

@@ -27,6 +27,12 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)"
     )
+    p.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each encoder layer in the backward pass: far less activation memory for long "
+        "sequences (e.g. SQuAD's 384), about a third more compute",
+    )
 
 
 def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 128) -> None:
@@ -93,6 +99,7 @@ def _settings(args: argparse.Namespace, **extra):
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
         precision=args.precision,
+        gradient_checkpointing=args.gradient_checkpointing,
         **extra,
     )
 

@@ -11,7 +11,7 @@ _FLAGS = (
     "data", "out", "preset", "objective", "steps", "batch_size", "lr", "warmup", "weight_decay", "optimizer",
     "grad_accum", "precision", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
     "seed", "log_every", "checkpoint_every", "keep_last", "eval_every", "eval_batches", "clip_norm", "device",
-    "distributed", "init_from", "num_threads", "valid_documents",
+    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing",
 )  # fmt: skip
 
 
@@ -42,6 +42,10 @@ def register(subparsers) -> None:
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
     p.add_argument("--clip-norm", type=float)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
+    p.add_argument(
+        "--gradient-checkpointing", action="store_true", default=None,
+        help="recompute encoder layers in the backward pass (less memory for 512-token phases)",
+    )  # fmt: skip
     p.add_argument("--max-seq-length", type=int)
     p.add_argument("--masked-lm-prob", type=float)
     p.add_argument("--max-predictions-per-seq", type=int)

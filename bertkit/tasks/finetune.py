@@ -73,6 +73,7 @@ class Settings:
     checkpoint_every: int = 0  # optimizer steps between training checkpoints; 0: none
     resume: bool = False  # continue from the newest checkpoint of the run's directory
     precision: str = "fp32"  # or "bf16" (autocast)
+    gradient_checkpointing: bool = False  # recompute encoder layers in backward (long sequences, less memory)
 
 
 @dataclass
@@ -322,6 +323,8 @@ def train(
     if s.freeze_encoder:
         for p in model.bert.parameters():
             p.requires_grad_(False)
+    if s.gradient_checkpointing:
+        model.bert.gradient_checkpointing_enable()
     batches = LengthGroupedBatches(feats, s.batch_size, collate_fn, lengths=lengths, seed=s.seed)
     total = max(1, math.ceil(batches.steps_per_epoch() * s.epochs))
     lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None

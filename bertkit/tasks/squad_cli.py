@@ -272,6 +272,7 @@ def run(args: argparse.Namespace) -> dict:
         warmup_ratio=warmup_ratio, weight_decay=weight_decay, progress=progress,
         freeze_encoder=bool(getattr(args, "freeze_encoder", False)),
         checkpoint_every=checkpoint_every, resume=bool(getattr(args, "resume", False)), precision=precision,
+        gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
     )  # fmt: skip
     pad_id = tok.pad_token_id
 
