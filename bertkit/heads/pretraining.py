@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
-from bertkit.model import ACT2FN, BertModel
+from bertkit.model import ACT2FN, BertModel, linear
 from bertkit.modeling_utils import BertPreTrainedModel
 
 IGNORE_INDEX = -100
@@ -80,7 +80,8 @@ class BertPredictionHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.LayerNorm(self.transform_act_fn(self.dense(x)))
+        # bertkit.model.linear: the fp32 CPU GEMM on oneDNN (2-4x the default path here), forward and backward
+        return self.LayerNorm(self.transform_act_fn(linear(x, self.dense.weight, self.dense.bias)))
 
 
 class BertLMPredictionHead(nn.Module):
@@ -93,7 +94,7 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(self.transform(x), self.decoder.weight, self.bias)
+        return linear(self.transform(x), self.decoder.weight, self.bias)
 
 
 class BertOnlyMLMHead(nn.Module):
