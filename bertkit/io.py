@@ -28,9 +28,12 @@ def _fsync_dir(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_write(
-    path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"
+    path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8", fsync: bool = True
 ) -> Iterator[IO[Any]]:
-    """Open a temp file beside ``path``; on success fsync and rename it over ``path``, on error delete it."""
+    """Open a temp file beside ``path``; on success fsync and rename it over ``path``, on error delete it.
+
+    ``fsync=False`` skips both fsyncs (file and directory) for files whose loss in a crash is detected and
+    repaired later, e.g. through checksums kept in a file that *is* fsynced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -40,9 +43,11 @@ def atomic_write(
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if fsync:
+            _fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

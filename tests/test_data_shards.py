@@ -221,3 +221,27 @@ def test_prepare_jsonl_with_skipped_lines(corpus_and_vocab, tmp_path):
     res = prepare((x for x in [p]), vocab, tmp_path / "d", on_error="skip", progress=False)
     assert res["skipped_lines"] == 1 and res["documents"] == 2 and res["sentences"] == 3
     assert res["corpus"] == [str(p)]
+
+
+def test_shard_arrays_skip_fsync_but_stay_atomic(tmp_path, monkeypatch):
+    """Shard arrays are written without fsync (their checksums live in the fsynced record), yet a failed
+    write still leaves neither a partial file nor a temp file behind."""
+    import os
+
+    import numpy as np
+
+    from bertkit.data import shards
+
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    info = shards._write_array(tmp_path / "a.npy", np.arange(5))
+    assert synced == [] and np.load(tmp_path / "a.npy").tolist() == [0, 1, 2, 3, 4]
+    assert info["bytes"] == (tmp_path / "a.npy").stat().st_size
+
+    def failing_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        shards._write_array(tmp_path / "b.npy", np.arange(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]

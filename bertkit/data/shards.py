@@ -211,20 +211,15 @@ def _build_shard(task: tuple) -> dict:
 
 
 def _write_array(path: Path, arr: np.ndarray) -> dict:
-    """Write ``arr`` as ``.npy`` (temp file + rename); returns its sha256 and size, hashed from memory.
+    """Write ``arr`` as ``.npy`` atomically; returns its sha256 and size, hashed from memory.
 
     Not fsynced, unlike the shard's record, which is written after it and holds these checksums: a resumed
     run re-checks them, so a file lost in a crash is rebuilt, and 6 fsyncs per shard are saved."""
     buf = io.BytesIO()
     np.save(buf, arr)
     data = buf.getbuffer()
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_write(path, "wb", fsync=False) as f:
+        f.write(data)
     return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
 
