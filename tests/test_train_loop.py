@@ -276,3 +276,27 @@ def test_bf16_autocast_runs_on_cpu(tmp_path):
     assert math.isfinite(res["loss"])
     with pytest.raises(ValueError, match="fp16 needs a CUDA"):
         make_trainer(tmp_path, steps=4, precision="fp16", device="cpu")
+
+
+def test_batch_streams_draw_through_getitems_when_the_dataset_has_it():
+    class Drawn:
+        def __init__(self):
+            self.calls = []
+
+        def __len__(self):
+            return 12
+
+        def __getitem__(self, i):
+            raise AssertionError("items must be drawn a batch at a time")
+
+        def __getitems__(self, idx):
+            self.calls.append(list(idx))
+            return [i * 10 for i in idx]
+
+    for make in (
+        lambda d: Batches(d, 4, seed=1),
+        lambda d: LengthGroupedBatches(d, 4, lengths=[1] * 12, seed=1),
+    ):
+        d = Drawn()
+        batch = next(make(d))
+        assert len(d.calls) == 1 and batch == [i * 10 for i in d.calls[0]] and len(batch) == 4

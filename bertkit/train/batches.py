@@ -13,6 +13,18 @@ import torch
 logger = logging.getLogger("bertkit")
 
 
+def _epoch_generator(seed: int, epoch: int) -> torch.Generator:
+    """The generator of one epoch's order: a function of (seed, epoch) only, so a resumed stream re-derives it."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+
+
+def _fetch(dataset, idx: list[int]) -> list:
+    """The items at ``idx``: drawn together through ``__getitems__`` when the dataset has it (as DataLoader
+    does; the pre-training dataset draws a whole batch in numpy), else one by one."""
+    getitems = getattr(dataset, "__getitems__", None)
+    return getitems(idx) if getitems else [dataset[i] for i in idx]
+
+
 class Batches:
     """Endless stream of micro-batches over a map-style dataset, shuffled per epoch, exactly resumable.
 
@@ -69,8 +81,7 @@ class Batches:
         if epoch != self._perm_epoch:
             n = len(self.dataset)
             if self.shuffle:
-                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                self._perm = torch.randperm(n, generator=g)
+                self._perm = torch.randperm(n, generator=_epoch_generator(self.seed, epoch))
             else:
                 self._perm = torch.arange(n)
             self._perm_epoch = epoch
@@ -94,8 +105,7 @@ class Batches:
             self.dataset.set_epoch(epoch)
             self._dataset_epoch = epoch
         self.consumed += 1
-        getitems = getattr(self.dataset, "__getitems__", None)  # a whole batch at once, as DataLoader does
-        return self.collate_fn(getitems(idx) if getitems else [self.dataset[i] for i in idx])
+        return self.collate_fn(_fetch(self.dataset, idx))
 
     def state_dict(self) -> dict:
         return {
@@ -162,7 +172,7 @@ class LengthGroupedBatches:
     def plan(self, epoch: int) -> list[list[int]]:
         """The dataset indices of every batch of ``epoch``, in the order they are given."""
         if epoch != self._plan_epoch:
-            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            g = _epoch_generator(self.seed, epoch)
             perm = torch.randperm(len(self.dataset), generator=g).tolist()
             chunk = self.batch_size * self.bucket_batches
             batches = []
@@ -181,7 +191,7 @@ class LengthGroupedBatches:
         epoch, k = divmod(self.consumed, self.steps_per_epoch())
         idx = self.plan(epoch)[k]
         self.consumed += 1
-        return self.collate_fn([self.dataset[i] for i in idx])
+        return self.collate_fn(_fetch(self.dataset, idx))
 
     def state_dict(self) -> dict:
         return {
