@@ -263,10 +263,7 @@ def feature_ner(
         progress=progress, tokens_fn=lambda b: int(b["lengths"].sum()), desc="bilstm",
     )  # fmt: skip
     t1 = time.time()
-    try:
-        trainer.fit(resume=resume)
-    except FileExistsError as e:
-        raise UserError(str(e)) from None
+    trainer.fit(resume=resume)
     losses = [r["loss"] for r in read_jsonl(out / "metrics.jsonl")]
     tagger.cpu()  # the features being tagged live on the CPU
     train_s = time.time() - t1

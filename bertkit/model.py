@@ -120,8 +120,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
     tensors (the activation fused into the GEMM when no gradient is needed), else on ``F.linear``."""
     fast = _onednn is not None and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
     fast = fast and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
-    # a traced graph (ONNX export, TorchScript) gets the plain op: the oneDNN path's row buckets are Python ints
-    fast = fast and not torch.jit.is_tracing() and not torch.onnx.is_in_onnx_export()
+    # a traced graph (TorchScript, and so the ONNX export) gets the plain op: the row buckets are Python ints
+    fast = fast and not torch.jit.is_tracing()
     if not fast:
         out = F.linear(x, weight, bias)
     elif torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):

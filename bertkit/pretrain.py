@@ -399,10 +399,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             trainer.load_state_dict(own[1], data=True)
             start = end
             continue
-        try:
-            summary = trainer.fit(resume=own is not None)
-        except FileExistsError as e:
-            raise UserError(str(e)) from None
+        summary = trainer.fit(resume=own is not None)
         summary["phase"] = i + 1
         summary["max_seq_length"] = ph["max_seq_length"]
         summary["batch_size"] = ph["batch_size"]

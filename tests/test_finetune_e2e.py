@@ -194,6 +194,10 @@ def test_cli_errors(tmp_path, capsys, minilm_dir):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "dev.csv: column 'text' missing" in err
+    for sub in (argv, ["finetune", "squad", "--train", "t.json", "--model", "m", "--out", "o"]):
+        with pytest.raises(SystemExit) as bad:  # one shared check for every finetune subcommand
+            main([*sub, "--checkpoint-every", "-3"])
+        assert bad.value.code == 2 and "use 0 (off) or a number of steps" in capsys.readouterr().err
 
 
 def _tiny_model_dir(path, minilm_dir):

@@ -300,3 +300,12 @@ def test_batch_streams_draw_through_getitems_when_the_dataset_has_it():
         d = Drawn()
         batch = next(make(d))
         assert len(d.calls) == 1 and batch == [i * 10 for i in d.calls[0]] and len(batch) == 4
+
+
+def test_a_new_run_into_a_checkpointed_dir_is_a_user_error(tmp_path):
+    from bertkit.errors import UserError
+
+    make_trainer(tmp_path, steps=4, checkpoint_every=2).fit()
+    with pytest.raises(UserError, match="--resume"):  # the CLI prints it and exits 2
+        make_trainer(tmp_path, steps=4, checkpoint_every=2).fit()
+    assert make_trainer(tmp_path, steps=4, checkpoint_every=2).fit(resume=True)["steps"] == 4

@@ -9,11 +9,18 @@ from pathlib import Path
 from bertkit.errors import UserError
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: use 0 (off) or a number of steps")
+    return value
+
+
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """The training-run options every ``finetune`` subcommand shares (the generic Trainer's)."""
     p.add_argument(
         "--checkpoint-every",
-        type=int,
+        type=_non_negative_int,
         default=0,
         metavar="N",
         help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
@@ -78,8 +85,6 @@ def _settings(args: argparse.Namespace, **extra):
         raise UserError("--epochs, --batch-size and --lr must be positive")
     if args.max_seq_length < 8 or args.max_seq_length > 512:
         raise UserError(f"--max-seq-length {args.max_seq_length}: use 8..512")
-    if args.checkpoint_every < 0:
-        raise UserError(f"--checkpoint-every {args.checkpoint_every}: use 0 (off) or a number of steps")
     if args.threads:
         import torch
 

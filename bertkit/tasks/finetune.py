@@ -330,11 +330,13 @@ def train(
     lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None
     opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, lr_by_prefix=lr_by_prefix)
     sched = linear_schedule(opt, int(round(s.warmup_ratio * total)), total)
-    frozen = s.freeze_encoder
+    encoder = model.bert if s.freeze_encoder else None
 
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
-        if frozen:  # the Trainer sets the whole model to train mode; frozen features must not get dropout
-            m.bert.eval()
+        # `m` may be the DDP wrapper: reach the encoder through `model`. The Trainer sets the whole model to
+        # train mode; frozen features must not get dropout.
+        if encoder is not None:
+            encoder.eval()
         return m(**batch).loss
 
     trainer = Trainer(
@@ -344,10 +346,7 @@ def train(
     )  # fmt: skip
     devices = [trainer.device] if trainer.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        try:
-            trainer.fit(resume=s.resume)
-        except FileExistsError as e:
-            raise UserError(str(e)) from None
+        trainer.fit(resume=s.resume)
     model.eval()
     return [r["loss"] for r in read_jsonl(out_dir / "metrics.jsonl")]
 

@@ -204,8 +204,6 @@ def _check_settings(**v: Any) -> None:
         )
     if not 0 <= v["warmup_ratio"] < 1:
         raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
-    if v["checkpoint_every"] < 0:
-        raise UserError(f"--checkpoint-every {v['checkpoint_every']}: use 0 (off) or a number of steps")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -235,7 +233,7 @@ def run(args: argparse.Namespace) -> dict:
     _check_settings(
         max_seq_length=max_seq_length, epochs=epochs, batch_size=batch_size, lr=lr, doc_stride=doc_stride,
         max_query_length=max_query_length, n_best_size=n_best_size, max_answer_length=max_answer_length,
-        warmup_ratio=warmup_ratio, checkpoint_every=checkpoint_every,
+        warmup_ratio=warmup_ratio,
     )  # fmt: skip
     out = Path(args.out)
     model_dir = Path(args.model)

@@ -3,7 +3,7 @@
 from bertkit.train.batches import Batches, LengthGroupedBatches
 from bertkit.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from bertkit.train.logs import plot_curves, read_jsonl
-from bertkit.train.loop import NonFiniteLossError, Trainer, to_device
+from bertkit.train.loop import CheckpointsExistError, NonFiniteLossError, Trainer, to_device
 from bertkit.train.optim import (
     Lamb,
     LinearWarmupDecay,
@@ -15,6 +15,7 @@ from bertkit.train.optim import (
 
 __all__ = [
     "Batches",
+    "CheckpointsExistError",
     "Lamb",
     "LengthGroupedBatches",
     "LinearWarmupDecay",

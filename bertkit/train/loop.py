@@ -67,6 +67,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit.errors import UserError
 from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
 from bertkit.train.checkpoint import (
     latest_checkpoint,
@@ -80,6 +81,11 @@ from bertkit.train.logs import plot_curves, truncate_jsonl
 logger = logging.getLogger("bertkit")
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+class CheckpointsExistError(UserError, FileExistsError):
+    """``fit(resume=False)`` into a directory that holds an earlier run's checkpoints (a user error: the CLI
+    prints it; still a ``FileExistsError`` for code that catches that)."""
 
 
 class NonFiniteLossError(RuntimeError):
@@ -255,7 +261,8 @@ class Trainer:
 
     @staticmethod
     def _empty_window() -> dict:
-        return {"loss": 0.0, "n": 0, "tokens": 0, "metrics": {}, "pairs": {}, "t": None}
+        # "t": when the window's first step started (tokens/s covers whole steps)
+        return {"loss": 0.0, "n": 0, "tokens": 0, "metrics": {}, "pairs": {}, "t": time.perf_counter()}
 
     # -- state -------------------------------------------------------------------------------------------
     def _model_state(self) -> dict:
@@ -415,7 +422,6 @@ class Trainer:
         if self.nonfinite_steps:
             rec["nonfinite_steps"] = self.nonfinite_steps
         self._window = self._empty_window()
-        self._window["t"] = time.perf_counter()  # the next window's steps are timed from here
         return rec
 
     def _write(self, name: str, rec: dict) -> None:
@@ -471,7 +477,7 @@ class Trainer:
                 logger.info("resumed from %s at step %d", path, self.step)
         if resumed_from is None:
             if self.checkpoint_every and list_checkpoints(self.out_dir):
-                raise FileExistsError(
+                raise CheckpointsExistError(
                     f"{self.out_dir} holds checkpoints of an earlier run; resume it (--resume) or choose a new "
                     "output directory"
                 )
@@ -501,9 +507,7 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float("nan")
         stopped = None
-        # tokens/s covers each log window from its first step's start (not from the end of its first step,
-        # which made a one-step window look instantaneous)
-        self._window["t"] = time.perf_counter()
+        self._window["t"] = time.perf_counter()  # set-up and loading are not training time
         try:
             while self.step < self.max_steps:
                 loss_sum = 0.0
