@@ -118,10 +118,11 @@ class _DnnLinear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
     """``act(F.linear(x, weight, bias))`` (``act``: a key of ACT2FN or None), on oneDNN for fp32 CPU
     tensors (the activation fused into the GEMM when no gradient is needed), else on ``F.linear``."""
-    fast = _onednn is not None and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
-    fast = fast and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     # a traced graph (TorchScript, and so the ONNX export) gets the plain op: the row buckets are Python ints
-    fast = fast and not torch.jit.is_tracing()
+    # (checked first, so nothing below turns a traced size into a Python value)
+    fast = _onednn is not None and not torch.jit.is_tracing()
+    fast = fast and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
+    fast = fast and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     if not fast:
         out = F.linear(x, weight, bias)
     elif torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
