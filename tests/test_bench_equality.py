@@ -89,12 +89,13 @@ def _reference_linear(x, w, b, act):
     return out if act is None else ACT2FN[act](out)
 
 
-def test_onednn_linear_matches_f_linear_with_gradients():
+@pytest.mark.parametrize("out_features", [8, 40])  # narrower and wider than the input: both grad_w layouts
+def test_onednn_linear_matches_f_linear_with_gradients(out_features):
     torch.manual_seed(0)
     x = torch.randn(3, 5, 16, requires_grad=True)
-    w = torch.randn(8, 16, requires_grad=True)
-    b = torch.randn(8, requires_grad=True)
-    g = torch.randn(3, 5, 8)
+    w = torch.randn(out_features, 16, requires_grad=True)
+    b = torch.randn(out_features, requires_grad=True)
+    g = torch.randn(3, 5, out_features)
     for act in (None, "gelu", "gelu_new"):
         grads = []
         for fn in (linear, _reference_linear):
