@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import BertConfig
+from .dropout import Dropout, dropout
 from .modeling_utils import BertPreTrainedModel
 
 
@@ -165,7 +166,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
         self.register_buffer(
             "position_ids", torch.arange(config.max_position_embeddings).unsqueeze(0), persistent=False
         )
@@ -184,6 +185,22 @@ class BertEmbeddings(nn.Module):
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         x = x + self.position_embeddings(position_ids)
         return self.dropout(self.LayerNorm(x))
+
+
+def _attention_with_dropout(
+    q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None, is_causal: bool, p: float
+) -> Tensor:
+    """softmax(q k^T / sqrt(d)) with dropout p on the probabilities, times v: q, k, v [B, heads, T, d] -> [B, heads, T, d].
+
+    What SDPA computes on CPU when dropout_p > 0 (its math path: the fused kernel has no dropout), with
+    bertkit's cheaper dropout mask on the [B, heads, T, T] probabilities. attn_mask: bool, True = attend."""
+    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1))
+    if is_causal:
+        tri = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        attn_mask = tri if attn_mask is None else attn_mask & tri
+    if attn_mask is not None:  # the most negative float rather than -inf: a row with no key left stays finite
+        scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+    return torch.matmul(dropout(torch.softmax(scores, dim=-1), p, True), v)
 
 
 class BertSelfAttention(nn.Module):
@@ -231,14 +248,17 @@ class BertSelfAttention(nn.Module):
         """qkv [B, T, 3H], attn_mask broadcastable to [B, heads, T, T] (bool, True = attend) -> [B, T, H]."""
         b, t, _ = qkv.shape
         q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        ctx = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=attn_mask,
-            dropout_p=self.dropout_p if self.training else 0.0,
-            is_causal=is_causal and attn_mask is None,
-        )
+        if self.training and self.dropout_p > 0 and q.device.type == "cpu" and q.dtype == torch.float32:
+            ctx = _attention_with_dropout(q, k, v, attn_mask, is_causal, self.dropout_p)
+        else:
+            ctx = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=attn_mask,
+                dropout_p=self.dropout_p if self.training else 0.0,
+                is_causal=is_causal and attn_mask is None,
+            )
         return ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
 
     def attend_packed(self, qkv: Tensor, packing: _Packing, causal: bool) -> Tensor:
@@ -264,7 +284,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(linear(x, self.dense.weight, self.dense.bias)) + residual)
@@ -293,7 +313,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
         return self.LayerNorm(self.dropout(linear(x, self.dense.weight, self.dense.bias)) + residual)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
+from bertkit.dropout import Dropout
 from bertkit.model import BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
 
@@ -89,9 +90,9 @@ def _setting(config: BertConfig, name: str, default=None):
     return default if value is None else value
 
 
-def _dropout(config: BertConfig) -> nn.Dropout:
+def _dropout(config: BertConfig) -> Dropout:
     p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    return nn.Dropout(p)
+    return Dropout(p)
 
 
 # Keys of a pre-training checkpoint that a fine-tuning head does not use: dropped without a warning.
