@@ -5,7 +5,7 @@ BERT pre-training step that is ~10% of the time. Here one 64-bit draw of the glo
 four 15-bit uniform integers, and an element is dropped when its integer is below
 ``round(p * 2**15)``. The drop probability is therefore ``p`` rounded to a multiple of 2**-15 (0.1
 becomes 0.100006) and the kept values are scaled by the exact ``1 / (1 - p_rounded)``, so the
-expectation is unchanged. Other devices and dtypes use ``F.dropout``.
+expectation is unchanged. Other devices and dtypes, and torch.compile, use ``F.dropout``.
 
 Randomness: the global torch generator, as ``nn.Dropout`` (the trainer seeds it and checkpoints its
 state), so a seeded run is reproducible.
@@ -31,6 +31,13 @@ def _keep_mask(shape: torch.Size, p: float) -> tuple[Tensor, float]:
     return torch.ge(lanes, threshold).view(shape), _LEVELS / (_LEVELS - threshold)
 
 
+def _eager_cpu_fp32(x: Tensor) -> bool:
+    """Whether ``x`` takes bertkit's own CPU kernels: float32 on CPU, run eagerly (torch.compile and
+    TorchScript tracing get the plain ops, which they fuse or export)."""
+    tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
+    return not tracing and x.device.type == "cpu" and x.dtype == torch.float32
+
+
 class _MaskedScale(torch.autograd.Function):
     """y = x * keep * scale; the gradient is the same mask and scale."""
 
@@ -52,7 +59,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if p >= 1.0:
         return x * 0.0
-    if x.device.type != "cpu" or x.dtype != torch.float32 or x.numel() == 0:
+    if not _eager_cpu_fp32(x) or x.numel() == 0:
         return F.dropout(x, p, True)
     keep, scale = _keep_mask(x.shape, p)
     return _MaskedScale.apply(x.contiguous(), keep, scale)

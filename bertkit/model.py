@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import BertConfig
-from .dropout import Dropout, dropout
+from .dropout import Dropout, _eager_cpu_fp32, dropout
 from .modeling_utils import BertPreTrainedModel
 
 
@@ -127,8 +127,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
     """``act(F.linear(x, weight, bias))`` (``act``: a key of ACT2FN or None), on oneDNN for fp32 CPU
     tensors (the activation fused into the GEMM when no gradient is needed), else on ``F.linear``."""
     # a traced graph (TorchScript, and so the ONNX export) gets the plain op: the row buckets are Python ints
-    # (checked first, so nothing below turns a traced size into a Python value)
-    fast = _onednn is not None and not torch.jit.is_tracing()
+    # (checked first, so nothing below turns a traced size into a Python value); torch.compile too, which
+    # generates its own kernels
+    fast = _onednn is not None and not torch.jit.is_tracing() and not torch.compiler.is_compiling()
     fast = fast and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
     fast = fast and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     if not fast:
@@ -248,7 +249,7 @@ class BertSelfAttention(nn.Module):
         """qkv [B, T, 3H], attn_mask broadcastable to [B, heads, T, T] (bool, True = attend) -> [B, T, H]."""
         b, t, _ = qkv.shape
         q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        if self.training and self.dropout_p > 0 and q.device.type == "cpu" and q.dtype == torch.float32:
+        if self.training and self.dropout_p > 0 and _eager_cpu_fp32(q):
             ctx = _attention_with_dropout(q, k, v, attn_mask, is_causal, self.dropout_p)
         else:
             ctx = F.scaled_dot_product_attention(

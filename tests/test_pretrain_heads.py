@@ -191,3 +191,22 @@ def test_tiny_model_overfits_a_fixed_batch():
             break
     assert acc >= 0.99, acc
     assert nsp == 1.0
+
+
+def test_torch_compile_traces_the_model_and_matches_eager():
+    """torch.compile (dynamo and AOT-autograd tracing, "aot_eager" so no code generation and a fast test)
+    gives the eager step's loss and gradients; the packing's data-dependent shapes are graph breaks."""
+    torch.manual_seed(0)
+    m = BertForPreTraining(tiny_config())
+    batch = make_batch()
+    results = []
+    for model in (m, torch.compile(m, backend="aot_eager")):
+        m.zero_grad()
+        out = model(**batch)
+        out.loss.backward()
+        results.append(
+            (out.loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+        )
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
+    for n, g in results[0][1].items():
+        torch.testing.assert_close(g, results[1][1][n], rtol=1e-4, atol=1e-6, msg=n)
