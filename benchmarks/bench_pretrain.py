@@ -55,16 +55,30 @@ def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) 
     }
 
 
-def _step(model, opt, batch) -> float:
+def _step(model, opt, batch, device: str = "cpu", precision: str = "fp32") -> float:
     t = time.perf_counter()
     opt.zero_grad(set_to_none=True)
-    out = model(**batch)
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
+        out = model(**batch)
     out.loss.backward()
     opt.step()
+    if device == "cuda":  # the kernels are asynchronous: time them, not their launch
+        torch.cuda.synchronize()
     return time.perf_counter() - t
 
 
-def bench_size(size: str, repeats: int = 5, warmup: int = 2, batch_size: int = 32, seq: int = 128) -> dict:
+def bench_size(
+    size: str,
+    repeats: int = 5,
+    warmup: int = 2,
+    batch_size: int = 32,
+    seq: int = 128,
+    device: str = "cpu",
+    precision: str = "fp32",
+    compile: bool = False,
+) -> dict:
+    """One pre-training step of each side on ``device`` (``precision``: fp32, or bf16 autocast; ``compile``:
+    both models through torch.compile). Outputs are checked equal in fp32 eval mode first."""
     import transformers
 
     from bertkit.config import BertConfig
@@ -76,8 +90,13 @@ def bench_size(size: str, repeats: int = 5, warmup: int = 2, batch_size: int = 3
     ours = BertForPreTraining(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         ours.save_pretrained(tmp)
-        theirs = transformers.BertForPreTraining.from_pretrained(tmp)
-    batch = make_batch(cfg.vocab_size, batch_size, seq)
+        theirs = transformers.BertForPreTraining.from_pretrained(tmp, attn_implementation="sdpa")
+    ours.to(device)
+    theirs.to(device)
+    batch = {k: v.to(device) for k, v in make_batch(cfg.vocab_size, batch_size, seq).items()}
+    if device == "cuda":  # the equality check in true fp32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     # equal outputs first (eval mode: no dropout)
     ours.eval()
@@ -97,21 +116,36 @@ def bench_size(size: str, repeats: int = 5, warmup: int = 2, batch_size: int = 3
     theirs.train()
     opt_ours = build_optimizer(ours, "adamw", lr=1e-4)
     opt_theirs = build_optimizer(theirs, "adamw", lr=1e-4)
+    step_ours, step_theirs = ours, theirs
+    if compile:
+        step_ours, step_theirs = torch.compile(ours), torch.compile(theirs)
     tokens = int(batch["attention_mask"].sum())
+    label = f"pretrain step BERT-{size} ({batch_size}x{seq}, 15% masked, NSP, AdamW"
+    label += (f", {precision}" if precision != "fp32" else "") + (", compiled" if compile else "") + ")"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.cuda.reset_peak_memory_stats()
     # alternating rounds, medians and the peak resident-set growth of one step: the shared method
     result = compare(
-        f"pretrain step BERT-{size} ({batch_size}x{seq}, 15% masked, NSP, AdamW)",
-        lambda: _step(ours, opt_ours, batch),
-        lambda: _step(theirs, opt_theirs, batch),
+        label,
+        lambda: _step(step_ours, opt_ours, batch, device, precision),
+        lambda: _step(step_theirs, opt_theirs, batch, device, precision),
         repeats=repeats,
         warmup=warmup,
         items=tokens,
         unit="tokens",
-        goal=3.0,
+        goal=3.0 if device == "cpu" else None,
         check=f"logits {max_logit_diff:.1e}, loss {loss_diff:.1e}, nsp {nsp_diff:.1e}",
+        memory=device == "cpu",
         extra={
             "max_logit_diff": max_logit_diff,
             "loss_diff": loss_diff,
+            "device": device,
+            "precision": precision,
+            "compiled": compile,
+            "masked_tokens": int((batch["labels"] != -100).sum()),
+            "sequences": batch_size,
+            "seq_len": seq,
             "reference_impl": f"transformers {transformers.__version__} BertForPreTraining "
             f"(attn {getattr(theirs.config, '_attn_implementation', '?')})",
         },

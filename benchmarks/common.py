@@ -220,6 +220,8 @@ def summary_line(result: dict[str, Any]) -> str:
         )
     if result.get("ours_peak_mb") is not None and result.get("ref_peak_mb") is not None:
         parts.append(f"peak {result['ours_peak_mb']:.0f}/{result['ref_peak_mb']:.0f} MB")
+    if result.get("ours_mfu") is not None:
+        parts.append(f"MFU {result['ours_mfu']:.1%}/{result['ref_mfu']:.1%} (goal>={result['goal_mfu']:.0%})")
     if result.get("goal") is not None:
         parts.append(f"goal>={result['goal']:.1f}")
     if result.get("error"):

@@ -11,6 +11,8 @@ or ``skipped``/``error`` with a reason):
 - ``finetune``  benchmarks.bench_finetune  SQuAD-shaped 8x384 QA step and SST-2 classification step
 - ``pretrain``  benchmarks.bench_pretrain  pre-training step, BERT-mini/small, 32x128 (pretraining engineer)
 - ``data``      benchmarks.bench_data      prepare + instances vs the original algorithm (data engineer)
+- ``gpu``       benchmarks.bench_gpu       BERT-base bf16 pre-training step on CUDA: tokens/s and MFU
+                                           (a skipped row on a machine without a CUDA device)
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
@@ -32,7 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data")
+SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,6 +57,8 @@ def _suite_args(name: str, args: argparse.Namespace) -> Any:
         elif args.repeats:
             d["repeats"] = args.repeats
         return argparse.Namespace(**d)
+    if name == "gpu":
+        return {"repeats": args.repeats or (3 if args.quick else 10), "warmup": 1 if args.quick else 3}
     if name == "data":
         return {"quick": args.quick, "workers": args.threads}
     return argparse.Namespace(quick=args.quick, threads=args.threads, repeats=args.repeats)

@@ -196,3 +196,34 @@ def test_onednn_row_buckets_are_few_and_tight():
     assert len(sizes) <= 80
     assert all(_bucket(n) >= n for n in range(1, 5000))
     assert max(_bucket(n) / n for n in range(65, 16385)) <= 1.125
+
+
+def test_gpu_suite_flops_formula_matches_torch_flop_counter(monkeypatch):
+    """The MFU numerator (benchmarks.bench_gpu.training_flops) equals what torch's FLOP counter sees in
+    one forward + backward of our pre-training model (GEMMs, attention, sparse MLM head)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import bertkit.model as model_module
+    from benchmarks.bench_gpu import training_flops
+    from benchmarks.bench_pretrain import make_batch
+    from bertkit.heads.pretraining import BertForPreTraining
+
+    monkeypatch.setattr(model_module, "_onednn", None)  # F.linear: GEMMs the counter knows, no padded rows
+    cfg = BertConfig.preset("tiny", vocab_size=1100)
+    torch.manual_seed(0)
+    model = BertForPreTraining(cfg)
+    batch = make_batch(cfg.vocab_size, batch=4, seq=24, seed=3)
+    batch["attention_mask"][:] = 1  # every sequence full length: rows are exactly the real tokens
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    masked = int((batch["labels"] != -100).sum())
+    assert counter.get_total_flops() == pytest.approx(training_flops(cfg, [24] * 4, masked), rel=1e-9)
+
+
+def test_pretrain_bench_runs_in_bf16_autocast():
+    """The GPU suite's step (bf16 autocast, both models) on CPU: runs, checks, and reports its settings."""
+    from benchmarks.bench_pretrain import bench_size
+
+    row = bench_size("tiny", repeats=1, warmup=0, batch_size=4, seq=32, precision="bf16")
+    assert row["precision"] == "bf16" and row["ratio"] > 0 and row["max_logit_diff"] < 1e-3
+    assert row["masked_tokens"] > 0 and "bf16" in row["name"]

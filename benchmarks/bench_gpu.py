@@ -1,0 +1,122 @@
+"""GPU pre-training throughput and model-FLOPs utilisation (MFU): BERT-base at seq 128 in bf16 autocast,
+SDPA (flash) attention, bertkit's sparse MLM head and fused AdamW, against transformers'
+``BertForPreTraining`` (SDPA) on the same weights, batch and optimizer.
+
+Run on a machine with CUDA:
+``.venv/bin/python -m benchmarks.bench_gpu [--size base] [--batch-size 128] [--seq 128] [--repeats 10]
+[--compile] [--peak-tflops T]`` (``make bench`` runs it as the ``gpu`` suite; without a CUDA device it
+reports a skipped row). Goal (issue 5): >= 40% MFU, about 5,700 sequences/s on one H100.
+
+MFU = model FLOPs per step / step time / the device's dense bf16 peak. Model FLOPs
+(:func:`training_flops`) are the work a step needs, the same number for both sides: the GEMMs of every
+real token (padding excluded), attention over each sequence's real length, the pooler and NSP layer,
+and the MLM head on the masked positions only; backward counts twice the forward. Element-wise work
+(LayerNorm, GELU, softmax, the optimizer) is not counted, as is usual. transformers also spends
+FLOPs on padding and on the MLM decoder at unmasked positions; they are not model FLOPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+# dense (not sparse-structured) bf16 tensor-core peaks, TFLOP/s, by a substring of the device name
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("A100", 312.0), ("L4", 121.0))
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """The dense bf16 peak of a known GPU (``torch.cuda.get_device_name()``), else None."""
+    for key, peak in PEAK_BF16_TFLOPS:
+        if key in device_name:
+            return peak
+    return None
+
+
+def training_flops(config, lengths: list[int], masked: int) -> float:
+    """FLOPs of one training step (forward + backward = 3 x forward; a multiply-add is 2 FLOPs).
+
+    config: a BertConfig; lengths: the real length of each sequence; masked: MLM-labelled positions."""
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = sum(lengths)
+    per_token = layers * (2 * h * 3 * h + 2 * h * h + 2 * 2 * h * inter)  # QKV, output, feed-forward
+    attention = layers * sum(4 * n * n * h for n in lengths)  # scores and context, per sequence
+    heads = len(lengths) * (2 * h * h + 2 * h * 2)  # pooler and the NSP classifier
+    mlm = masked * (2 * h * h + 2 * h * config.vocab_size)  # transform and decoder, masked rows only
+    return 3.0 * (tokens * per_token + attention + heads + mlm)
+
+
+def run(args=None) -> list[dict]:
+    """One row: the GPU pre-training step, or a skipped row without CUDA (``args``: see :func:`main`)."""
+    ns = argparse.Namespace(
+        size="base", batch_size=128, seq=128, repeats=10, warmup=3, compile=False, peak_tflops=None
+    )
+    if args is not None:
+        for k, v in (vars(args) if not isinstance(args, dict) else args).items():
+            if v is not None and hasattr(ns, k):
+                setattr(ns, k, v)
+    name = f"GPU pretrain step BERT-{ns.size} ({ns.batch_size}x{ns.seq}, bf16)"
+    if not torch.cuda.is_available():
+        return [{"name": name, "skipped": "no CUDA device on this machine"}]
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return [{"name": name, "skipped": "transformers is not installed"}]
+    from bertkit.config import BertConfig
+
+    from .bench_pretrain import bench_size, make_batch
+
+    row = bench_size(
+        ns.size,
+        ns.repeats,
+        ns.warmup,
+        ns.batch_size,
+        ns.seq,
+        device="cuda",
+        precision="bf16",
+        compile=ns.compile,
+    )
+    batch = make_batch(BertConfig.preset(ns.size).vocab_size, ns.batch_size, ns.seq)
+    flops = training_flops(
+        BertConfig.preset(ns.size),
+        batch["attention_mask"].sum(1).tolist(),
+        int((batch["labels"] != -100).sum()),
+    )
+    device_name = torch.cuda.get_device_name()
+    peak = ns.peak_tflops or peak_tflops(device_name)
+    row.update(
+        device_name=device_name,
+        model_flops_per_step=flops,
+        ours_sequences_per_s=ns.batch_size / row["ours_s"],
+        ref_sequences_per_s=ns.batch_size / row["ref_s"],
+        peak_gpu_mb_both_models=torch.cuda.max_memory_allocated() / 2**20,
+    )
+    if peak:
+        row.update(
+            peak_tflops=peak,
+            ours_mfu=flops / row["ours_s"] / (peak * 1e12),
+            ref_mfu=flops / row["ref_s"] / (peak * 1e12),
+            goal_mfu=0.40,
+        )
+        row["meets_goal"] = row["ours_mfu"] >= 0.40
+    return [row]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", default="base")
+    p.add_argument("--batch-size", dest="batch_size", type=int, default=128)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--compile", action="store_true", help="both models through torch.compile")
+    p.add_argument(
+        "--peak-tflops", dest="peak_tflops", type=float, default=None, help="the device's bf16 peak"
+    )
+    for row in run(p.parse_args(argv)):
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
