@@ -60,7 +60,7 @@ def _suite_args(name: str, args: argparse.Namespace) -> Any:
     if name == "gpu":
         return {"repeats": args.repeats or (3 if args.quick else 10), "warmup": 1 if args.quick else 3}
     if name == "data":
-        return {"quick": args.quick, "workers": args.threads}
+        return {"quick": args.quick, "workers": args.threads, "repeats": args.repeats}
     return argparse.Namespace(quick=args.quick, threads=args.threads, repeats=args.repeats)
 
 
