@@ -210,3 +210,19 @@ def test_torch_compile_traces_the_model_and_matches_eager():
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-6)
     for n, g in results[0][1].items():
         torch.testing.assert_close(g, results[1][1][n], rtol=1e-4, atol=1e-6, msg=n)
+
+
+def test_labelled_rows_cross_entropy_equals_torch_and_survives_a_second_backward():
+    from bertkit.heads.pretraining import _LabelledRowsCrossEntropy
+
+    torch.manual_seed(0)
+    logits = (torch.randn(37, 501) * 4).requires_grad_()
+    labels = torch.randint(0, 501, (37,))
+    want = torch.nn.functional.cross_entropy(logits, labels)
+    (want_grad,) = torch.autograd.grad(want, logits)
+    got = _LabelledRowsCrossEntropy.apply(logits, labels)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    first = torch.autograd.grad(got * 3.0, logits, retain_graph=True)[0]
+    second = torch.autograd.grad(got * 3.0, logits)[0]  # log-probs recomputed: the first consumed them
+    torch.testing.assert_close(first, 3.0 * want_grad, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(second, first, rtol=0, atol=0)

@@ -134,7 +134,35 @@ def mlm_logits_and_loss(
     picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, idx)
     logits = head(picked)
     sel = flat_labels.index_select(0, idx)
-    return logits, _ce(logits, sel), sel
+    loss = _LabelledRowsCrossEntropy.apply(logits.float(), sel) if idx.numel() else _ce(logits, sel)
+    return logits, loss, sel
+
+
+class _LabelledRowsCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of logits [N, V] against labels [N] (every row labelled), as ``F.cross_entropy``.
+
+    Why not ``F.cross_entropy``: its backward allocates two more [N, V] tensors (a zero-filled one for the
+    NLL gradient, then the log-softmax gradient); for the MLM decoder's rows x 30k vocabulary each is tens
+    of MB of freshly faulted pages. Here the saved log-probabilities become the gradient in place,
+    exp(log p) - onehot, scaled: one [N, V] allocation in all. If backward runs a second time
+    (``retain_graph``), the log-probabilities are recomputed from the logits."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, labels: Tensor) -> Tensor:
+        log_probs = torch.log_softmax(logits, dim=-1)
+        ctx.save_for_backward(logits, labels)
+        ctx.log_probs = log_probs  # an intermediate, consumed by the first backward
+        return -log_probs.gather(1, labels[:, None]).mean()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        logits, labels = ctx.saved_tensors
+        log_probs = ctx.log_probs if ctx.log_probs is not None else torch.log_softmax(logits, dim=-1)
+        ctx.log_probs = None
+        g = log_probs.exp_()  # softmax
+        rows = torch.arange(labels.shape[0], device=labels.device)
+        g[rows, labels] -= 1.0
+        return g.mul_(grad / labels.shape[0]), None
 
 
 def _ce(logits: Tensor, labels: Tensor) -> Tensor:
