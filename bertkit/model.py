@@ -101,16 +101,18 @@ class _DnnLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
-        grad = grad.contiguous()
-        g2 = grad.reshape(-1, grad.shape[-1])
+        n = grad.numel() // grad.shape[-1]
+        # the gradient's rows padded to the GEMM bucket once, for both GEMMs (for the MLM decoder it is a
+        # [rows, vocab] tensor: padding it twice cost a second large copy)
+        g2 = _pad_rows(grad.contiguous().view(n, grad.shape[-1]), _bucket(n))
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             # oneDNN reads the transposed weight in place (a strided view): no [in, out] copy
-            grad_x = _dnn(grad, weight.t(), None)
+            grad_x = _onednn(g2, weight.t(), None, "none", [], "")[:n].view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            x2 = x.reshape(-1, x.shape[-1])
-            rows = _bucket(x2.shape[0])  # zero rows add nothing to the sum over rows
-            g2, x2 = _pad_rows(g2, rows), _pad_rows(x2, rows)
+            x2 = _pad_rows(
+                x.reshape(n, x.shape[-1]), g2.shape[0]
+            )  # zero rows add nothing to the sum over rows
             # grad_w = g^T x sums over rows: oneDNN wants its first operand row-major, and reads the second
             # in place when strided. Copying the narrower of the two transposed (and reading the wider
             # in place) halves the time on the feed-forward and MLM-decoder shapes against copying both.
@@ -119,7 +121,7 @@ class _DnnLinear(torch.autograd.Function):
             else:
                 grad_w = _onednn(g2.t().contiguous(), x2.t(), None, "none", [], "")
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g2.sum(0)
+            grad_b = g2.sum(0)  # the padding rows are zeros
         return grad_x, grad_w, grad_b
 
 
