@@ -63,14 +63,28 @@ from bertkit.errors import UserError
 __all__ = ["PretrainingDataset", "collate_pretraining", "EpochSampler", "InstanceBatch"]
 
 
-class InstanceBatch(list):
-    """Items of one batch (a list of unpadded item dicts) that also carries them already padded, so
-    :func:`collate_pretraining` only wraps the arrays (``padded``: int64 [B, T] arrays, labels -100 and
-    types/mask 0 on padding, ``next_sentence_label`` [B]; ``pad_id`` the id they are padded with)."""
+class InstanceBatch(Sequence):
+    """Items of one batch, held padded: ``padded`` (int64 [B, T] arrays, labels -100 and types/mask 0 on
+    padding, ``next_sentence_label`` [B]; ``pad_id`` the id they are padded with) and ``lengths`` [B].
 
-    def __init__(self, padded: dict[str, np.ndarray], items: list[dict[str, np.ndarray]], pad_id: int = 0):
-        super().__init__(items)
-        self.padded, self.pad_id = padded, pad_id
+    :func:`collate_pretraining` only wraps the arrays; indexing gives item ``i`` as an unpadded dict (views
+    of the arrays), built on demand, so a collate function that wants items gets them and the usual path
+    builds none."""
+
+    def __init__(self, padded: dict[str, np.ndarray], lengths: np.ndarray, pad_id: int = 0):
+        self.padded, self.lengths, self.pad_id = padded, np.asarray(lengths, dtype=np.int64), pad_id
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = int(self.lengths[i])
+        item = {k: v[i, :n] for k, v in self.padded.items() if v.ndim == 2 and k != "attention_mask"}
+        if "next_sentence_label" in self.padded:
+            item["next_sentence_label"] = self.padded["next_sentence_label"][i]
+        return item
 
 
 class PretrainingDataset(torch.utils.data.Dataset):
@@ -201,22 +215,16 @@ class PretrainingDataset(torch.utils.data.Dataset):
         batch's indices). Each item equals ``self[i]``: it depends only on (seed, epoch, index)."""
         index = np.asarray(indices, dtype=np.int64).reshape(-1)
         if index.size == 0:
-            return InstanceBatch({}, [])
+            return InstanceBatch({}, np.zeros(0, dtype=np.int64))
         if index.min() < 0 or index.max() >= self.per_rank:
             raise IndexError(int(index[(index < 0) | (index >= self.per_rank)][0]))
         epoch = 0 if self.split == "valid" else self.epoch
         padded = draw_batch(self, self.offset + index, epoch)
         lengths = padded.pop("lengths")
-        items = []
-        for i, n in enumerate(lengths.tolist()):
-            item = {k: v[i, :n] for k, v in padded.items() if v.ndim == 2}
-            if "next_sentence_label" in padded:
-                item["next_sentence_label"] = padded["next_sentence_label"][i]
-            items.append(item)
         padded["attention_mask"] = (np.arange(padded["input_ids"].shape[1]) < lengths[:, None]).astype(
             np.int64
         )
-        return InstanceBatch(padded, items, pad_id=self.pad_id)
+        return InstanceBatch(padded, lengths, pad_id=self.pad_id)
 
     def collate(self, batch: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         return collate_pretraining(batch, pad_id=self.pad_id)
