@@ -193,6 +193,27 @@ def test_length_grouped_batches_cover_each_epoch_with_little_padding_and_resume(
     assert LengthGroupedBatches(items, 16, lengths=lengths, seed=6).plan(0) != a.plan(0)
 
 
+def test_batch_streams_warn_when_resumed_with_settings_that_change_the_order(caplog):
+    items = list(range(64))
+    for make, other in (
+        (lambda: Batches(items, 4, seed=1, grad_accum=2), lambda: Batches(items, 4, seed=1, grad_accum=1)),
+        (
+            lambda: LengthGroupedBatches(items, 8, lengths=items),
+            lambda: LengthGroupedBatches(items, 4, lengths=items),
+        ),
+    ):
+        a = make()
+        next(a), next(a)
+        with caplog.at_level("WARNING", logger="bertkit"):
+            caplog.clear()
+            same = make()
+            same.load_state_dict(a.state_dict())
+            assert not caplog.records and same.consumed == 2 and next(same) == next(a)
+            changed = other()
+            changed.load_state_dict(a.state_dict())
+        assert "the data order changes" in caplog.text and changed.consumed == 3
+
+
 def test_trainer_learns_logs_checkpoints_and_plots(tmp_path):
     tr = make_trainer(tmp_path, steps=30, checkpoint_every=10, keep_last=2, eval_every=10,
                       eval_fn=lambda m: {"loss": 1.0})  # fmt: skip

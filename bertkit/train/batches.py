@@ -25,7 +25,34 @@ def _fetch(dataset, idx: list[int]) -> list:
     return getitems(idx) if getitems else [dataset[i] for i in idx]
 
 
-class Batches:
+class _BatchStream:
+    """What both streams share: the dataset, the collate function, the seed and the count of batches taken
+    (their whole state: each epoch's order is re-derived from ``(seed, epoch)``)."""
+
+    def __init__(self, dataset, batch_size: int, collate_fn: Callable[[list], Any] | None, seed: int):
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn or (lambda items: items)
+        self.seed = int(seed)
+        self.consumed = 0  # batches this stream (this rank) has given
+
+    def __iter__(self) -> Iterator:
+        return self
+
+    def _give(self, idx: list[int]):
+        """The collated batch of the items at ``idx``, counted as taken."""
+        self.consumed += 1
+        return self.collate_fn(_fetch(self.dataset, idx))
+
+    def _restore(self, state: dict, saved: tuple, current: tuple, what: str) -> None:
+        """Load ``state`` (from ``state_dict``); warn when the settings that fix the order differ."""
+        if saved != current:
+            logger.warning("resuming %s with %s instead of %s: the data order changes", what, current, saved)
+        self.seed = state.get("seed", self.seed)
+        self.consumed = int(state["consumed"])
+
+
+class Batches(_BatchStream):
     """Endless stream of micro-batches over a map-style dataset, shuffled per epoch, exactly resumable.
 
     The unit is the *global batch* of ``G = batch_size * world_size * grad_accum`` examples per optimizer
@@ -62,14 +89,10 @@ class Batches:
                 f"dataset has {n} examples, fewer than one global batch of {self.global_batch}; "
                 "use more data or a smaller batch"
             )
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.collate_fn = collate_fn or (lambda items: items)
-        self.seed = int(seed)
+        super().__init__(dataset, batch_size, collate_fn, seed)
         self.shuffle = shuffle
         self.rank, self.world_size, self.grad_accum = rank, world_size, grad_accum
         self.max_epochs = max_epochs
-        self.consumed = 0  # micro-batches this rank has taken
         self._perm_epoch = -1
         self._perm: torch.Tensor | None = None
         self._dataset_epoch = None
@@ -94,9 +117,6 @@ class Batches:
         start = s * self.global_batch + (self.rank * self.grad_accum + m) * self.batch_size
         return epoch, self._perm_for(epoch)[start : start + self.batch_size].tolist()
 
-    def __iter__(self) -> Iterator:
-        return self
-
     def __next__(self):
         epoch, idx = self.indices(self.consumed)
         if self.max_epochs is not None and epoch >= self.max_epochs:
@@ -104,8 +124,7 @@ class Batches:
         if epoch != self._dataset_epoch and hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
             self._dataset_epoch = epoch
-        self.consumed += 1
-        return self.collate_fn(_fetch(self.dataset, idx))
+        return self._give(idx)
 
     def state_dict(self) -> dict:
         return {
@@ -116,16 +135,11 @@ class Batches:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if (state.get("world_size", 1), state.get("grad_accum", 1)) != (self.world_size, self.grad_accum):
-            logger.warning(
-                "resuming with world_size*grad_accum %s*%s instead of %s*%s: the data order changes",
-                self.world_size, self.grad_accum, state.get("world_size"), state.get("grad_accum"),
-            )  # fmt: skip
-        self.seed = state.get("seed", self.seed)
-        self.consumed = int(state["consumed"])
+        saved = (state.get("world_size", 1), state.get("grad_accum", 1))
+        self._restore(state, saved, (self.world_size, self.grad_accum), "with (world_size, grad_accum)")
 
 
-class LengthGroupedBatches:
+class LengthGroupedBatches(_BatchStream):
     """Endless stream of batches of similar-length items, shuffled per epoch, exactly resumable.
 
     For padded sequence batches: padding every batch to its longest member wastes little when members have
@@ -154,15 +168,11 @@ class LengthGroupedBatches:
             raise ValueError(f"bad batching: batch_size={batch_size} bucket_batches={bucket_batches}")
         if len(dataset) == 0:
             raise ValueError("the dataset is empty; there is nothing to batch")
-        self.dataset = dataset
+        super().__init__(dataset, batch_size, collate_fn, seed)
         self.lengths = list(lengths) if lengths is not None else [len(x) for x in dataset]
         if len(self.lengths) != len(dataset):
             raise ValueError(f"{len(self.lengths)} lengths for {len(dataset)} items")
-        self.batch_size = batch_size
-        self.collate_fn = collate_fn or (lambda items: items)
-        self.seed = int(seed)
         self.bucket_batches = bucket_batches
-        self.consumed = 0  # batches taken
         self._plan_epoch = -1
         self._plan: list[list[int]] = []
 
@@ -184,14 +194,9 @@ class LengthGroupedBatches:
             self._plan_epoch = epoch
         return self._plan
 
-    def __iter__(self) -> Iterator:
-        return self
-
     def __next__(self):
         epoch, k = divmod(self.consumed, self.steps_per_epoch())
-        idx = self.plan(epoch)[k]
-        self.consumed += 1
-        return self.collate_fn(_fetch(self.dataset, idx))
+        return self._give(self.plan(epoch)[k])
 
     def state_dict(self) -> dict:
         return {
@@ -202,11 +207,7 @@ class LengthGroupedBatches:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if (state.get("batch_size"), state.get("n")) != (self.batch_size, len(self.dataset)):
-            logger.warning(
-                "resuming a length-grouped stream of %s items in batches of %s with %s items in batches of %s: "
-                "the data order changes",
-                state.get("n"), state.get("batch_size"), len(self.dataset), self.batch_size,
-            )  # fmt: skip
-        self.seed = state.get("seed", self.seed)
-        self.consumed = int(state["consumed"])
+        saved = (state.get("n"), state.get("batch_size"))
+        self._restore(
+            state, saved, (len(self.dataset), self.batch_size), "a length-grouped stream (items, batch)"
+        )
