@@ -31,9 +31,10 @@ def _keep_mask(shape: torch.Size, p: float) -> tuple[Tensor, float]:
     return torch.ge(lanes, threshold).view(shape), _LEVELS / (_LEVELS - threshold)
 
 
-def _eager_cpu_fp32(x: Tensor) -> bool:
-    """Whether ``x`` takes bertkit's own CPU kernels: float32 on CPU, run eagerly (torch.compile and
-    TorchScript tracing get the plain ops, which they fuse or export)."""
+def eager_cpu_fp32(x: Tensor) -> bool:
+    """Whether ``x`` may take bertkit's own CPU kernels (this dropout mask, the oneDNN ``linear`` and the
+    attention of :mod:`bertkit.model`): float32 on CPU, run eagerly. torch.compile and TorchScript tracing
+    get the plain ops, which they fuse or export. Tracing is checked first: nothing reads a traced size."""
     tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
     return not tracing and x.device.type == "cpu" and x.dtype == torch.float32
 
@@ -59,7 +60,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if p >= 1.0:
         return x * 0.0
-    if not _eager_cpu_fp32(x) or x.numel() == 0:
+    if not eager_cpu_fp32(x) or x.numel() == 0:
         return F.dropout(x, p, True)
     keep, scale = _keep_mask(x.shape, p)
     return _MaskedScale.apply(x.contiguous(), keep, scale)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import BertConfig
-from .dropout import Dropout, _eager_cpu_fp32, dropout
+from .dropout import Dropout, dropout, eager_cpu_fp32
 from .modeling_utils import BertPreTrainedModel
 
 
@@ -110,9 +110,8 @@ class _DnnLinear(torch.autograd.Function):
             # oneDNN reads the transposed weight in place (a strided view): no [in, out] copy
             grad_x = _onednn(g2, weight.t(), None, "none", [], "")[:n].view(*grad.shape[:-1], weight.shape[1])
         if ctx.needs_input_grad[1]:
-            x2 = _pad_rows(
-                x.reshape(n, x.shape[-1]), g2.shape[0]
-            )  # zero rows add nothing to the sum over rows
+            # padded like the gradient: zero rows add nothing to the sum over rows
+            x2 = _pad_rows(x.reshape(n, x.shape[-1]), g2.shape[0])
             # grad_w = g^T x sums over rows: oneDNN wants its first operand row-major, and reads the second
             # in place when strided. Copying the narrower of the two transposed (and reading the wider
             # in place) halves the time on the feed-forward and MLM-decoder shapes against copying both.
@@ -128,11 +127,9 @@ class _DnnLinear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
     """``act(F.linear(x, weight, bias))`` (``act``: a key of ACT2FN or None), on oneDNN for fp32 CPU
     tensors (the activation fused into the GEMM when no gradient is needed), else on ``F.linear``."""
-    # a traced graph (TorchScript, and so the ONNX export) gets the plain op: the row buckets are Python ints
-    # (checked first, so nothing below turns a traced size into a Python value); torch.compile too, which
-    # generates its own kernels
-    fast = _onednn is not None and not torch.jit.is_tracing() and not torch.compiler.is_compiling()
-    fast = fast and x.dtype == torch.float32 and x.device.type == "cpu" and x.numel() > 0
+    # a traced graph (TorchScript, and so the ONNX export) and torch.compile get the plain op: the row buckets
+    # are Python ints (tracing is checked first, so nothing turns a traced size into a Python value)
+    fast = _onednn is not None and eager_cpu_fp32(x) and x.numel() > 0
     fast = fast and weight.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
     if not fast:
         out = F.linear(x, weight, bias)
@@ -251,7 +248,7 @@ class BertSelfAttention(nn.Module):
         """qkv [B, T, 3H], attn_mask broadcastable to [B, heads, T, T] (bool, True = attend) -> [B, T, H]."""
         b, t, _ = qkv.shape
         q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        if self.training and self.dropout_p > 0 and _eager_cpu_fp32(q):
+        if self.training and self.dropout_p > 0 and eager_cpu_fp32(q):
             ctx = _attention_with_dropout(q, k, v, attn_mask, is_causal, self.dropout_p)
         else:
             ctx = F.scaled_dot_product_attention(
@@ -269,11 +266,11 @@ class BertSelfAttention(nn.Module):
         as one dense batch with no mask, so no work is spent on padding."""
         # One split rather than a slice per group: the backward of a slice writes its gradient into a
         # zero-filled tensor of the whole qkv size (one per group); split's backward is one concatenation.
-        sizes = [count * length for _, count, length in packing.groups]
+        sizes = [count * length for count, length in packing.groups]
         extra = qkv.shape[0] - packing.tokens
         parts = qkv.split(sizes + [extra] if extra else sizes)
         outs = []
-        for part, (_, count, length) in zip(parts, packing.groups):
+        for part, (count, length) in zip(parts, packing.groups):
             outs.append(
                 self.attend(part.view(count, length, -1), None, is_causal=causal).view(count * length, -1)
             )
@@ -326,7 +323,7 @@ class _Packing:
     """Where the real tokens of a padded [B, T] batch sit, to move between [N, H] and [B, T, H].
 
     Sequences are packed longest first, so sequences of equal length lie side by side: ``groups``
-    lists (first packed row, number of sequences, length) for each run of equal lengths, and a run
+    lists (number of sequences, length) for each run of equal lengths, in packed order; a run
     views as a dense [count, length, H] block for attention. Any mask pattern works (not only
     right padding): a sequence's real tokens keep their order and their position ids.
     """
@@ -344,13 +341,9 @@ class _Packing:
         self.tokens = int(self.index.numel())
         extra = _bucket(self.tokens) - self.tokens if self.tokens else 0
         self.rows = self.index if not extra else torch.cat([self.index, self.index[:1].expand(extra)])
-        self.groups: list[tuple[int, int, int]] = []
         values, counts = torch.unique_consecutive(lengths.index_select(0, order), return_counts=True)
-        start = 0
-        for length, count in zip(values.tolist(), counts.tolist()):
-            if length > 0:
-                self.groups.append((start, count, length))
-            start += count * length
+        # (number of sequences, length) of each run of equal lengths, in packed order
+        self.groups = [(c, n) for n, c in zip(values.tolist(), counts.tolist()) if n > 0]
 
     def pack(self, x: Tensor) -> Tensor:
         """[B, T, ...] -> [R, ...], R = ``len(self.rows)`` >= N real tokens (the extra rows are padding)."""
@@ -484,9 +477,9 @@ class BertModel(BertPreTrainedModel):
             # attention on groups of equal-length sequences; outputs are scattered back to [B, T, H].
             packing = _Packing(attention_mask.bool())
             x = self.embeddings.embed(
-                input_ids.reshape(-1).index_select(0, packing.rows),
-                token_type_ids.reshape(-1).index_select(0, packing.rows),
-                position_ids.expand(batch, seq_len).reshape(-1).index_select(0, packing.rows),
+                packing.pack(input_ids),
+                packing.pack(token_type_ids),
+                packing.pack(position_ids.expand(batch, seq_len)),
             )
             mask = None
         else:
