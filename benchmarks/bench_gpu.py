@@ -65,7 +65,7 @@ def run(args=None) -> list[dict]:
         return [{"name": name, "skipped": "transformers is not installed"}]
     from bertkit.config import BertConfig
 
-    from .bench_pretrain import bench_size, make_batch
+    from .bench_pretrain import bench_size
 
     row = bench_size(
         ns.size,
@@ -77,12 +77,7 @@ def run(args=None) -> list[dict]:
         precision="bf16",
         compile=ns.compile,
     )
-    batch = make_batch(BertConfig.preset(ns.size).vocab_size, ns.batch_size, ns.seq)
-    flops = training_flops(
-        BertConfig.preset(ns.size),
-        batch["attention_mask"].sum(1).tolist(),
-        int((batch["labels"] != -100).sum()),
-    )
+    flops = training_flops(BertConfig.preset(ns.size), row["lengths"], row["masked_tokens"])
     device_name = torch.cuda.get_device_name()
     peak = ns.peak_tflops or peak_tflops(device_name)
     row.update(

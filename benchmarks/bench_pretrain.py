@@ -144,6 +144,7 @@ def bench_size(
             "precision": precision,
             "compiled": compile,
             "masked_tokens": int((batch["labels"] != -100).sum()),
+            "lengths": batch["attention_mask"].sum(1).tolist(),
             "sequences": batch_size,
             "seq_len": seq,
             "reference_impl": f"transformers {transformers.__version__} BertForPreTraining "

@@ -227,3 +227,5 @@ def test_pretrain_bench_runs_in_bf16_autocast():
     row = bench_size("tiny", repeats=1, warmup=0, batch_size=4, seq=32, precision="bf16")
     assert row["precision"] == "bf16" and row["ratio"] > 0 and row["max_logit_diff"] < 1e-3
     assert row["masked_tokens"] > 0 and "bf16" in row["name"]
+    # what the GPU suite's MFU is computed from: each sequence's real length
+    assert len(row["lengths"]) == 4 and 0 < min(row["lengths"]) <= max(row["lengths"]) <= 32

@@ -87,6 +87,22 @@ def test_prepare_parallel_matches_serial_and_skips_finished(corpus_and_vocab, tm
     assert cased["shards_skipped"] == 0
 
 
+def _failing_build_shard(task):  # module level: the pool pickles it by name
+    raise OSError(f"disk full while writing shard {task[0]}")
+
+
+def test_parallel_prepare_failure_propagates_and_drops_the_tokenizer_hand_over(
+    corpus_and_vocab, tmp_path, monkeypatch
+):
+    from bertkit.data import shards as shards_module
+
+    corpus, vocab, _ = corpus_and_vocab
+    monkeypatch.setattr(shards_module, "_build_shard", _failing_build_shard)
+    with pytest.raises(OSError, match="disk full"):
+        prepare([corpus], vocab, tmp_path / "d", shard_size_mb=0.0005, workers=2, progress=False)
+    assert "inherited" not in shards_module._WORKER
+
+
 def test_corrupted_or_truncated_shard_is_detected(corpus_and_vocab, tmp_path):
     corpus, vocab, _ = corpus_and_vocab
     prepare([corpus], vocab, tmp_path / "d", progress=False)

@@ -322,19 +322,23 @@ def prepare(
     else:
         ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
         _WORKER["inherited"] = tokenizer  # (forked workers pick it up in _init_worker)
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)) as pool:
-            pending: deque = deque()
-            for task, size in tasks():
-                pending.append((pool.apply_async(_build_shard, (task,)), size))
-                while len(pending) >= 2 * workers:  # bounded: memory ~ shard size x in-flight shards
+        try:
+            with ctx.Pool(
+                workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)
+            ) as pool:
+                pending: deque = deque()
+                for task, size in tasks():
+                    pending.append((pool.apply_async(_build_shard, (task,)), size))
+                    while len(pending) >= 2 * workers:  # bounded: memory ~ shard size x in-flight shards
+                        res, sz = pending.popleft()
+                        records.append(res.get())
+                        bar.update(sz)
+                while pending:
                     res, sz = pending.popleft()
                     records.append(res.get())
                     bar.update(sz)
-            while pending:
-                res, sz = pending.popleft()
-                records.append(res.get())
-                bar.update(sz)
-        _WORKER.pop("inherited", None)
+        finally:  # also when a worker failed: the parent must not keep the hand-over
+            _WORKER.pop("inherited", None)
     bar.close()
     if not records:
         raise UserError(
