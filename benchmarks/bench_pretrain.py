@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 
 import torch
 
@@ -55,8 +54,8 @@ def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) 
     }
 
 
-def _step(model, opt, batch, device: str = "cpu", precision: str = "fp32") -> float:
-    t = time.perf_counter()
+def _step(model, opt, batch, device: str = "cpu", precision: str = "fp32") -> torch.Tensor:
+    """One optimizer step (``compare`` times the call); returns the loss."""
     opt.zero_grad(set_to_none=True)
     with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
         out = model(**batch)
@@ -64,7 +63,43 @@ def _step(model, opt, batch, device: str = "cpu", precision: str = "fp32") -> fl
     opt.step()
     if device == "cuda":  # the kernels are asynchronous: time them, not their launch
         torch.cuda.synchronize()
-    return time.perf_counter() - t
+    return out.loss.detach()
+
+
+def build_pair(size: str, batch_size: int = 32, seq: int = 128, device: str = "cpu") -> tuple:
+    """(ours, theirs, batch, check): the two BertForPreTraining models with the same weights on ``device``,
+    one pre-training batch, and their output differences in fp32 eval mode (raises when they differ)."""
+    import transformers
+
+    from bertkit.config import BertConfig
+    from bertkit.heads.pretraining import BertForPreTraining
+
+    torch.manual_seed(0)
+    cfg = BertConfig.preset(size)
+    ours = BertForPreTraining(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        ours.save_pretrained(tmp)
+        theirs = transformers.BertForPreTraining.from_pretrained(tmp, attn_implementation="sdpa")
+    ours.to(device)
+    theirs.to(device)
+    batch = {k: v.to(device) for k, v in make_batch(cfg.vocab_size, batch_size, seq).items()}
+    if device == "cuda":  # the equality check in true fp32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    ours.eval()  # no dropout
+    theirs.eval()
+    with torch.no_grad():
+        a = ours(**batch)
+        b = theirs(**batch)
+        real = batch["labels"] != -100
+        check = {
+            "max_logit_diff": float((a.prediction_logits - b.prediction_logits[real]).abs().max()),
+            "loss_diff": abs(float(a.loss) - float(b.loss)),
+            "nsp_diff": float((a.seq_relationship_logits - b.seq_relationship_logits).abs().max()),
+        }
+    if check["max_logit_diff"] > 1e-3 or check["loss_diff"] > 1e-4 or check["nsp_diff"] > 1e-4:
+        raise AssertionError(f"{size}: outputs differ ({check})")
+    return ours, theirs, batch, check
 
 
 def bench_size(
@@ -81,37 +116,9 @@ def bench_size(
     both models through torch.compile). Outputs are checked equal in fp32 eval mode first."""
     import transformers
 
-    from bertkit.config import BertConfig
-    from bertkit.heads.pretraining import BertForPreTraining
     from bertkit.train.optim import build_optimizer
 
-    torch.manual_seed(0)
-    cfg = BertConfig.preset(size)
-    ours = BertForPreTraining(cfg)
-    with tempfile.TemporaryDirectory() as tmp:
-        ours.save_pretrained(tmp)
-        theirs = transformers.BertForPreTraining.from_pretrained(tmp, attn_implementation="sdpa")
-    ours.to(device)
-    theirs.to(device)
-    batch = {k: v.to(device) for k, v in make_batch(cfg.vocab_size, batch_size, seq).items()}
-    if device == "cuda":  # the equality check in true fp32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-
-    # equal outputs first (eval mode: no dropout)
-    ours.eval()
-    theirs.eval()
-    with torch.no_grad():
-        a = ours(**batch)
-        b = theirs(**batch)
-        real = batch["labels"] != -100
-        max_logit_diff = float((a.prediction_logits - b.prediction_logits[real]).abs().max())
-        loss_diff = abs(float(a.loss) - float(b.loss))
-        nsp_diff = float((a.seq_relationship_logits - b.seq_relationship_logits).abs().max())
-    if max_logit_diff > 1e-3 or loss_diff > 1e-4 or nsp_diff > 1e-4:
-        raise AssertionError(
-            f"{size}: outputs differ (logits {max_logit_diff}, loss {loss_diff}, nsp {nsp_diff})"
-        )
+    ours, theirs, batch, check = build_pair(size, batch_size, seq, device)
     ours.train()
     theirs.train()
     opt_ours = build_optimizer(ours, "adamw", lr=1e-4)
@@ -135,11 +142,10 @@ def bench_size(
         items=tokens,
         unit="tokens",
         goal=3.0 if device == "cpu" else None,
-        check=f"logits {max_logit_diff:.1e}, loss {loss_diff:.1e}, nsp {nsp_diff:.1e}",
+        check=f"logits {check['max_logit_diff']:.1e}, loss {check['loss_diff']:.1e}, nsp {check['nsp_diff']:.1e}",
         memory=device == "cpu",
         extra={
-            "max_logit_diff": max_logit_diff,
-            "loss_diff": loss_diff,
+            **check,
             "device": device,
             "precision": precision,
             "compiled": compile,
