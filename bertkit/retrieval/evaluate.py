@@ -54,7 +54,8 @@ def evaluate_retrieval(
             cand = [j for j in row[:rerank_top] if j >= 0]
             scores = reranker.predict([(q, corpus[j]) for j in cand], batch_size=batch_size)
             order = np.argsort(-scores, kind="stable")
-            reranked.append([keys[cand[o]] for o in order])
+            rest = [keys[j] for j in row[rerank_top:] if j >= 0]  # below the re-ranked head: bi-encoder order
+            reranked.append([keys[cand[o]] for o in order] + rest)
         out["reranked"] = retrieval_metrics(reranked, relevant)
         out["rerank_top"] = rerank_top
         out["rerank_seconds"] = round(time.perf_counter() - t0, 2)
