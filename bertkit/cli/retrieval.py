@@ -40,7 +40,9 @@ def _training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train", type=Path, required=True, metavar="F", help="pairs (.jsonl; .tsv for STS-B)")
     p.add_argument("--model", type=Path, required=True, metavar="DIR", help="starting model")
     p.add_argument("--out", type=Path, required=True, metavar="DIR")
-    p.add_argument("--corpus", type=Path, default=None, metavar="F", help="corpus .jsonl ({id, text}) for negatives")
+    p.add_argument(
+        "--corpus", type=Path, default=None, metavar="F", help="corpus .jsonl ({id, text}) for negatives"
+    )
     p.add_argument("--epochs", type=_positive_float, default=1.0)
     p.add_argument("--batch-size", type=_positive_int, default=32)
     p.add_argument("--lr", type=_positive_float, default=2e-5)
@@ -62,8 +64,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--loss", choices=("mnrl", "cosine", "cosent"), default="mnrl")
     p.add_argument("--symmetric", action="store_true", help="mnrl: also passage -> query")
     p.add_argument("--scale", type=_positive_float, default=20.0, help="mnrl/cosent: similarity scale")
-    p.add_argument("--hard-negatives", type=_non_negative_int, default=0, metavar="N",
-                   help="mine N negatives per query with the starting model")
+    p.add_argument(
+        "--hard-negatives",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="mine N negatives per query with the starting model",
+    )
     p.add_argument("--pooling", choices=("mean", "cls", "max"), default=None, help="default: the model's")
     p.add_argument("--dense-dim", type=_positive_int, default=None, help="add a Dense layer to this size")
     p.add_argument("--normalize", choices=("yes", "no"), default=None, help="default: the model's")
@@ -78,7 +85,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _training_args(p)
     p.add_argument("--negatives", type=_non_negative_int, default=3, help="sampled negatives per query")
     p.add_argument("--hard-negatives", type=_non_negative_int, default=0, help="mined negatives per query")
-    p.add_argument("--hard-negatives-model", type=Path, default=None, metavar="DIR", help="bi-encoder to mine with")
+    p.add_argument(
+        "--hard-negatives-model", type=Path, default=None, metavar="DIR", help="bi-encoder to mine with"
+    )
     p.add_argument("--max-length", type=_positive_int, default=256)
     p.set_defaults(func=train_rerank_cmd)
 
@@ -86,10 +95,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="what", metavar="WHAT", required=True)
     r = sub.add_parser("retrieval", help="recall@1/5/10, MRR@10, nDCG@10 over a corpus")
     r.add_argument("--model", type=Path, required=True, metavar="DIR", help="bi-encoder")
-    r.add_argument("--queries", type=Path, required=True, metavar="F", help='.jsonl {"id", "text", "relevant"}')
+    r.add_argument(
+        "--queries", type=Path, required=True, metavar="F", help='.jsonl {"id", "text", "relevant"}'
+    )
     r.add_argument("--corpus", type=Path, required=True, metavar="F", help='.jsonl {"id", "text"}')
-    r.add_argument("--rerank", type=Path, default=None, metavar="DIR", help="cross-encoder for the top --rerank-top")
+    r.add_argument(
+        "--rerank", type=Path, default=None, metavar="DIR", help="cross-encoder for the top --rerank-top"
+    )
     r.add_argument("--rerank-top", type=_positive_int, default=50)
+    r.add_argument(
+        "--rerank-queries", type=_positive_int, default=None, help="re-rank only the first N queries"
+    )
     r.add_argument("--max-queries", type=_positive_int, default=None, help="evaluate a seeded sample")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--batch-size", type=_positive_int, default=64)
@@ -143,9 +159,16 @@ def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
     )
     settings = EmbedSettings(
-        loss=args.loss, symmetric=args.symmetric, scale=args.scale, hard_negatives=args.hard_negatives,
-        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio,
-        seed=args.seed, precision=args.precision,
+        loss=args.loss,
+        symmetric=args.symmetric,
+        scale=args.scale,
+        hard_negatives=args.hard_negatives,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_ratio=args.warmup_ratio,
+        seed=args.seed,
+        precision=args.precision,
     )
     return train_embed(model, pairs, args.out, settings, corpus=corpus)
 
@@ -158,9 +181,15 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     pairs = _sample(read_pairs(args.train), args.max_pairs, args.seed)
     corpus = read_corpus(args.corpus)[1] if args.corpus else [p.positive for p in pairs]
     settings = RerankSettings(
-        negatives=args.negatives, hard_negatives=args.hard_negatives, epochs=args.epochs,
-        batch_size=args.batch_size, lr=args.lr, warmup_ratio=args.warmup_ratio, max_length=args.max_length,
-        seed=args.seed, precision=args.precision,
+        negatives=args.negatives,
+        hard_negatives=args.hard_negatives,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_ratio=args.warmup_ratio,
+        max_length=args.max_length,
+        seed=args.seed,
+        precision=args.precision,
     )
     hard = None
     if args.hard_negatives_model is not None:
@@ -182,7 +211,9 @@ def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
     ids, corpus = read_corpus(args.corpus)
     enc = SentenceEncoder.from_pretrained(args.model, max_seq_length=args.max_seq_length)
     reranker = CrossEncoder.from_pretrained(args.rerank, max_length=256) if args.rerank else None
-    out = evaluate_retrieval(enc, texts, relevant, ids, corpus, reranker, args.rerank_top, args.batch_size)
+    out = evaluate_retrieval(
+        enc, texts, relevant, ids, corpus, reranker, args.rerank_top, args.batch_size, args.rerank_queries
+    )
     return {"model": str(args.model), "rerank": str(args.rerank) if args.rerank else None, **out}
 
 
@@ -195,8 +226,11 @@ def evaluate_sts_cmd(args: argparse.Namespace) -> dict[str, Any]:
     if any(p.score is None for p in pairs):
         raise UserError(f"{args.data}: STS evaluation needs scored pairs (sentence1, sentence2, score)")
     enc = SentenceEncoder.from_pretrained(args.model)
-    return {"model": str(args.model), "data": str(args.data),
-            **evaluate_sts(enc, [(p.query, p.positive, p.score) for p in pairs], args.batch_size)}
+    return {
+        "model": str(args.model),
+        "data": str(args.data),
+        **evaluate_sts(enc, [(p.query, p.positive, p.score) for p in pairs], args.batch_size),
+    }
 
 
 def squad_data_cmd(args: argparse.Namespace) -> dict[str, Any]:

@@ -27,7 +27,11 @@ from ..errors import UserError
 from ..io import atomic_dir, atomic_write_json
 
 POOLINGS = ("mean", "cls", "max")
-_ST_POOLING = {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}
+_ST_POOLING = {
+    "mean": "pooling_mode_mean_tokens",
+    "cls": "pooling_mode_cls_token",
+    "max": "pooling_mode_max_tokens",
+}
 
 
 class BiEncoder(nn.Module):
@@ -91,8 +95,12 @@ class BiEncoder(nn.Module):
     def dim(self) -> int:
         return self.dense[-1].out_features if len(self.dense) else self.bert.config.hidden_size
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        hidden = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None
+    ) -> Tensor:
+        hidden = self.bert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
         vec = pool(hidden, attention_mask, self.pooling)
         for d in self.dense:
             vec = d(vec)
@@ -101,7 +109,9 @@ class BiEncoder(nn.Module):
     def tokenize(self, texts: Sequence[str]) -> dict[str, Tensor]:
         """Padded batch tensors (``input_ids``, ``attention_mask``, ``token_type_ids``) [B, T]."""
         texts = [t.lower() for t in texts] if self.lowercase_input else list(texts)
-        return self.tokenizer(texts, max_length=self.max_seq_length, truncation=True, padding=True, return_tensors="pt")
+        return self.tokenizer(
+            texts, max_length=self.max_seq_length, truncation=True, padding=True, return_tensors="pt"
+        )
 
     def encoder(self) -> SentenceEncoder:
         """An inference view sharing these weights (``encode`` puts the model in eval mode; callers that
@@ -144,13 +154,23 @@ class BiEncoder(nn.Module):
                 i = len(modules)
                 d.save(tmp / f"{i}_Dense")
                 modules.append(
-                    {"idx": i, "name": str(i), "path": f"{i}_Dense", "type": "sentence_transformers.models.Dense"}
+                    {
+                        "idx": i,
+                        "name": str(i),
+                        "path": f"{i}_Dense",
+                        "type": "sentence_transformers.models.Dense",
+                    }
                 )
             if self.normalize:
                 i = len(modules)
                 (tmp / f"{i}_Normalize").mkdir()
                 modules.append(
-                    {"idx": i, "name": str(i), "path": f"{i}_Normalize", "type": "sentence_transformers.models.Normalize"}
+                    {
+                        "idx": i,
+                        "name": str(i),
+                        "path": f"{i}_Normalize",
+                        "type": "sentence_transformers.models.Normalize",
+                    }
                 )
             atomic_write_json(tmp / "modules.json", modules)
             # the similarity sentence-transformers reports with model.similarity()

@@ -65,7 +65,9 @@ def read_pairs(path: str | os.PathLike) -> list[Pair]:
     for lineno, obj in _jsonl(path):
         this = "scored" if "score" in obj else "labelled" if "label" in obj else "positive"
         if kind is not None and this != kind:
-            raise UserError(f"{path}: line {lineno}: a {this} pair in a file of {kind} pairs; use one kind per file")
+            raise UserError(
+                f"{path}: line {lineno}: a {this} pair in a file of {kind} pairs; use one kind per file"
+            )
         kind = this
         if this == "scored":
             a, b = _text(path, lineno, obj, "sentence1"), _text(path, lineno, obj, "sentence2")

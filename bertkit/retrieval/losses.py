@@ -15,8 +15,13 @@ def _cos_matrix(a: Tensor, b: Tensor) -> Tensor:
     return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
 
 
-def mnrl(queries: Tensor, positives: Tensor, negatives: Tensor | None = None, scale: float = 20.0,
-         symmetric: bool = False) -> Tensor:
+def mnrl(
+    queries: Tensor,
+    positives: Tensor,
+    negatives: Tensor | None = None,
+    scale: float = 20.0,
+    symmetric: bool = False,
+) -> Tensor:
     """MultipleNegativesRanking: query i must pick positive i among all B positives (+ all negatives).
 
     ``queries``/``positives`` [B, H], ``negatives`` [M, H] (hard negatives of the batch, any count);

@@ -90,14 +90,22 @@ def train_rerank(
 
     s = settings
     if len(triples) < s.batch_size:
-        raise UserError(f"{len(triples)} training pairs are fewer than one batch (--batch-size {s.batch_size})")
+        raise UserError(
+            f"{len(triples)} training pairs are fewer than one batch (--batch-size {s.batch_size})"
+        )
     out_dir = Path(out_dir)
     model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=1)
     tok = Tokenizer.from_pretrained(model_dir)
 
     def collate(items: list[tuple[str, str, float]]) -> dict[str, torch.Tensor]:
-        enc = tok([q for q, _, _ in items], [p for _, p, _ in items], max_length=s.max_length, padding=True,
-                  truncation=True, return_tensors="pt")
+        enc = tok(
+            [q for q, _, _ in items],
+            [p for _, p, _ in items],
+            max_length=s.max_length,
+            padding=True,
+            truncation=True,
+            return_tensors="pt",
+        )
         return {**dict(enc), "labels": torch.tensor([y for _, _, y in items], dtype=torch.float32)}
 
     def loss_fn(m, batch):

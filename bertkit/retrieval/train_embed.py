@@ -130,7 +130,9 @@ def train_embed(
     if scored and any(p.score is None for p in pairs):
         raise UserError(f"--loss {s.loss} needs scored pairs (sentence1, sentence2, score)")
     if not scored and any(p.score is not None for p in pairs):
-        raise UserError("--loss mnrl needs (query, positive) pairs; scored pairs go with --loss cosine or cosent")
+        raise UserError(
+            "--loss mnrl needs (query, positive) pairs; scored pairs go with --loss cosine or cosent"
+        )
     if s.hard_negatives and scored:
         raise UserError("--hard-negatives works with --loss mnrl only")
     if s.batch_size < 2 and s.loss != "cosine":
