@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.cli import args as A
 from bertkit.errors import UserError
 
 
@@ -44,8 +45,8 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
     p.add_argument(
         "--model", required=True, help="pre-trained model directory (HF layout: config.json, weights, vocab)"
     )
-    p.add_argument(
-        "--out", required=True, help="output directory (metrics.json, model/, predictions, loss.png)"
+    A.add_output(
+        p, "--out", resumable=True, help="output directory (metrics.json, model/, predictions, loss.png)"
     )
     p.add_argument("--epochs", type=float, default=3.0, help="training epochs (paper: 2, 3 or 4; default 3)")
     p.add_argument("--batch-size", type=int, default=32, help="paper: 16 or 32 (default 32)")
@@ -199,7 +200,7 @@ def _register_squad(sub) -> None:
         p.set_defaults(func=unavailable)
         return
     p.add_argument("--model", required=True, help="pre-trained model directory (HF layout)")
-    p.add_argument("--out", required=True, help="output directory (metrics.json, predictions.json, model/)")
+    A.add_output(p, "--out", resumable=True, help="output directory (metrics.json, predictions.json, model/)")
     p.add_argument("--epochs", type=float, default=None, help="default: 3 for v1.1, 2 for v2.0 (the paper)")
     p.add_argument("--batch-size", type=int, default=None, help="default 32")
     p.add_argument("--lr", type=float, default=None, help="default 5e-5")
