@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import UserError
 
-SUBCOMMAND_MODULES = ("core", "data", "pretrain", "finetune", "predict", "embed", "serve")
+SUBCOMMAND_MODULES = ("core", "data", "pretrain", "finetune", "predict", "embed", "serve", "index")
 
 
 def build_parser() -> argparse.ArgumentParser:
