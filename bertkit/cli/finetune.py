@@ -5,40 +5,10 @@ from __future__ import annotations
 import argparse
 
 from bertkit.cli import args as A
+from bertkit.cli.train_options import add_trainer_arguments
 from bertkit.errors import UserError
 
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: use 0 (off) or a number of steps")
-    return value
-
-
-def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
-    """The training-run options every ``finetune`` subcommand shares (the generic Trainer's)."""
-    p.add_argument(
-        "--checkpoint-every",
-        type=_non_negative_int,
-        default=0,
-        metavar="N",
-        help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
-        "OUT/runs/RUN/checkpoints; default 0: none)",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest checkpoint (each run's own); finished runs are only evaluated again",
-    )
-    p.add_argument(
-        "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)"
-    )
-    p.add_argument(
-        "--gradient-checkpointing",
-        action="store_true",
-        help="recompute each encoder layer in the backward pass: far less activation memory for long "
-        "sequences (e.g. SQuAD's 384), about a third more compute",
-    )
+__all__ = ["add_trainer_arguments", "register"]
 
 
 def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 128) -> None:
@@ -183,47 +153,6 @@ def run_swag(args: argparse.Namespace) -> dict:
     return _run(swag_task_data(args.train, args.dev, name=args.name), args)
 
 
-def _register_squad(sub) -> None:
-    p = sub.add_parser(
-        "squad",
-        help="SQuAD v1.1 / v2.0 span extraction (writes predictions.json, null_odds.json for v2)",
-        conflict_handler="resolve",
-    )
-    try:
-        from bertkit.tasks import squad_cli
-    except ImportError as e:
-        msg = f"SQuAD fine-tuning is not available in this build ({e})"
-
-        def unavailable(args: argparse.Namespace) -> dict:
-            raise UserError(msg)
-
-        p.set_defaults(func=unavailable)
-        return
-    p.add_argument("--model", required=True, help="pre-trained model directory (HF layout)")
-    A.add_output(p, "--out", resumable=True, help="output directory (metrics.json, predictions.json, model/)")
-    p.add_argument("--epochs", type=float, default=None, help="default: 3 for v1.1, 2 for v2.0 (the paper)")
-    p.add_argument("--batch-size", type=int, default=None, help="default 32")
-    p.add_argument("--lr", type=float, default=None, help="default 5e-5")
-    p.add_argument("--max-seq-length", type=int, default=None, help="default 384")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--freeze-encoder", action="store_true", help="train only qa_outputs (BERT frozen)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    add_trainer_arguments(p)
-    squad_cli.add_arguments(p)  # SQuAD's own options (may refine the ones above)
-
-    def run_squad(args: argparse.Namespace) -> dict:
-        if getattr(args, "threads", None):
-            import torch
-
-            torch.set_num_threads(args.threads)
-        return squad_cli.run(args)
-
-    p.set_defaults(func=run_squad)
-
-
 def register(subparsers) -> None:
     ft = subparsers.add_parser(
         "finetune", help="fine-tune a pre-trained model on a task; writes metrics.json + model/"
@@ -251,7 +180,9 @@ def register(subparsers) -> None:
     _common(p)
     p.set_defaults(func=run_classify)
 
-    _register_squad(sub)
+    from bertkit.cli.squad import register_squad
+
+    register_squad(sub)
 
     p = sub.add_parser("ner", help="named-entity recognition from CoNLL files (IOB1/IOB2), conlleval F1")
     p.add_argument("--train", required=True)

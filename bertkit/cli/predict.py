@@ -103,7 +103,11 @@ def run_predict(args: argparse.Namespace) -> dict:
     kind = kinds[arch]
     tok = Tokenizer.from_pretrained(model_dir)
     model = model_class(kind).from_pretrained(model_dir).eval()
-    labels = [config.id2label[i] for i in sorted(config.id2label)] if config.id2label else None
+    labels = (
+        [config.id2label[i] for i in sorted(config.id2label)]
+        if config.id2label
+        else [f"LABEL_{i}" for i in range(config.num_labels)]  # as transformers names unnamed labels
+    )
     regression = config.problem_type == "regression" or (kind == "seq" and config.num_labels == 1)
     path = Path(args.input)
     if kind == "seq":
