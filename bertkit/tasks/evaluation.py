@@ -60,10 +60,10 @@ def predictions(task: TaskData, examples: list, feats: list[Feature], raw: list)
             for j, lab in enumerate(path[: f.n_words]):
                 preds[f.example][f.word_start + j] = task.labels[lab]
         return preds
+    if task.kind == "choice":  # (a choice task has no label names either: test it before regression)
+        return [r[0] for r in raw]
     if task.labels is None:
         return list(raw)
-    if task.kind == "choice":
-        return [r[0] for r in raw]
     return [task.labels[r[0]] for r in raw]
 
 
@@ -75,10 +75,10 @@ def evaluate(
     preds = predictions(task, examples, feats, raw)
     if task.kind == "token":
         gold = [e.tags for e in examples]
-    elif task.labels is None:
-        gold = [float(e.label) for e in examples]
     elif task.kind == "choice":
         gold = [e.label for e in examples]
+    elif task.labels is None:
+        gold = [float(e.label) for e in examples]
     else:
         gold = [str(e.label) for e in examples]
     return task.metric(preds, gold), preds, raw
