@@ -85,6 +85,7 @@ def test_multi_label_end_to_end_and_predict(tmp_path, capsys, minilm_dir):
     config = json.loads((tmp_path / "out" / "model" / "config.json").read_text())
     assert config["problem_type"] == "multi_label_classification"
     assert set(config["label_thresholds"]) == {"film", "finance", "sports"}
+    assert "label_thresholds" in (tmp_path / "out" / "model" / "README.md").read_text()
 
     (tmp_path / "new.jsonl").write_text('{"text": "the bank price and the goal"}\n{"text": "today news"}\n')
     out = tmp_path / "p.jsonl"

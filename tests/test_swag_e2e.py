@@ -62,6 +62,10 @@ def test_swag_learns_above_chance_and_predict_runs_on_the_model(tmp_path, capsys
     assert res["task"] == "swag" and res["examples"] == 32
     assert res["metrics"]["accuracy"] >= 0.75  # chance is 0.25
     assert res["final_loss"] < res["first_loss"]
+    card = (tmp_path / "out" / "model" / "README.md").read_text()
+    assert (
+        "pipeline_tag: multiple-choice" in card and f"| accuracy | {res['metrics']['accuracy']:.4g} |" in card
+    )
 
     out = tmp_path / "preds.jsonl"
     argv = ["predict", tmp_path / "out" / "model", "--input", tmp_path / "test.csv", "--out", out]

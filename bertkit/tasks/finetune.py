@@ -42,6 +42,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
+from bertkit.model_card import write_model_card
 from bertkit.tasks.encoding import (  # noqa: F401  (re-exported: callers import them from here)
     Feature,
     collate,
@@ -239,6 +240,12 @@ def finetune(
 
     model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
+    write_model_card(
+        out / "model", title=f"{task.name}: a fine-tuned BERT", kind=task.kind, task=task.name,
+        data={"train": train_file, "train examples": len(train_ex), "dev": task.dev_file, "dev examples": len(task.dev)},
+        hyperparameters=result["hyperparameters"], metrics=metrics, base_model=str(model_dir),
+        notes=["per-label thresholds (tuned on dev) are in config.json: label_thresholds"] if task.multi_label else None,
+    )  # fmt: skip
     plot_losses(
         losses, out / "loss.png", f"{task.name}: lr {r.lr:g}, batch {r.batch_size}, {r.epochs:g} epochs"
     )
