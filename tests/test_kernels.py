@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit import kernels
+from bertkit import kernels, tuning
 from bertkit.config import BertConfig
 from bertkit.heads.pretraining import BertForPreTraining
-from bertkit.kernels import choice, gemm
+from bertkit.kernels import gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,14 +137,14 @@ def test_choice_is_measured_once_then_cached(cache, caplog):
         return "b", {"a_ms": 2.0, "b_ms": 1.0}
 
     with caplog.at_level("INFO", logger="bertkit"):
-        assert choice.choose("thing", measure) == "b"
+        assert tuning.choose("thing", measure) == "b"
     assert "kernel choice thing=b" in caplog.text  # the choice is logged
-    assert choice.choose("thing", measure) == "b"
+    assert tuning.choose("thing", measure) == "b"
     assert len(calls) == 1
     data = json.loads(cache.read_text())
     (key,) = data
     assert (
-        key == choice.machine_key()
+        key == tuning.machine_key()
         and torch.__version__ in key
         and f"{torch.get_num_threads()} threads" in key
     )
@@ -152,7 +152,7 @@ def test_choice_is_measured_once_then_cached(cache, caplog):
     old = torch.get_num_threads()
     torch.set_num_threads(old + 1)  # another thread count is another machine setting: measured again
     try:
-        assert choice.choose("thing", measure) == "b" and len(calls) == 2
+        assert tuning.choose("thing", measure) == "b" and len(calls) == 2
     finally:
         torch.set_num_threads(old)
 
@@ -162,12 +162,12 @@ def test_choice_env_override_and_bad_cache(cache, monkeypatch):
         raise AssertionError("the override must not measure")
 
     monkeypatch.setenv("BERTKIT_THING", "0")
-    assert choice.choose("thing", measure, env="BERTKIT_THING", env_values={"0": "torch"}) == "torch"
+    assert tuning.choose("thing", measure, env="BERTKIT_THING", env_values={"0": "torch"}) == "torch"
     assert not cache.exists()
     monkeypatch.delenv("BERTKIT_THING")
     cache.write_text("{not json")  # a damaged cache is measured over, not trusted
-    assert choice.choose("thing", lambda: ("x", {})) == "x"
-    assert json.loads(cache.read_text())[choice.machine_key()]["thing"]["choice"] == "x"
+    assert tuning.choose("thing", lambda: ("x", {})) == "x"
+    assert json.loads(cache.read_text())[tuning.machine_key()]["thing"]["choice"] == "x"
 
 
 def test_choice_survives_an_unwritable_cache(tmp_path, monkeypatch, caplog):
@@ -175,16 +175,32 @@ def test_choice_survives_an_unwritable_cache(tmp_path, monkeypatch, caplog):
     blocker.write_text("")
     monkeypatch.setenv("BERTKIT_CACHE_DIR", str(blocker / "sub"))  # a directory under a file: cannot exist
     with caplog.at_level("WARNING", logger="bertkit"):
-        assert choice.choose("thing", lambda: ("y", {})) == "y"
+        assert tuning.choose("thing", lambda: ("y", {})) == "y"
     assert "could not cache" in caplog.text
 
 
 def test_linear_choice_measures_both_backends(cache, monkeypatch):
     monkeypatch.delenv("BERTKIT_ONEDNN", raising=False)
-    picked = choice.choose_linear()
+    picked = gemm.choose_linear()
     assert picked in ("onednn", "torch")
-    entry = choice.cached_choices()["linear"]
+    entry = tuning.cached_choices()["linear"]
     if gemm.onednn_op() is not None:
         assert {"onednn", "torch"} <= set(entry["details"])  # both timed on this machine
     monkeypatch.setenv("BERTKIT_ONEDNN", "0")
-    assert choice.choose_linear() == "torch"
+    assert gemm.choose_linear() == "torch"
+
+
+def test_tokenizer_fast_path_is_chosen_per_machine(cache, monkeypatch):
+    from bertkit.tokenizer import Tokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", ",", "."]
+    monkeypatch.delenv("BERTKIT_TOKENIZER_FAST_PATH", raising=False)
+    tok = Tokenizer.from_vocab(vocab)
+    ids = tok.encode("The cat sat on the mat.").ids  # the first use measures
+    entry = tuning.cached_choices()["tokenizer_fast_path"]
+    assert {"fast", "full"} <= set(entry["details"]) and tok.fast_path == (entry["choice"] == "on")
+    monkeypatch.setenv("BERTKIT_TOKENIZER_FAST_PATH", "0")
+    off = Tokenizer.from_vocab(vocab)
+    assert off.fast_path is False and off.encode("The cat sat on the mat.").ids == ids
+    off.fast_path = True  # an explicit setting wins
+    assert off.fast_path is True

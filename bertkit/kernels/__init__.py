@@ -1,7 +1,7 @@
 """bertkit's CPU speed machinery, behind the few named calls :mod:`bertkit.model` makes.
 
 - :func:`linear`: y = act(x W^T + b) on oneDNN's GEMM where that measured faster on this machine
-  (:mod:`.gemm`, chosen per machine by :mod:`.choice`);
+  (:mod:`.gemm`, chosen per machine, see :mod:`bertkit.tuning`);
 - :func:`qkv_projection`: query, key and value as one GEMM against a cached concatenated weight (:mod:`.qkv`);
 - :func:`dropout` / :class:`Dropout`: inverted dropout with a cheaper random mask (:mod:`.dropout`);
 - :func:`scaled_dot_product_attention`: SDPA, with that dropout on the probabilities in training (:mod:`.attention`);

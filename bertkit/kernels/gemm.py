@@ -2,7 +2,7 @@
 
 oneDNN (``torch.ops.mkldnn._linear_pointwise``) ran the fp32 GEMMs 2-4x faster than the MKL path
 ``F.linear`` takes on AMD EPYC (MKL picks a generic kernel there), and bought nothing on an Intel Xeon;
-which one a process uses is chosen per machine (:mod:`bertkit.kernels.choice`, ``BERTKIT_ONEDNN=0|1``
+which one a process uses is chosen per machine (:func:`choose_linear`, :mod:`bertkit.tuning`; ``BERTKIT_ONEDNN=0|1``
 overrides). Results agree with ``F.linear`` to float rounding (~1e-6 relative).
 
 oneDNN builds and keeps a kernel per GEMM shape; with packed batches the row count changes every batch,
@@ -13,11 +13,13 @@ new shape.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..tuning import choose, time_alternating
 from .state import fast_ok
 
 # activations oneDNN fuses into the GEMM (the ACT2FN names of bertkit.model): (attr, algorithm)
@@ -55,8 +57,6 @@ def _backend():
     """The oneDNN op if this machine's choice is oneDNN, else None (chosen once, at first use)."""
     global _op
     if _op is _UNSET:
-        from .choice import choose_linear
-
         _op = onednn_op() if choose_linear() == "onednn" else None
     return _op
 
@@ -143,3 +143,33 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
     else:
         out = _dnn(op, x.contiguous(), weight, bias)
     return out if act is None else _ACTS[act](out)
+
+
+def _measure_linear() -> tuple[str, dict[str, Any]]:
+    """oneDNN vs F.linear on a BERT-small feed-forward GEMM, forward and backward (~0.2 s)."""
+    op = onednn_op()
+    if op is None:
+        return "torch", {"reason": "no working oneDNN linear in this torch build"}
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1024, 512, generator=g, requires_grad=True)
+    w = torch.randn(2048, 512, generator=g, requires_grad=True)
+    b = torch.zeros(2048, requires_grad=True)
+    grad = torch.randn(1024, 2048, generator=g)
+
+    def dnn() -> None:
+        _DnnLinear.apply(x, w, b, op).backward(grad)
+
+    def plain() -> None:
+        torch.nn.functional.linear(x, w, b).backward(grad)
+
+    # the first use may come inside no_grad / inference_mode, and the measurement needs autograd
+    with torch.inference_mode(False), torch.enable_grad():
+        t = time_alternating({"onednn": dnn, "torch": plain}, rounds=7, warmup=2)
+    # oneDNN only when clearly faster: F.linear is the plain path (no row padding, no custom autograd)
+    choice = "onednn" if t["onednn"] < 0.95 * t["torch"] else "torch"
+    return choice, {k: round(v * 1e3, 3) for k, v in t.items()} | {"unit": "ms per fwd+bwd 1024x512x2048"}
+
+
+def choose_linear() -> str:
+    """The fp32 GEMM backend of :func:`bertkit.kernels.linear` on this machine: "onednn" or "torch"."""
+    return choose("linear", _measure_linear, env="BERTKIT_ONEDNN", env_values={"0": "torch", "1": "onednn"})

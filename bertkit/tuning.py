@@ -24,8 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 logger = logging.getLogger("bertkit")
 
 CACHE_FILE = "kernels.json"
@@ -60,6 +58,8 @@ def cpu_info() -> dict[str, Any]:
 
 def machine_key() -> str:
     """What a cached choice holds for: CPU model and flags, torch version, thread count."""
+    import torch
+
     info = cpu_info()
     raw = json.dumps([info["model"], sorted(info["flags"]), torch.__version__, torch.get_num_threads()])
     return (
@@ -114,9 +114,7 @@ def choose(
         if isinstance(cached, dict) and isinstance(cached.get("choice"), str):
             logger.debug("kernel choice %s=%s (cached in %s)", name, cached["choice"], path)
             return cached["choice"]
-    # the first use may come inside no_grad / inference_mode, and the measurement needs autograd
-    with torch.inference_mode(False), torch.enable_grad():
-        choice, details = measure()
+    choice, details = measure()
     logger.info("kernel choice %s=%s (measured on this machine: %s)", name, choice, details)
     if use_cache:
         _store(
@@ -142,36 +140,3 @@ def _store(path: Path, key: str, name: str, entry: dict[str, Any]) -> None:
 def cached_choices() -> dict[str, Any]:
     """This machine's cached choices (name -> entry), for reports and ``bertkit info``."""
     return _read_cache(cache_dir() / CACHE_FILE).get(machine_key(), {})
-
-
-# ------------------------------------------------------------------------------------------ the choices
-
-
-def _measure_linear() -> tuple[str, dict[str, Any]]:
-    """oneDNN vs F.linear on a BERT-small feed-forward GEMM, forward and backward (~0.2 s)."""
-    from . import gemm as lin
-
-    op = lin.onednn_op()
-    if op is None:
-        return "torch", {"reason": "no working oneDNN linear in this torch build"}
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(1024, 512, generator=g, requires_grad=True)
-    w = torch.randn(2048, 512, generator=g, requires_grad=True)
-    b = torch.zeros(2048, requires_grad=True)
-    grad = torch.randn(1024, 2048, generator=g)
-
-    def dnn() -> None:
-        lin._DnnLinear.apply(x, w, b, op).backward(grad)
-
-    def plain() -> None:
-        torch.nn.functional.linear(x, w, b).backward(grad)
-
-    t = time_alternating({"onednn": dnn, "torch": plain}, rounds=7, warmup=2)
-    # oneDNN only when clearly faster: F.linear is the plain path (no row padding, no custom autograd)
-    choice = "onednn" if t["onednn"] < 0.95 * t["torch"] else "torch"
-    return choice, {k: round(v * 1e3, 3) for k, v in t.items()} | {"unit": "ms per fwd+bwd 1024x512x2048"}
-
-
-def choose_linear() -> str:
-    """The fp32 GEMM backend of :func:`bertkit.kernels.linear` on this machine: "onednn" or "torch"."""
-    return choose("linear", _measure_linear, env="BERTKIT_ONEDNN", env_values={"0": "torch", "1": "onednn"})
