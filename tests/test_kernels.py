@@ -204,3 +204,16 @@ def test_tokenizer_fast_path_is_chosen_per_machine(cache, monkeypatch):
     assert off.fast_path is False and off.encode("The cat sat on the mat.").ids == ids
     off.fast_path = True  # an explicit setting wins
     assert off.fast_path is True
+
+
+def test_first_use_inside_inference_mode_measures_with_autograd(cache, monkeypatch):
+    """The GEMM choice may be made by the first forward of a server, under inference_mode."""
+    monkeypatch.delenv("BERTKIT_ONEDNN", raising=False)
+    gemm.use_backend(None)
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=50)).bert.eval()
+    try:
+        with torch.inference_mode():
+            out = model(torch.randint(5, 50, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2]))
+    finally:
+        gemm.use_backend(None)
+    assert out.last_hidden_state.shape == (2, 6, 128) and "linear" in tuning.cached_choices()
