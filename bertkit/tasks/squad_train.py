@@ -1,8 +1,8 @@
-"""`bertkit finetune squad`: fine-tune BertForQuestionAnswering on SQuAD v1.1/v2.0 and score dev officially.
+"""Fine-tune BertForQuestionAnswering on SQuAD v1.1/v2.0 and score dev officially (`bertkit finetune squad`).
 
-``add_arguments(parser)`` adds the SQuAD options to the ``finetune squad`` sub-parser (the common
-``--model --out --epochs --batch-size --lr --max-seq-length --seed`` are added by the finetune CLI);
-``run(args) -> dict`` does the work and returns the ``metrics.json`` object.
+``run(args) -> dict`` does the work and returns the ``metrics.json`` object; ``args`` is any object with the
+options as attributes (``bertkit.cli.squad`` parses them from the command line; unset ones take the
+defaults below). Task code: nothing here imports the CLI.
 
 Data: ``--train F --dev G``, or one file split by article: ``--train F --dev-articles 8`` evaluates on the
 last 8 articles of F and trains on the others (``--train-articles 40`` keeps only the first 40 of those).
@@ -28,7 +28,6 @@ per step), ``curves.png`` and ``checkpoints/``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -50,47 +49,6 @@ PAPER_DEFAULTS = {
     "1.1": {"epochs": 3, "lr": 5e-5, "batch_size": 32},
     "2.0": {"epochs": 2, "lr": 5e-5, "batch_size": 32},
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """SQuAD-specific options of ``bertkit finetune squad``."""
-    parser.add_argument("--train", required=True, help="SQuAD JSON to train on")
-    parser.add_argument("--dev", default=None, help="SQuAD JSON to evaluate on (or use --dev-articles)")
-    parser.add_argument(
-        "--version", choices=["1.1", "2.0"], default="1.1", help="SQuAD version (2.0: unanswerable questions)"
-    )
-    parser.add_argument(
-        "--dev-articles",
-        type=int,
-        default=None,
-        metavar="N",
-        help="without --dev: evaluate on the last N articles of --train and train on the rest",
-    )
-    parser.add_argument(
-        "--train-articles", type=int, default=None, metavar="N", help="train on the first N articles only"
-    )
-    parser.add_argument(
-        "--doc-stride", type=int, default=128, help="step between window starts, in tokens (default 128)"
-    )
-    parser.add_argument("--max-query-length", type=int, default=64, help="question tokens kept (default 64)")
-    parser.add_argument("--n-best-size", type=int, default=20, help="candidates per example (default 20)")
-    parser.add_argument(
-        "--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)"
-    )
-    parser.add_argument(
-        "--null-score-diff-threshold",
-        type=float,
-        default=0.0,
-        help='v2.0: predict "" when null score - best span score exceeds this (default 0.0)',
-    )
-    parser.add_argument(
-        "--eval-batch-size", type=int, default=64, help="windows per evaluation batch (default 64)"
-    )
-    parser.add_argument(
-        "--warmup-ratio", type=float, default=0.1, help="fraction of steps for linear warm-up (default 0.1)"
-    )
-    # Left unset here so run() can apply the paper's SQuAD values (a caller's explicit default still wins).
-    parser.set_defaults(max_seq_length=None, epochs=None, lr=None, batch_size=None)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -178,7 +136,7 @@ def predict_logits(
 # ------------------------------------------------------------------------------------------------ run
 
 
-def _setting(args: argparse.Namespace, name: str, default: Any) -> Any:
+def _setting(args: Any, name: str, default: Any) -> Any:
     value = getattr(args, name, None)
     return default if value is None else value
 
@@ -206,11 +164,12 @@ def _check_settings(**v: Any) -> None:
         raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: Any) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
     from bertkit.heads.finetune import BertForQuestionAnswering
     from bertkit.tasks.finetune import Settings, plot_losses, train
     from bertkit.tokenizer import Tokenizer
+    from bertkit.train.distributed import init_distributed
 
     version = str(_setting(args, "version", "1.1"))
     v2 = version == "2.0"
@@ -230,6 +189,7 @@ def run(args: argparse.Namespace) -> dict:
     progress = not getattr(args, "quiet", False)
     checkpoint_every = int(_setting(args, "checkpoint_every", 0))
     precision = str(_setting(args, "precision", "fp32"))
+    eval_batch_size = int(_setting(args, "eval_batch_size", 64))
     _check_settings(
         max_seq_length=max_seq_length, epochs=epochs, batch_size=batch_size, lr=lr, doc_stride=doc_stride,
         max_query_length=max_query_length, n_best_size=n_best_size, max_answer_length=max_answer_length,
@@ -263,6 +223,7 @@ def run(args: argparse.Namespace) -> dict:
     dev_feats = S.convert_examples_to_features(dev_ex, tok, is_training=False, progress=progress, **common)
     encode_s = time.time() - t0
 
+    rank = init_distributed()[0]
     torch.manual_seed(seed)  # qa_outputs is initialised from torch's default generator
     model = BertForQuestionAnswering.from_pretrained(model_dir)
     settings = Settings(
@@ -271,47 +232,51 @@ def run(args: argparse.Namespace) -> dict:
         freeze_encoder=bool(getattr(args, "freeze_encoder", False)),
         checkpoint_every=checkpoint_every, resume=bool(getattr(args, "resume", False)), precision=precision,
         gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
+        grad_accum=int(_setting(args, "grad_accum", 1)), max_steps=getattr(args, "max_steps", None),
+        eval_every=int(_setting(args, "eval_every", 0)), keep_best=bool(getattr(args, "keep_best", False)),
     )  # fmt: skip
     pad_id = tok.pad_token_id
 
     def collate_fn(fs: list[S.SquadFeature]) -> dict[str, torch.Tensor]:
         return collate(fs, pad_id)
 
+    def decode(m, with_progress: bool):
+        results = predict_logits(m, dev_feats, eval_batch_size, pad_id, with_progress)
+        return P.compute_predictions(
+            dev_ex, dev_feats, results, n_best_size=n_best_size, max_answer_length=max_answer_length,
+            lowercase=lowercase, version_2_with_negative=v2, null_score_diff_threshold=threshold,
+        )  # fmt: skip
+
+    def eval_fn(m) -> dict:  # during training: the official scores of the dev predictions
+        preds = decode(m, False)
+        return evaluate(
+            dev_data, preds.predictions, version=version, na_probs=preds.null_odds if v2 else None
+        )
+
     t1 = time.time()
     # loss = mean of the start and end cross-entropies (the head's); the Trainer uses a GPU when there is one
     losses = train(
         model, train_feats, collate_fn, settings, out, lengths=[len(f.input_ids) for f in train_feats],
-        desc="squad train",
+        desc="squad train", eval_fn=eval_fn, main_metric="f1",
     )  # fmt: skip
     t2 = time.time()
-    results = predict_logits(
-        model, dev_feats, int(_setting(args, "eval_batch_size", 64)), tok.pad_token_id, progress
-    )
-    preds = P.compute_predictions(
-        dev_ex,
-        dev_feats,
-        results,
-        n_best_size=n_best_size,
-        max_answer_length=max_answer_length,
-        lowercase=lowercase,
-        version_2_with_negative=v2,
-        null_score_diff_threshold=threshold,
-    )
+    preds = decode(model, progress)
     metrics = evaluate(dev_data, preds.predictions, version=version, na_probs=preds.null_odds if v2 else None)
     eval_s = time.time() - t2
 
-    out.mkdir(parents=True, exist_ok=True)
-    P.write_predictions(preds, out, v2)
-    if getattr(args, "dev", None) is None:
-        atomic_write_json(out / "dev.json", dev_data)
-    model.to("cpu")
-    with atomic_dir(out / "model") as tmp:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-    plot_losses(
-        losses, out / "loss.png", f"SQuAD v{version}: lr {lr:g}, batch {batch_size}, {epochs:g} epochs"
-    )
-    atomic_write_json(out / "train_log.json", {"losses": losses})
+    if rank == 0:  # under torchrun rank 0 writes the outputs
+        out.mkdir(parents=True, exist_ok=True)
+        P.write_predictions(preds, out, v2)
+        if getattr(args, "dev", None) is None:
+            atomic_write_json(out / "dev.json", dev_data)
+        model.to("cpu")
+        with atomic_dir(out / "model") as tmp:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+        plot_losses(
+            losses, out / "loss.png", f"SQuAD v{version}: lr {lr:g}, batch {batch_size}, {epochs:g} epochs"
+        )
+        atomic_write_json(out / "train_log.json", {"losses": losses})
 
     k = max(1, min(20, len(losses) // 4))  # mean over the first/last k steps
     result: dict[str, Any] = {
@@ -343,6 +308,9 @@ def run(args: argparse.Namespace) -> dict:
             "max_answer_length": max_answer_length,
             "weight_decay": weight_decay,
             "warmup_ratio": warmup_ratio,
+            "grad_accum": settings.grad_accum,
+            "max_steps": settings.max_steps,
+            "precision": precision,
         },
         "steps": len(losses),
         "first_loss": sum(losses[:k]) / k,
@@ -350,6 +318,10 @@ def run(args: argparse.Namespace) -> dict:
         "seconds": {"encode": round(encode_s, 2), "train": round(t2 - t1, 2), "eval": round(eval_s, 2)},
         "model_dir": str(out / "model"),
     }
+    if settings.keep_best:
+        from bertkit.tasks.finetune import read_best
+
+        result["best"] = read_best(out)
     if v2:
         # The search must see every question's best non-null answer: on predictions.json (as the official
         # script is run) a question already decided "" can never be switched back, so when the null score
@@ -364,27 +336,7 @@ def run(args: argparse.Namespace) -> dict:
             "note": "threshold searched on this dev set over each question's best non-null answer and "
             "null_odds.json; re-run with --null-score-diff-threshold to apply it to new data",
         }
-    atomic_write_json(out / "metrics.json", result)
+    if rank == 0:
+        atomic_write_json(out / "metrics.json", result)
     log.info("SQuAD v%s dev: %s", version, json.dumps({k: metrics[k] for k in ("exact", "f1")}))
     return result
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Stand-alone entry (the product's entry point is ``bertkit finetune squad``)."""
-    from bertkit.cli.finetune import add_trainer_arguments
-
-    parser = argparse.ArgumentParser(prog="bertkit-squad", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--epochs", type=float)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--max-seq-length", type=int)
-    parser.add_argument("--seed", type=int, default=42)
-    add_trainer_arguments(parser)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
