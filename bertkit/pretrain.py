@@ -58,6 +58,21 @@ from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_f
 logger = logging.getLogger("bertkit")
 
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
+
+# Learning rate and warm-up when the config leaves them unset (None). ``recipe = "cpu"`` (the default for
+# the small presets) is what learned the most per CPU-second in short probes on 2 cores (docs/paper.md,
+# "Recipe"): small models trained for a few thousand steps want a 10x larger peak rate than BERT-Base's
+# 1e-4, and a short warm-up. ``recipe = "paper"`` (the default for medium/base/large; ``--recipe paper``)
+# is the paper's 1e-4 with warm-up over 1% of the steps (10,000 of 1M).
+RECIPES: dict[str, dict[str, dict[str, float]]] = {
+    "cpu": {
+        "tiny": {"lr": 1e-3, "warmup": 0.06},
+        "mini": {"lr": 1e-3, "warmup": 0.06},
+        "small": {"lr": 5e-4, "warmup": 0.06},
+    },
+    "paper": {},
+}
+PAPER_RECIPE = {"lr": 1e-4, "warmup": 0.01}
 PHASE_KEYS = (
     "steps",
     "max_seq_length",
@@ -87,8 +102,9 @@ class PretrainConfig:
     max_predictions_per_seq: int = 20
     short_seq_prob: float = 0.1
     whole_word_mask: bool = False
-    lr: float = 1e-4
-    warmup: float = 0.01  # < 1: fraction of all steps; >= 1: steps
+    lr: float | None = None  # None: from the recipe (see RECIPES)
+    warmup: float | None = None  # < 1: fraction of all steps; >= 1: steps; None: from the recipe
+    recipe: str = "auto"  # auto (cpu for tiny/mini/small, paper otherwise), cpu, paper
     weight_decay: float = 0.01
     optimizer: str = "adamw"
     clip_norm: float = 1.0
@@ -109,6 +125,20 @@ class PretrainConfig:
     nonfinite: str = "skip"
     phases: list[dict[str, Any]] = field(default_factory=list)
     num_threads: int | None = None
+
+    def with_recipe(self) -> PretrainConfig:
+        """A copy with ``lr`` and ``warmup`` filled from the recipe where they are unset."""
+        if self.recipe not in ("auto", "cpu", "paper"):
+            raise UserError(f"recipe must be auto, cpu or paper, not {self.recipe!r}")
+        name = self.recipe
+        if name == "auto":
+            name = "cpu" if self.preset in RECIPES["cpu"] and not self.model_config else "paper"
+        values = RECIPES[name].get(self.preset, PAPER_RECIPE) if name == "cpu" else PAPER_RECIPE
+        return dataclasses.replace(
+            self,
+            lr=values["lr"] if self.lr is None else self.lr,
+            warmup=values["warmup"] if self.warmup is None else self.warmup,
+        )
 
     def resolved_phases(self) -> list[dict[str, Any]]:
         """Every phase with its settings filled from the top level."""
@@ -294,6 +324,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     """Run every phase of ``cfg``; returns the results dict (also written to ``OUT/results.json``)."""
     if cfg.objective not in OBJECTIVES:
         raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {cfg.objective!r}")
+    cfg = cfg.with_recipe()
     data_dir = Path(cfg.data)
     if not (data_dir / "manifest.json").is_file():
         raise UserError(f"{data_dir}: not a prepared data directory (run `bertkit prepare` first)")
@@ -313,6 +344,9 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     pad_id = vocab_words.index("[PAD]") if "[PAD]" in vocab_words else 0
     mc = build_model_config(cfg, len(vocab_words), max(p["max_seq_length"] for p in phases))
     mc.pad_token_id = pad_id
+    if cfg.objective == "ltr":
+        # written into model/config.json: the fine-tuning heads keep the causal mask (the paper's LTR model)
+        mc.extra["causal"] = True
 
     torch.manual_seed(cfg.seed)  # model initialisation
     if cfg.init_from:

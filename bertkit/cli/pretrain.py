@@ -11,7 +11,7 @@ _FLAGS = (
     "data", "out", "preset", "objective", "steps", "batch_size", "lr", "warmup", "weight_decay", "optimizer",
     "grad_accum", "precision", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
     "seed", "log_every", "checkpoint_every", "keep_last", "eval_every", "eval_batches", "clip_norm", "device",
-    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing",
+    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing", "recipe",
 )  # fmt: skip
 
 
@@ -36,8 +36,15 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=int)
     p.add_argument("--batch-size", type=int, help="global batch per optimizer step")
     p.add_argument("--grad-accum", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--warmup", type=float, help="steps (>= 1) or a fraction of all steps (< 1)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: from --recipe)")
+    p.add_argument(
+        "--warmup", type=float, help="steps (>= 1) or a fraction of all steps (< 1) (default: from --recipe)"
+    )
+    p.add_argument(
+        "--recipe", choices=["auto", "cpu", "paper"],
+        help="lr/warm-up defaults: cpu (tiny/mini/small: lr 1e-3, 5e-4 for small, 6%% warm-up), paper "
+        "(lr 1e-4, 1%% warm-up); auto (default) picks cpu for the small presets",
+    )  # fmt: skip
     p.add_argument("--weight-decay", type=float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
     p.add_argument("--clip-norm", type=float)
