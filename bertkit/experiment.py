@@ -341,12 +341,12 @@ def _cpu_now() -> float:
 
 def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]]) -> float:
     """Estimated seconds for ``cells``: their FLOP estimates times the seconds per FLOP that finished cells of
-    the same kind took (any kind's when none has finished; 3 GFLOP/s before anything has)."""
+    the same kind took (any kind's when none has finished; 30 GFLOP/s before anything has)."""
 
     def rate(rows: list) -> float | None:
         return sum(w for _, w, _ in rows) / sum(c for _, _, c in rows) if rows else None
 
-    overall = rate(timed) or 1 / 3e9
+    overall = rate(timed) or 1 / 3e10
     by_kind = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
     return sum(c.cost * (by_kind.get(c.kind) or overall) for c in cells)
 

@@ -439,7 +439,7 @@ def _read_task(matrix: Matrix, t: dict):
 
 
 def _squad(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, progress: bool) -> dict:
-    from bertkit.tasks.squad_cli import run
+    from bertkit.tasks.squad_train import run
 
     args = argparse.Namespace(
         train=str(data_root(matrix) / t.get("file", "squad/dev-v1.1.json")), dev=None, version="1.1",

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from bertkit.cli.squad import add_arguments
 from bertkit.errors import UserError
-from bertkit.tasks import squad_cli
+from bertkit.tasks import squad_train
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -21,7 +22,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lr", type=float)
     parser.add_argument("--max-seq-length", type=int)
     parser.add_argument("--seed", type=int, default=0)
-    squad_cli.add_arguments(parser)
+    add_arguments(parser)
     args = parser.parse_args(argv)
     args.quiet = True
     return args
@@ -58,28 +59,28 @@ def test_defaults_and_article_split():
     assert args.max_seq_length is None and args.doc_stride == 128 and args.max_query_length == 64
     assert args.n_best_size == 20 and args.max_answer_length == 30 and args.null_score_diff_threshold == 0.0
     data = {"version": "1.1", "data": [{"title": str(i), "paragraphs": []} for i in range(10)]}
-    train, dev = squad_cli.split_articles(data, 2, 5)
+    train, dev = squad_train.split_articles(data, 2, 5)
     assert [a["title"] for a in dev["data"]] == ["8", "9"]
     assert [a["title"] for a in train["data"]] == ["0", "1", "2", "3", "4"]
     with pytest.raises(UserError, match="--dev-articles 10"):
-        squad_cli.split_articles(data, 10, None)
+        squad_train.split_articles(data, 10, None)
 
 
 def test_bad_requests_are_clear_errors(tmp_path, minilm_dir):
     base = ["--model", str(minilm_dir), "--out", str(tmp_path), "--train", str(tmp_path / "x.json")]
     with pytest.raises(UserError, match="--dev-articles"):
-        squad_cli.run(parse(base))
+        squad_train.run(parse(base))
     with pytest.raises(UserError, match="no room for the context"):
-        squad_cli.run(
+        squad_train.run(
             parse([*base, "--dev-articles", "1", "--max-seq-length", "40", "--max-query-length", "40"])
         )
     with pytest.raises(UserError, match="--doc-stride 0"):
-        squad_cli.run(parse([*base, "--dev-articles", "1", "--doc-stride", "0"]))
+        squad_train.run(parse([*base, "--dev-articles", "1", "--doc-stride", "0"]))
     with pytest.raises(UserError, match="x.json: SQuAD file not found"):
-        squad_cli.run(parse([*base, "--dev-articles", "1"]))
+        squad_train.run(parse([*base, "--dev-articles", "1"]))
     (tmp_path / "x.json").write_text('{"version": "1.1", "data": [{"title": "a", "paragraphs": []}]}')
     with pytest.raises(UserError, match="the file has 1 articles"):
-        squad_cli.run(parse([*base, "--dev-articles", "1"]))
+        squad_train.run(parse([*base, "--dev-articles", "1"]))
 
 
 def test_tiny_v11_end_to_end_learns(shared_data, small_qa_model, tmp_path):
@@ -93,7 +94,7 @@ def test_tiny_v11_end_to_end_learns(shared_data, small_qa_model, tmp_path):
         ["--model", str(small_qa_model), "--out", str(out), "--train", str(tmp_path / "tiny.json"), "--dev", str(tmp_path / "tiny.json"),
          "--max-seq-length", "128", "--doc-stride", "64", "--batch-size", "4", "--epochs", "10", "--lr", "5e-4"]
     )  # fmt: skip
-    res = squad_cli.run(args)
+    res = squad_train.run(args)
     assert res["task"] == "squad-v1.1" and res["split"] == "dev" and res["examples"] == 4
     assert set(res["metrics"]) >= {"exact_match", "f1"}
     assert res["final_loss"] < res["first_loss"]
@@ -116,7 +117,7 @@ def test_tiny_v11_end_to_end_learns(shared_data, small_qa_model, tmp_path):
     tok = Tokenizer.from_pretrained(out / "model")
     examples, _ = S.read_squad_examples(data, is_training=False)
     feats = S.convert_examples_to_features(examples, tok, max_seq_length=128, doc_stride=64)
-    raw = squad_cli.predict_logits(model, feats, progress=False)
+    raw = squad_train.predict_logits(model, feats, progress=False)
     assert P.compute_predictions(examples, feats, raw).predictions == preds
 
 

@@ -1,45 +1,13 @@
-"""``bertkit finetune {glue,classify,squad,ner,swag}``, ``bertkit predict`` and ``bertkit features``."""
+"""``bertkit finetune {glue,classify,squad,ner,swag}``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
+from bertkit.cli.train_options import add_trainer_arguments
 from bertkit.errors import UserError
 
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: use 0 (off) or a number of steps")
-    return value
-
-
-def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
-    """The training-run options every ``finetune`` subcommand shares (the generic Trainer's)."""
-    p.add_argument(
-        "--checkpoint-every",
-        type=_non_negative_int,
-        default=0,
-        metavar="N",
-        help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
-        "OUT/runs/RUN/checkpoints; default 0: none)",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from the newest checkpoint (each run's own); finished runs are only evaluated again",
-    )
-    p.add_argument(
-        "--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: autocast (default fp32)"
-    )
-    p.add_argument(
-        "--gradient-checkpointing",
-        action="store_true",
-        help="recompute each encoder layer in the backward pass: far less activation memory for long "
-        "sequences (e.g. SQuAD's 384), about a third more compute",
-    )
+__all__ = ["add_trainer_arguments", "register"]
 
 
 def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 128) -> None:
@@ -184,47 +152,6 @@ def run_swag(args: argparse.Namespace) -> dict:
     return _run(swag_task_data(args.train, args.dev, name=args.name), args)
 
 
-def _register_squad(sub) -> None:
-    p = sub.add_parser(
-        "squad",
-        help="SQuAD v1.1 / v2.0 span extraction (writes predictions.json, null_odds.json for v2)",
-        conflict_handler="resolve",
-    )
-    try:
-        from bertkit.tasks import squad_cli
-    except ImportError as e:
-        msg = f"SQuAD fine-tuning is not available in this build ({e})"
-
-        def unavailable(args: argparse.Namespace) -> dict:
-            raise UserError(msg)
-
-        p.set_defaults(func=unavailable)
-        return
-    p.add_argument("--model", required=True, help="pre-trained model directory (HF layout)")
-    p.add_argument("--out", required=True, help="output directory (metrics.json, predictions.json, model/)")
-    p.add_argument("--epochs", type=float, default=None, help="default: 3 for v1.1, 2 for v2.0 (the paper)")
-    p.add_argument("--batch-size", type=int, default=None, help="default 32")
-    p.add_argument("--lr", type=float, default=None, help="default 5e-5")
-    p.add_argument("--max-seq-length", type=int, default=None, help="default 384")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
-    p.add_argument("--freeze-encoder", action="store_true", help="train only qa_outputs (BERT frozen)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    add_trainer_arguments(p)
-    squad_cli.add_arguments(p)  # SQuAD's own options (may refine the ones above)
-
-    def run_squad(args: argparse.Namespace) -> dict:
-        if getattr(args, "threads", None):
-            import torch
-
-            torch.set_num_threads(args.threads)
-        return squad_cli.run(args)
-
-    p.set_defaults(func=run_squad)
-
-
 def register(subparsers) -> None:
     ft = subparsers.add_parser(
         "finetune", help="fine-tune a pre-trained model on a task; writes metrics.json + model/"
@@ -252,7 +179,9 @@ def register(subparsers) -> None:
     _common(p)
     p.set_defaults(func=run_classify)
 
-    _register_squad(sub)
+    from bertkit.cli.squad import register_squad
+
+    register_squad(sub)
 
     p = sub.add_parser("ner", help="named-entity recognition from CoNLL files (IOB1/IOB2), conlleval F1")
     p.add_argument("--train", required=True)
@@ -279,152 +208,3 @@ def register(subparsers) -> None:
     p.add_argument("--name", default="swag")
     _common(p)
     p.set_defaults(func=run_swag)
-
-    p = subparsers.add_parser("predict", help="run a fine-tuned model directory on new inputs")
-    p.add_argument("model_dir")
-    p.add_argument(
-        "--input", required=True, help="CSV/TSV/JSONL (classification), CoNLL or text (NER), SWAG CSV"
-    )
-    p.add_argument("--out", required=True, help="JSON lines to write")
-    p.add_argument("--text-field", default="text")
-    p.add_argument("--pair-field", default="text_pair")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.set_defaults(func=run_predict)
-
-    p = subparsers.add_parser(
-        "features", help="per-token features from chosen layers (feature-based approach)"
-    )
-    p.add_argument("model_dir")
-    p.add_argument(
-        "--input", required=True, help="text file (one sequence per line; 'a ||| b' for pairs) or JSONL"
-    )
-    p.add_argument(
-        "--out", required=True, help=".jsonl (tokens + features) or .npz (features, offsets, tokens)"
-    )
-    p.add_argument("--layers", default="-1,-2,-3,-4", help="comma-separated; -1 = last layer, 0 = embeddings")
-    p.add_argument("--text-field", default="text", help="JSONL input: the text field")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.set_defaults(func=run_features)
-
-
-def _read_texts(
-    path: Path, text_field: str, pair_field: str | None = None
-) -> tuple[list[str], list[str | None]]:
-    if not path.is_file():
-        raise UserError(f"input file not found: {path}")
-    if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv"):
-        from bertkit.tasks.classify import read_classify
-
-        exs = read_classify(path, text_field, pair_field, None, require_label=False)
-        return [e.text_a for e in exs], [e.text_b for e in exs]
-    texts, pairs = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        a, sep, b = line.partition(" ||| ")
-        texts.append(a.strip())
-        pairs.append(b.strip() if sep else None)
-    if not texts:
-        raise UserError(f"{path} is empty")
-    return texts, pairs
-
-
-def run_features(args: argparse.Namespace) -> dict:
-    from bertkit.features import extract_features, load_encoder, parse_layers, write_features
-
-    layers = parse_layers(args.layers)
-    model, tok = load_encoder(args.model_dir)
-    texts, pairs = _read_texts(Path(args.input), args.text_field)
-    rows = extract_features(
-        model, tok, texts, layers, pairs, args.max_seq_length, args.batch_size, progress=True
-    )
-    write_features(args.out, rows)
-    return {
-        "out": args.out,
-        "sequences": len(rows),
-        "tokens": sum(len(t) for t, _ in rows),
-        "layers": list(layers),
-        "dim": int(rows[0][1].shape[1]) if rows else 0,
-    }
-
-
-def run_predict(args: argparse.Namespace) -> dict:
-    from bertkit.config import BertConfig
-    from bertkit.io import atomic_write
-    from bertkit.tasks.finetune import TaskData, encode, model_class, predict_features
-    from bertkit.tokenizer import Tokenizer
-
-    model_dir = Path(args.model_dir)
-    config = BertConfig.from_pretrained(model_dir)
-    arch = (config.architectures or [""])[0]
-    kinds = {
-        "BertForSequenceClassification": "seq",
-        "BertForTokenClassification": "token",
-        "BertForMultipleChoice": "choice",
-    }
-    if arch not in kinds:
-        raise UserError(
-            f"{model_dir}/config.json: architecture {arch!r} is not a fine-tuned classification, tagging or "
-            "multiple-choice model (SQuAD models: use `bertkit finetune squad`)"
-        )
-    kind = kinds[arch]
-    tok = Tokenizer.from_pretrained(model_dir)
-    model = model_class(kind).from_pretrained(model_dir).eval()
-    labels = [config.id2label[i] for i in sorted(config.id2label)] if config.id2label else None
-    regression = config.problem_type == "regression" or (kind == "seq" and config.num_labels == 1)
-    path = Path(args.input)
-    if kind == "seq":
-        texts, pairs = _read_texts(path, args.text_field, args.pair_field)
-        from bertkit.tasks.glue import Example
-
-        examples = [Example(str(i), a, b) for i, (a, b) in enumerate(zip(texts, pairs))]
-    elif kind == "token":
-        from bertkit.tasks.ner import Sentence, read_conll
-
-        try:
-            examples = read_conll(path, require_tags=False)
-        except UserError:
-            examples = [
-                Sentence(line.split(), None)
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ]
-        if not examples:
-            raise UserError(f"{path} is empty")
-    else:
-        from bertkit.tasks.swag import read_swag
-
-        examples = read_swag(path, require_label=False)
-    task = TaskData("predict", kind, [], examples, None if regression else labels, lambda p, g: {}, "")
-    if kind == "token":
-        # every word gets a slot; tags are unknown
-        for s in examples:
-            s.tags = [labels[0]] * len(s.words)
-    feats = encode(task, tok, examples, args.max_seq_length)
-    raw = predict_features(model, feats, kind, args.batch_size, tok.pad_token_id, progress=True)
-    with atomic_write(args.out) as f:
-        if kind == "token":
-            preds = [["O"] * len(e.words) for e in examples]
-            for ft, path_ in zip(feats, raw):
-                for j, lab in enumerate(path_[: ft.n_words]):
-                    preds[ft.example][ft.word_start + j] = labels[lab]
-            for e, p in zip(examples, preds):
-                f.write(json.dumps({"words": e.words, "tags": p}, ensure_ascii=False) + "\n")
-        else:
-            for e, r in zip(examples, raw):
-                if regression:
-                    row = {"text": e.text_a, "score": r}
-                elif kind == "choice":
-                    row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
-                else:
-                    row = {
-                        "text": e.text_a,
-                        "label": labels[r[0]],
-                        "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
-                    }
-                    if e.text_b is not None:
-                        row["text_pair"] = e.text_b
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return {"out": args.out, "architecture": arch, "examples": len(examples)}

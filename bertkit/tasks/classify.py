@@ -99,8 +99,8 @@ def classify_task_data(
     regression: bool = False,
     name: str = "classify",
 ):
-    from bertkit.tasks.finetune import TaskData
     from bertkit.tasks.metrics import classification_metrics, regression_metrics
+    from bertkit.tasks.spec import TaskData
 
     train = read_classify(train_file, text_field, pair_field, label_field, regression)
     dev = read_classify(dev_file, text_field, pair_field, label_field, regression)

@@ -180,8 +180,8 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
 
 def glue_task_data(name: str, data_dir: str | Path, eval_split: str = "dev"):
     """A ``TaskData`` for the fine-tuning driver (train split vs ``eval_split``)."""
-    from bertkit.tasks.finetune import TaskData
     from bertkit.tasks.metrics import glue_metrics
+    from bertkit.tasks.spec import TaskData
 
     task = get_task(name)
     train = read_glue(task, data_dir, "train")

@@ -88,8 +88,8 @@ def label_list(sentences: list[Sentence]) -> list[str]:
 def ner_task_data(
     train_file: str | Path, dev_file: str | Path, test_file: str | Path | None = None, name: str = "ner"
 ):
-    from bertkit.tasks.finetune import TaskData
     from bertkit.tasks.metrics import ner_metrics
+    from bertkit.tasks.spec import TaskData
 
     train = read_conll(train_file)
     dev = read_conll(dev_file)

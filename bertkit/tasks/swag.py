@@ -57,8 +57,8 @@ def read_swag(path: str | Path, require_label: bool = True) -> list[ChoiceExampl
 
 
 def swag_task_data(train_file: str | Path, dev_file: str | Path, name: str = "swag"):
-    from bertkit.tasks.finetune import TaskData
     from bertkit.tasks.metrics import accuracy
+    from bertkit.tasks.spec import TaskData
 
     train = read_swag(train_file)
     dev = read_swag(dev_file)

@@ -42,12 +42,15 @@ skipped (no optimizer update; counted in ``nonfinite_steps``); after ``max_nonfi
 or at the first one with ``nonfinite="stop"``, :class:`NonFiniteLossError` explains what to try. The
 model is checked to be finite before every checkpoint, so a NaN never reaches one.
 
-Distributed: if ``torch.distributed`` is initialised with more than one process (``torchrun``), the model is
-wrapped in DDP (``distributed="ddp"``, default) or FSDP (``distributed="fsdp"``; pass the optimizer and
+Distributed (:mod:`bertkit.train.distributed`): if ``torch.distributed`` is initialised with more than one
+process (``torchrun``), the model is wrapped in DDP (``distributed="ddp"``, default) or FSDP (``distributed="fsdp"``; pass the optimizer and
 scheduler as factories ``lambda model: ...`` / ``lambda opt: ...`` so they see the sharded parameters).
 Gradients are averaged over ranks; :class:`Batches` gives rank ``r`` its own part of every global batch
 (global batch = ``batch_size * world_size * grad_accum``), laid out so that N processes equal one process
 with ``grad_accum = N``. Only rank 0 writes files; RNG states of every rank are checkpointed.
+
+Precision (:mod:`bertkit.train.precision`): autocast and, for fp16 on CUDA, a gradient scaler. The log window
+(:mod:`bertkit.train.window`) sums losses and metrics between log records.
 """
 
 from __future__ import annotations
@@ -76,11 +79,31 @@ from bertkit.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from bertkit.train.distributed import (
+    all_ranks_ok,
+    dist_info,
+    full_model_state,
+    full_optim_state,
+    load_full_state,
+    wrap_model,
+)
 from bertkit.train.logs import plot_curves, truncate_jsonl
+from bertkit.train.precision import PRECISIONS, autocast, check_precision, make_scaler
+from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+__all__ = [
+    "PRECISIONS",
+    "Batches",
+    "CheckpointsExistError",
+    "NonFiniteLossError",
+    "Trainer",
+    "default_loss_fn",
+    "default_tokens_fn",
+    "dist_info",
+    "to_device",
+]
 
 
 class CheckpointsExistError(UserError, FileExistsError):
@@ -119,12 +142,6 @@ def default_tokens_fn(batch) -> int:
         if "input_ids" in batch:
             return batch["input_ids"].numel()
     return 0
-
-
-def dist_info() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _scalar(v) -> float:
@@ -170,8 +187,6 @@ class Trainer:
         callbacks: Iterable[Callable[[dict], None]] = (),
         desc: str = "train",
     ):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if nonfinite not in ("skip", "stop"):
             raise ValueError("nonfinite must be 'skip' or 'stop'")
         self.rank, self.world_size = dist_info()
@@ -182,13 +197,11 @@ class Trainer:
                 else torch.device("cpu")
             )
         self.device = torch.device(device)
-        if precision == "fp16" and self.device.type != "cuda":
-            raise ValueError(
-                "precision fp16 needs a CUDA GPU (it uses a grad scaler); on CPU use bf16 or fp32"
-            )
+        check_precision(precision, self.device)
         self.model = model.to(self.device)
-        self._fsdp = False
-        self.wrapped = self._wrap(model, distributed, find_unused_parameters)
+        self.wrapped, self._fsdp = wrap_model(
+            model, distributed, self.world_size, self.device, find_unused_parameters
+        )
         self.optimizer = (
             optimizer(self.wrapped)
             if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)
@@ -220,73 +233,24 @@ class Trainer:
         self.plot = plot
         self.callbacks = list(callbacks)
         self.desc = desc
-        self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+        self.scaler = make_scaler(precision, self.device)
         self.step = 0
         self._drawn = 0  # micro-batches taken from train_batches
         self.nonfinite_steps = 0
         self._consecutive_bad = 0
-        self._window = self._empty_window()
+        self._window = LogWindow()
         self.last_record: dict | None = None
         self.last_eval: dict | None = None
         self._tb = None
         self.is_main = self.rank == 0
 
-    # -- set-up -------------------------------------------------------------------------------------------
-    def _wrap(self, model: nn.Module, distributed: str, find_unused: bool) -> nn.Module:
-        if self.world_size <= 1 or distributed in (None, "none"):
-            return model
-        if distributed == "ddp":
-            from torch.nn.parallel import DistributedDataParallel as DDP
-
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            return DDP(model, device_ids=ids, find_unused_parameters=find_unused)
-        if distributed == "fsdp":
-            # FSDP2 (per-parameter sharding; runs on CPU with gloo too): every block of every ModuleList
-            # (the Transformer layers) is its own unit, the rest (embeddings, tied heads) the root unit.
-            from torch.distributed.fsdp import fully_shard
-
-            blocks = [blk for m in model.modules() if isinstance(m, nn.ModuleList) for blk in m]
-            for blk in blocks:
-                fully_shard(blk)
-            fully_shard(model)
-            self._fsdp = True
-            return model
-        raise ValueError(f"distributed must be 'ddp', 'fsdp' or 'none', got {distributed!r}")
-
     def _autocast(self):
-        if self.precision == "fp32":
-            return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
-        return torch.autocast(self.device.type, dtype=dtype)
-
-    @staticmethod
-    def _empty_window() -> dict:
-        # "t": when the window's first step started (tokens/s covers whole steps)
-        return {"loss": 0.0, "n": 0, "tokens": 0, "metrics": {}, "pairs": {}, "t": time.perf_counter()}
+        return autocast(self.precision, self.device)
 
     # -- state -------------------------------------------------------------------------------------------
-    def _model_state(self) -> dict:
-        if self._fsdp:
-            return self.full_model_state()
-        return self.model.state_dict()
-
     def full_model_state(self) -> dict:
         """The unsharded model state dict (a collective under FSDP: every rank must call it)."""
-        if not self._fsdp:
-            return self.model.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        return get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-
-    def _optim_state(self) -> dict:
-        if self._fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-            opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            return get_optimizer_state_dict(self.model, self.optimizer, options=opts)
-        return self.optimizer.state_dict()
+        return full_model_state(self.model, self._fsdp)
 
     def state_dict(self) -> dict:
         rngs = rng_state()
@@ -297,17 +261,16 @@ class Trainer:
         else:
             rngs = [rngs]
         data_state = self.train_batches.state_dict() if hasattr(self.train_batches, "state_dict") else None
-        window = dict(self._window, t=None)
         return {
             "step": self.step,
-            "model": self._model_state(),
-            "optimizer": self._optim_state(),
+            "model": self.full_model_state(),
+            "optimizer": full_optim_state(self.model, self.optimizer, self._fsdp),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "rng": rngs,
             "data": data_state,
             "consumed": self._drawn,
-            "window": window,
+            "window": self._window.state(),
             "nonfinite_steps": self.nonfinite_steps,
             "world_size": self.world_size,
             "seed": self.seed,
@@ -315,19 +278,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
         """Restore a :meth:`state_dict`; ``data=False`` keeps the batch source where it is (a new phase)."""
-        if self._fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            opts = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.model, state["model"], options=opts)
-            set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=opts)
-        else:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+        load_full_state(self.model, self.optimizer, state, self._fsdp)
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
@@ -346,9 +297,7 @@ class Trainer:
             self.train_batches = it
         self.step = int(state["step"])
         self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
-        self._window = (
-            dict(state.get("window") or self._empty_window(), t=None) if data else self._empty_window()
-        )
+        self._window = LogWindow(state.get("window") if data else None)
 
     def _model_is_finite(self) -> bool:
         ok = True
@@ -357,11 +306,7 @@ class Trainer:
             if not bool(torch.isfinite(t).all()):
                 ok = False
                 break
-        if self.world_size > 1:
-            t = torch.tensor([0.0 if ok else 1.0], device=self.device)
-            dist.all_reduce(t)
-            ok = t.item() == 0
-        return ok
+        return all_ranks_ok(ok, self.world_size, self.device)
 
     def save(self) -> Path | None:
         """Write a checkpoint of the current step (rank 0 writes; every rank must call it)."""
@@ -379,49 +324,12 @@ class Trainer:
         return path
 
     # -- logging -------------------------------------------------------------------------------------------
-    def _accumulate(self, loss: float, metrics: dict, tokens: int) -> None:
-        w = self._window
-        w["loss"] += loss
-        w["n"] += 1
-        w["tokens"] += tokens
-        for k, v in metrics.items():
-            if isinstance(v, tuple):
-                num, den = w["pairs"].get(k, (0.0, 0.0))
-                w["pairs"][k] = (num + v[0], den + v[1])
-            else:
-                s, n = w["metrics"].get(k, (0.0, 0))
-                w["metrics"][k] = (s + v, n + 1)
-
     def _flush_window(self, lr: float, grad_norm: float) -> dict:
-        w = self._window
-        names_m = sorted(w["metrics"])
-        names_p = sorted(w["pairs"])
-        vec = [w["loss"], float(w["n"]), float(w["tokens"])]
-        for k in names_m:
-            vec += [w["metrics"][k][0], float(w["metrics"][k][1])]
-        for k in names_p:
-            vec += list(w["pairs"][k])
-        if self.world_size > 1:
-            t = torch.tensor(vec, dtype=torch.float64, device=self.device)
-            dist.all_reduce(t)
-            vec = t.tolist()
-        elapsed = time.perf_counter() - w["t"] if w["t"] is not None else float("nan")
-        n = max(vec[1], 1.0)
-        rec: dict[str, Any] = {"step": self.step, "loss": vec[0] / n}
-        i = 3
-        for k in names_m:
-            rec[k] = vec[i] / max(vec[i + 1], 1.0)
-            i += 2
-        for k in names_p:
-            rec[k] = vec[i] / vec[i + 1] if vec[i + 1] else float("nan")
-            i += 2
-        rec["lr"] = lr
-        rec["grad_norm"] = grad_norm
-        rec["tokens_per_s"] = vec[2] / elapsed if elapsed and elapsed > 0 else None
+        extra: dict[str, Any] = {"lr": lr, "grad_norm": grad_norm}
+        rec = self._window.flush(self.step, extra, self.world_size, self.device)
         rec["elapsed_s"] = round(time.perf_counter() - self._t0, 3)
         if self.nonfinite_steps:
             rec["nonfinite_steps"] = self.nonfinite_steps
-        self._window = self._empty_window()
         return rec
 
     def _write(self, name: str, rec: dict) -> None:
@@ -452,8 +360,8 @@ class Trainer:
             self.model.train(was_training)
             set_rng_state(saved)
         rec = {"step": self.step, **{k: _scalar(v) for k, v in (res or {}).items()}}
-        if self._window["n"] == 0:  # evaluation time is not training time: the open window starts now
-            self._window["t"] = time.perf_counter()
+        if self._window.empty:  # evaluation time is not training time: the open window starts now
+            self._window.start_clock()
         self.last_eval = rec
         self._write("eval.jsonl", rec)
         self._tb_log("eval", rec)
@@ -462,30 +370,7 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict:
         """Train until ``max_steps``; with ``resume`` continue from the newest checkpoint in ``out_dir``."""
-        if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        resumed_from = None
-        if resume:
-            found = latest_checkpoint(self.out_dir)
-            if found is not None:
-                path, state = found
-                self.load_state_dict(state)
-                resumed_from = str(path)
-                if self.is_main:
-                    truncate_jsonl(self.out_dir / "metrics.jsonl", self.step)
-                    truncate_jsonl(self.out_dir / "eval.jsonl", self.step)
-                logger.info("resumed from %s at step %d", path, self.step)
-        if resumed_from is None:
-            if self.checkpoint_every and list_checkpoints(self.out_dir):
-                raise CheckpointsExistError(
-                    f"{self.out_dir} holds checkpoints of an earlier run; resume it (--resume) or choose a new "
-                    "output directory"
-                )
-            torch.manual_seed(self.seed + self.rank)
-            if self.is_main:
-                for name in ("metrics.jsonl", "eval.jsonl"):
-                    with contextlib.suppress(FileNotFoundError):
-                        (self.out_dir / name).unlink()
+        resumed_from = self._begin(resume)
         if self.tensorboard and self.is_main:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -507,52 +392,20 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float("nan")
         stopped = None
-        self._window["t"] = time.perf_counter()  # set-up and loading are not training time
+        self._window.start_clock()  # set-up and loading are not training time
         try:
             while self.step < self.max_steps:
-                loss_sum = 0.0
-                metrics_step: dict = {}
-                pairs_step: dict = {}
-                tokens = 0
-                for m in range(self.grad_accum):
-                    try:
-                        batch = next(data)
-                        self._drawn += 1
-                    except StopIteration:
-                        stopped = "data exhausted"
-                        break
-                    tokens += self.tokens_fn(batch)
-                    batch = to_device(batch, self.device)
-                    sync = m == self.grad_accum - 1 or not hasattr(self.wrapped, "no_sync")
-                    ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
-                    with ctx:
-                        with self._autocast():
-                            out = self.loss_fn(self.wrapped, batch)
-                        loss, mets = out if isinstance(out, tuple) else (out, {})
-                        scaled = loss / self.grad_accum
-                        if self.scaler is not None:
-                            self.scaler.scale(scaled).backward()
-                        else:
-                            scaled.backward()
-                    loss_sum += float(loss.detach().float())
-                    for k, v in mets.items():
-                        if isinstance(v, tuple):
-                            a, b = pairs_step.get(k, (0.0, 0.0))
-                            pairs_step[k] = (a + _scalar(v[0]), b + _scalar(v[1]))
-                        else:
-                            a, b = metrics_step.get(k, (0.0, 0))
-                            metrics_step[k] = (a + _scalar(v), b + 1)
-                if stopped:
+                drawn = self._forward_backward(data)
+                if drawn is None:
+                    stopped = "data exhausted"
                     break
-                step_loss = loss_sum / self.grad_accum
+                step_loss, metrics_step, pairs_step, tokens = drawn
                 if self.scaler is not None:
                     self.scaler.unscale_(self.optimizer)
                 grad_norm = self._clip(params)
-                finite = math.isfinite(step_loss) and math.isfinite(grad_norm)
-                if self.world_size > 1:
-                    t = torch.tensor([0.0 if finite else 1.0], device=self.device)
-                    dist.all_reduce(t)
-                    finite = t.item() == 0
+                finite = all_ranks_ok(
+                    math.isfinite(step_loss) and math.isfinite(grad_norm), self.world_size, self.device
+                )
                 lr = self.optimizer.param_groups[0]["lr"]
                 if finite or (self.scaler is not None and math.isfinite(step_loss)):
                     if self.scaler is not None:
@@ -572,7 +425,7 @@ class Trainer:
                 if finite:
                     mets_avg: dict = {k: v[0] / max(v[1], 1) for k, v in metrics_step.items()}
                     mets_avg.update(pairs_step)
-                    self._accumulate(step_loss, mets_avg, tokens)
+                    self._window.add(step_loss, mets_avg, tokens)
                 if self.step % self.log_every == 0 or self.step == self.max_steps:
                     rec = self._flush_window(lr, grad_norm)
                     self.last_record = rec
@@ -625,6 +478,71 @@ class Trainer:
             "curves_png": str(png) if png else None,
             "out_dir": str(self.out_dir),
         }
+
+    def _begin(self, resume: bool) -> str | None:
+        """Restore the newest checkpoint (``resume``) or start afresh; returns the checkpoint resumed from."""
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        resumed_from = None
+        if resume:
+            found = latest_checkpoint(self.out_dir)
+            if found is not None:
+                path, state = found
+                self.load_state_dict(state)
+                resumed_from = str(path)
+                if self.is_main:
+                    truncate_jsonl(self.out_dir / "metrics.jsonl", self.step)
+                    truncate_jsonl(self.out_dir / "eval.jsonl", self.step)
+                logger.info("resumed from %s at step %d", path, self.step)
+        if resumed_from is None:
+            if self.checkpoint_every and list_checkpoints(self.out_dir):
+                raise CheckpointsExistError(
+                    f"{self.out_dir} holds checkpoints of an earlier run; resume it (--resume) or choose a new "
+                    "output directory"
+                )
+            torch.manual_seed(self.seed + self.rank)
+            if self.is_main:
+                for name in ("metrics.jsonl", "eval.jsonl"):
+                    with contextlib.suppress(FileNotFoundError):
+                        (self.out_dir / name).unlink()
+        return resumed_from
+
+    def _forward_backward(self, data) -> tuple[float, dict, dict, int] | None:
+        """Forward and backward over ``grad_accum`` micro-batches (gradients of their mean loss; DDP syncs only
+        on the last). Returns (mean loss, scalar metrics as (sum, count), pair metrics, tokens), or None when the
+        data ran out part-way (no update then)."""
+        loss_sum = 0.0
+        metrics_step: dict = {}
+        pairs_step: dict = {}
+        tokens = 0
+        for m in range(self.grad_accum):
+            try:
+                batch = next(data)
+                self._drawn += 1
+            except StopIteration:
+                return None
+            tokens += self.tokens_fn(batch)
+            batch = to_device(batch, self.device)
+            sync = m == self.grad_accum - 1 or not hasattr(self.wrapped, "no_sync")
+            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
+            with ctx:
+                with self._autocast():
+                    out = self.loss_fn(self.wrapped, batch)
+                loss, mets = out if isinstance(out, tuple) else (out, {})
+                scaled = loss / self.grad_accum
+                if self.scaler is not None:
+                    self.scaler.scale(scaled).backward()
+                else:
+                    scaled.backward()
+            loss_sum += float(loss.detach().float())
+            for k, v in mets.items():
+                if isinstance(v, tuple):
+                    a, b = pairs_step.get(k, (0.0, 0.0))
+                    pairs_step[k] = (a + _scalar(v[0]), b + _scalar(v[1]))
+                else:
+                    a, b = metrics_step.get(k, (0.0, 0))
+                    metrics_step[k] = (a + _scalar(v), b + 1)
+        return loss_sum / self.grad_accum, metrics_step, pairs_step, tokens
 
     def _clip(self, params: list[torch.Tensor]) -> float:
         max_norm = self.clip_norm if self.clip_norm else float("inf")

@@ -1,8 +1,8 @@
-"""`bertkit finetune squad`: fine-tune BertForQuestionAnswering on SQuAD v1.1/v2.0 and score dev officially.
+"""Fine-tune BertForQuestionAnswering on SQuAD v1.1/v2.0 and score dev officially (`bertkit finetune squad`).
 
-``add_arguments(parser)`` adds the SQuAD options to the ``finetune squad`` sub-parser (the common
-``--model --out --epochs --batch-size --lr --max-seq-length --seed`` are added by the finetune CLI);
-``run(args) -> dict`` does the work and returns the ``metrics.json`` object.
+``run(args) -> dict`` does the work and returns the ``metrics.json`` object; ``args`` is any object with the
+options as attributes (``bertkit.cli.squad`` parses them from the command line; unset ones take the
+defaults below). Task code: nothing here imports the CLI.
 
 Data: ``--train F --dev G``, or one file split by article: ``--train F --dev-articles 8`` evaluates on the
 last 8 articles of F and trains on the others (``--train-articles 40`` keeps only the first 40 of those).
@@ -28,7 +28,6 @@ per step), ``curves.png`` and ``checkpoints/``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
@@ -50,47 +49,6 @@ PAPER_DEFAULTS = {
     "1.1": {"epochs": 3, "lr": 5e-5, "batch_size": 32},
     "2.0": {"epochs": 2, "lr": 5e-5, "batch_size": 32},
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """SQuAD-specific options of ``bertkit finetune squad``."""
-    parser.add_argument("--train", required=True, help="SQuAD JSON to train on")
-    parser.add_argument("--dev", default=None, help="SQuAD JSON to evaluate on (or use --dev-articles)")
-    parser.add_argument(
-        "--version", choices=["1.1", "2.0"], default="1.1", help="SQuAD version (2.0: unanswerable questions)"
-    )
-    parser.add_argument(
-        "--dev-articles",
-        type=int,
-        default=None,
-        metavar="N",
-        help="without --dev: evaluate on the last N articles of --train and train on the rest",
-    )
-    parser.add_argument(
-        "--train-articles", type=int, default=None, metavar="N", help="train on the first N articles only"
-    )
-    parser.add_argument(
-        "--doc-stride", type=int, default=128, help="step between window starts, in tokens (default 128)"
-    )
-    parser.add_argument("--max-query-length", type=int, default=64, help="question tokens kept (default 64)")
-    parser.add_argument("--n-best-size", type=int, default=20, help="candidates per example (default 20)")
-    parser.add_argument(
-        "--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)"
-    )
-    parser.add_argument(
-        "--null-score-diff-threshold",
-        type=float,
-        default=0.0,
-        help='v2.0: predict "" when null score - best span score exceeds this (default 0.0)',
-    )
-    parser.add_argument(
-        "--eval-batch-size", type=int, default=64, help="windows per evaluation batch (default 64)"
-    )
-    parser.add_argument(
-        "--warmup-ratio", type=float, default=0.1, help="fraction of steps for linear warm-up (default 0.1)"
-    )
-    # Left unset here so run() can apply the paper's SQuAD values (a caller's explicit default still wins).
-    parser.set_defaults(max_seq_length=None, epochs=None, lr=None, batch_size=None)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -178,7 +136,7 @@ def predict_logits(
 # ------------------------------------------------------------------------------------------------ run
 
 
-def _setting(args: argparse.Namespace, name: str, default: Any) -> Any:
+def _setting(args: Any, name: str, default: Any) -> Any:
     value = getattr(args, name, None)
     return default if value is None else value
 
@@ -206,7 +164,7 @@ def _check_settings(**v: Any) -> None:
         raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: Any) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
     from bertkit.heads.finetune import BertForQuestionAnswering
     from bertkit.tasks.finetune import Settings, plot_losses, train
@@ -367,24 +325,3 @@ def run(args: argparse.Namespace) -> dict:
     atomic_write_json(out / "metrics.json", result)
     log.info("SQuAD v%s dev: %s", version, json.dumps({k: metrics[k] for k in ("exact", "f1")}))
     return result
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """Stand-alone entry (the product's entry point is ``bertkit finetune squad``)."""
-    from bertkit.cli.finetune import add_trainer_arguments
-
-    parser = argparse.ArgumentParser(prog="bertkit-squad", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--epochs", type=float)
-    parser.add_argument("--batch-size", type=int)
-    parser.add_argument("--lr", type=float)
-    parser.add_argument("--max-seq-length", type=int)
-    parser.add_argument("--seed", type=int, default=42)
-    add_trainer_arguments(parser)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))

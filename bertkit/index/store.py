@@ -1,0 +1,388 @@
+"""A persistent vector store: ids and metadata in SQLite, search in a FAISS (or numpy, or Qdrant) backend.
+
+Layout of an index directory::
+
+    store.db            SQLite in WAL mode, synchronous=FULL: the source of truth
+                          meta(key, value)                       dim, metric, backend, its parameters
+                          items(id, key, vector, metadata)       one row per entry (key = the user's id as JSON)
+                          log(seq, op, id)                       every add/delete since the last snapshot
+    snapshot-<seq>/     the backend saved after log entry <seq> (a cache; written to a temp dir, then renamed)
+    qdrant/             the qdrant backend's own storage
+
+Why it survives a SIGKILL: an ``add`` or ``delete`` is one SQLite transaction that writes the rows and their
+log entries together; once it commits it is on disk (WAL + fsync). Opening the store loads the newest
+snapshot that reads back and replays the log entries after it; with no usable snapshot it rebuilds the
+backend from ``items``. A kill can therefore only lose the batch whose transaction had not committed, and a
+half-written snapshot is a temp directory that is ignored (and removed) on the next open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import UserError
+from .backends import BACKENDS, Backend, make_backend
+
+logger = logging.getLogger("bertkit")
+
+METRICS = ("cosine", "dot")
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, vector BLOB NOT NULL, metadata TEXT);
+CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY AUTOINCREMENT, op TEXT NOT NULL, id INTEGER NOT NULL);
+"""
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(str(path), isolation_level=None)  # explicit BEGIN/COMMIT below
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA synchronous=FULL")
+    return con
+
+
+def _fsync_tree(path: Path) -> None:
+    for p in [*path.iterdir(), path]:
+        with contextlib.suppress(OSError):
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+class VectorStore:
+    """See the module docstring. Create with :meth:`create`, reopen with :meth:`open`."""
+
+    def __init__(self, path: Path, con: sqlite3.Connection, meta: dict[str, Any]) -> None:
+        self.path = path
+        self._con = con
+        self.meta = meta
+        self.dim = int(meta["dim"])
+        self.metric = meta["metric"]
+        self.kind = meta["backend"]
+        self.params: dict[str, Any] = meta.get("params", {})
+        self.backend: Backend = self._new_backend()
+        self._applied = 0  # the last log seq the in-memory backend reflects
+
+    # -- creating and opening ---------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        path: str | os.PathLike,
+        dim: int,
+        backend: str = "hnsw",
+        metric: str = "cosine",
+        overwrite: bool = False,
+        extra: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> VectorStore:
+        """A new empty store at ``path`` (refused if one exists there, unless ``overwrite``).
+
+        ``params`` go to the backend (``M``, ``ef_construction``, ``ef_search``, ``nlist``, ``pq_m``,
+        ``nprobe``, ``refine``); ``extra`` is kept in the metadata (e.g. the model that made the vectors)."""
+        path = Path(path)
+        if backend not in BACKENDS:
+            raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if metric not in METRICS:
+            raise UserError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        if dim < 1:
+            raise UserError(f"dimension must be >= 1, got {dim}")
+        if (path.is_dir() and any(path.iterdir())) or path.is_file():
+            if not overwrite:
+                raise UserError(f"{path} already exists; pass --overwrite to replace it")
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {"dim": int(dim), "metric": metric, "backend": backend, "params": params, "format": 1}
+        meta.update(extra or {})
+        make_backend(backend, dim, path / "qdrant", **params).close()  # validate the parameters early
+        shutil.rmtree(path / "qdrant", ignore_errors=True)
+        con = _connect(path / "store.db")
+        con.executescript(_SCHEMA)
+        con.execute("INSERT INTO meta VALUES ('store', ?)", (json.dumps(meta),))
+        return cls(path, con, meta)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> VectorStore:
+        """Reopen a store: newest readable snapshot + the log after it (or a rebuild from the rows)."""
+        path = Path(path)
+        if not (path / "store.db").is_file():
+            raise UserError(
+                f"{path}: no index here (store.db missing); create one with `bertkit index build`"
+            )
+        con = _connect(path / "store.db")
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key='store'").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise UserError(f"{path / 'store.db'}: not a bertkit index ({e})") from None
+        if row is None:
+            raise UserError(f"{path / 'store.db'}: no store metadata; rebuild the index")
+        store = cls(path, con, json.loads(row[0]))
+        store._recover()
+        return store
+
+    def _new_backend(self) -> Backend:
+        return make_backend(self.kind, self.dim, self.path / "qdrant", **self.params)
+
+    def _snapshots(self) -> list[tuple[int, Path]]:
+        found = []
+        for p in self.path.glob("snapshot-*"):
+            with contextlib.suppress(ValueError):
+                found.append((int(p.name.split("-", 1)[1]), p))
+        return sorted(found, reverse=True)
+
+    def _recover(self) -> None:
+        for tmp in self.path.glob(".snapshot-*.tmp"):  # a snapshot a crash left half-written
+            shutil.rmtree(tmp, ignore_errors=True)
+        truncated_to = int(self._get("log_truncated_to", 0))
+        for seq, snap in self._snapshots():
+            if seq < truncated_to:  # entries after this snapshot were dropped from the log: unusable
+                break
+            try:
+                if not self.backend.persistent:
+                    self.backend.load(snap / "index.bin")
+            except Exception as e:  # noqa: BLE001 - any unreadable snapshot: try an older one
+                logger.warning("%s: snapshot unreadable (%s); trying an older one", snap, e)
+                self.backend = self._new_backend()
+                continue
+            self._applied = seq
+            self._replay(seq)
+            return
+        self.rebuild()
+
+    def _replay(self, after: int) -> None:
+        ops = self._con.execute("SELECT seq, op, id FROM log WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+        i = 0
+        while i < len(ops):  # consecutive adds go to the backend as one batch
+            j = i
+            while j < len(ops) and ops[j][1] == ops[i][1]:
+                j += 1
+            ids = [r[2] for r in ops[i:j]]
+            if ops[i][1] == "add":
+                got_ids, vecs = self._vectors_of(ids)
+                if len(got_ids):
+                    self._ensure_trained()
+                    self.backend.add(got_ids, vecs)
+            else:
+                self.backend.remove(np.asarray(ids, dtype=np.int64))
+            self._applied = ops[j - 1][0]
+            i = j
+
+    def _vectors_of(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        got_ids, vecs = [], []
+        for start in range(0, len(ids), 900):  # SQLite's bound-parameter limit
+            chunk = ids[start : start + 900]
+            q = f"SELECT id, vector FROM items WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id"
+            for i, blob in self._con.execute(q, chunk):
+                got_ids.append(i)
+                vecs.append(np.frombuffer(blob, dtype=np.float32))
+        if not got_ids:
+            return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        return np.asarray(got_ids, dtype=np.int64), np.stack(vecs)
+
+    def _get(self, key: str, default: Any = None) -> Any:
+        row = self._con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    # -- the backend ---------------------------------------------------------------------------------------
+    def _ensure_trained(self, first: np.ndarray | None = None) -> None:
+        """IVF-PQ learns its cells and codebooks from the rows present (or ``first``, the batch being
+        added to an empty store). Training uses at most ``train_size`` rows, taken in id order."""
+        if self.backend.is_trained:
+            return
+        nlist = int(self.params.get("nlist", 1024))
+        limit = int(self.params.get("train_size", max(100_000, 50 * nlist)))
+        rows = self._con.execute("SELECT vector FROM items ORDER BY id LIMIT ?", (limit,)).fetchall()
+        sample = np.stack([np.frombuffer(r[0], np.float32) for r in rows]) if rows else first
+        if sample is None or len(sample) < 39 * nlist:
+            n = 0 if sample is None else len(sample)
+            raise UserError(
+                f"an ivfpq index with nlist={nlist} needs at least {39 * nlist} vectors to train on, got {n}; "
+                f"build it with --nlist {max(1, n // 39)} or fewer, or use --backend hnsw"
+            )
+        self.backend.train(sample[:limit])
+
+    def rebuild(self) -> None:
+        """A fresh backend filled from ``items`` (the tombstones are gone afterwards), then a snapshot."""
+        if self.backend.persistent:
+            self.backend.close()
+            shutil.rmtree(self.path / "qdrant", ignore_errors=True)
+        self.backend = self._new_backend()
+        last = self._con.execute("SELECT MAX(seq) FROM log").fetchone()[0] or 0
+        last = max(last, int(self._get("log_truncated_to", 0)))
+        ids = [r[0] for r in self._con.execute("SELECT id FROM items ORDER BY id")]
+        if ids:
+            self._ensure_trained()
+        for start in range(0, len(ids), 50_000):
+            got, vecs = self._vectors_of(ids[start : start + 50_000])
+            self.backend.add(got, vecs)
+        self._applied = last
+        if ids:
+            self.save()
+
+    compact = rebuild
+
+    # -- writing ---------------------------------------------------------------------------------------------
+    def _prep(self, vectors: np.ndarray) -> np.ndarray:
+        x = np.asarray(vectors, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise UserError(f"expected vectors of dimension {self.dim}, got shape {tuple(x.shape)}")
+        if not np.isfinite(x).all():
+            raise UserError("vectors contain NaN or infinity")
+        if self.metric == "cosine":
+            x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return np.ascontiguousarray(x)
+
+    def add(self, vectors: np.ndarray, ids: Sequence[Any], metadata: Sequence[Any] | None = None) -> int:
+        """Add entries ``ids[i]`` (any JSON value, unique in the store) with ``vectors[i]`` [N, D] and
+        ``metadata[i]`` (any JSON value). All or nothing: one transaction. Returns the number added."""
+        x = self._prep(vectors)
+        if len(ids) != len(x) or (metadata is not None and len(metadata) != len(x)):
+            raise UserError(f"got {len(x)} vectors, {len(ids)} ids and {len(metadata or ids)} metadata")
+        keys = [json.dumps(i, sort_keys=True) for i in ids]
+        if len(set(keys)) != len(keys):
+            raise UserError("the same id appears twice in one batch")
+        if len(x) == 0:
+            return 0
+        self._ensure_trained(first=x)
+        con = self._con
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            rows = []
+            for i, key in enumerate(keys):
+                meta = None if metadata is None else json.dumps(metadata[i], ensure_ascii=False)
+                try:
+                    cur = con.execute(
+                        "INSERT INTO items (key, vector, metadata) VALUES (?, ?, ?)",
+                        (key, x[i].tobytes(), meta),
+                    )
+                except sqlite3.IntegrityError:
+                    raise UserError(f"id {key} is already in the index; delete it first") from None
+                rows.append(cur.lastrowid)
+            con.executemany("INSERT INTO log (op, id) VALUES ('add', ?)", [(r,) for r in rows])
+            seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        self.backend.add(np.asarray(rows, dtype=np.int64), x)
+        self._applied = seq
+        return len(rows)
+
+    def delete(self, ids: Iterable[Any]) -> list[Any]:
+        """Delete entries by the user's ids; returns the ids that were not in the store."""
+        ids = list(ids)
+        con = self._con
+        con.execute("BEGIN IMMEDIATE")
+        missing, rows = [], []
+        try:
+            for i in ids:
+                r = con.execute(
+                    "SELECT id FROM items WHERE key=?", (json.dumps(i, sort_keys=True),)
+                ).fetchone()
+                if r is None:
+                    missing.append(i)
+                    continue
+                rows.append(r[0])
+                con.execute("DELETE FROM items WHERE id=?", (r[0],))
+            con.executemany("INSERT INTO log (op, id) VALUES ('del', ?)", [(r,) for r in rows])
+            seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        if rows:
+            self.backend.remove(np.asarray(rows, dtype=np.int64))
+            self._applied = seq
+            dead = len(getattr(self.backend, "tombstones", ()))
+            if dead > max(1000, len(self) // 10):
+                self.rebuild()
+        return missing
+
+    def save(self) -> Path | None:
+        """Snapshot the backend at the current log position and drop the log entries it covers."""
+        if self.backend.persistent:
+            snap = self.path / f"snapshot-{self._applied}"
+            snap.mkdir(exist_ok=True)
+        else:
+            tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", suffix=".tmp", dir=self.path))
+            try:
+                self.backend.save(tmp / "index.bin")
+                _fsync_tree(tmp)
+                snap = self.path / f"snapshot-{self._applied}"
+                if snap.exists():
+                    shutil.rmtree(snap)
+                os.replace(tmp, snap)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        _fsync_tree(self.path)
+        for seq, old in self._snapshots():
+            if seq != self._applied:
+                shutil.rmtree(old, ignore_errors=True)
+        con = self._con
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("DELETE FROM log WHERE seq <= ?", (self._applied,))
+        con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('log_truncated_to', ?)", (json.dumps(self._applied),)
+        )
+        con.execute("COMMIT")
+        return snap
+
+    def close(self) -> None:
+        self.backend.close()
+        self._con.close()
+
+    def __enter__(self) -> VectorStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._con.execute("SELECT COUNT(*) FROM items").fetchone()[0])
+
+    def search(self, queries: np.ndarray, k: int = 10) -> list[list[dict[str, Any]]]:
+        """Top-``k`` per query row: ``[{"id", "score", "metadata"}, ...]`` best first."""
+        if k < 1:
+            raise UserError(f"k must be >= 1, got {k}")
+        q = self._prep(np.atleast_2d(queries))
+        scores, rows = self.backend.search(q, k)
+        wanted = sorted({int(r) for r in rows.ravel() if r >= 0})
+        info: dict[int, tuple[Any, Any]] = {}
+        for start in range(0, len(wanted), 900):
+            chunk = wanted[start : start + 900]
+            sql = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            for i, key, meta in self._con.execute(sql, chunk):
+                info[i] = (json.loads(key), None if meta is None else json.loads(meta))
+        out = []
+        for s_row, r_row in zip(scores, rows):
+            hits = []
+            for s, r in zip(s_row, r_row):
+                if r >= 0 and int(r) in info:  # a row deleted by another process is skipped
+                    key, meta = info[int(r)]
+                    hits.append({"id": key, "score": float(s), "metadata": meta})
+            out.append(hits)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "entries": len(self),
+            "dim": self.dim,
+            "metric": self.metric,
+            "backend": self.kind,
+            "params": self.params,
+            **{k: v for k, v in self.meta.items() if k not in ("dim", "metric", "backend", "params")},
+        }

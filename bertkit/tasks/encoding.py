@@ -1,0 +1,176 @@
+"""Task examples to model inputs: WordPiece ids with ``[CLS]``/``[SEP]``, labels, batches.
+
+Pairs are ``[CLS] a [SEP] b [SEP]`` truncated longest-first (as the original ``run_classifier.py``); for
+tagging, each word's pieces carry the word's label on the first sub-token and -100 on the rest, and long
+sentences are split into windows of whole words; multiple choice packs (context, ending) for each ending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bertkit.tasks.spec import TaskData
+from bertkit.tokenizer import Tokenizer
+
+
+@dataclass
+class Feature:
+    input_ids: list  # list[int], or list[list[int]] for multiple choice
+    token_type_ids: list
+    label: Any  # int / float / list[int] (token labels per position) / None
+    example: int  # index of the example it came from
+    word_start: int = 0  # tagging: index of the first word of this window in the sentence
+    n_words: int = 0  # tagging: number of words in this window
+
+    def __len__(self) -> int:
+        if self.input_ids and isinstance(self.input_ids[0], list):
+            return max(len(x) for x in self.input_ids)
+        return len(self.input_ids)
+
+
+def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[list[int], list[int] | None]:
+    """Longest-first truncation (a token off the end of the longer segment at a time), as the original."""
+    a = list(a)
+    b = list(b) if b is not None else None
+    while len(a) + (len(b) if b is not None else 0) > max_tokens:
+        if b is not None and len(b) > len(a):
+            b.pop()
+        else:
+            a.pop()
+    return a, b
+
+
+def _pack(tok: Tokenizer, a: list[int], b: list[int] | None, max_len: int) -> tuple[list[int], list[int]]:
+    a, b = truncate_pair(a, b, max_len - (3 if b is not None else 2))
+    ids = [tok.cls_token_id, *a, tok.sep_token_id]
+    types = [0] * len(ids)
+    if b is not None:
+        ids += [*b, tok.sep_token_id]
+        types += [1] * (len(b) + 1)
+    return ids, types
+
+
+def encode_pairs(tok: Tokenizer, a: Sequence[str], b: Sequence[str | None], max_len: int) -> list[tuple]:
+    ids_a = tok.encode_batch_ids(list(a), add_special_tokens=False)
+    has_b = [x is not None for x in b]
+    ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)
+    it = iter(ids_b_list)
+    return [_pack(tok, ia, next(it) if hb else None, max_len) for ia, hb in zip(ids_a, has_b)]
+
+
+def encode_seq(
+    tok: Tokenizer, examples: list, label2id: dict[str, int] | None, max_len: int
+) -> list[Feature]:
+    packed = encode_pairs(tok, [e.text_a for e in examples], [e.text_b for e in examples], max_len)
+    feats = []
+    for i, (e, (ids, types)) in enumerate(zip(examples, packed)):
+        if e.label is None:
+            label = None
+        elif label2id is None:
+            label = float(e.label)
+        else:
+            label = label2id[str(e.label)]
+        feats.append(Feature(ids, types, label, i))
+    return feats
+
+
+def encode_tokens(tok: Tokenizer, sentences: list, label2id: dict[str, int], max_len: int) -> list[Feature]:
+    """Label on each word's first sub-token, -100 elsewhere; sentences longer than ``max_len`` pieces are
+    split into consecutive windows of whole words (a single over-long word is cut)."""
+    flat = [w for s in sentences for w in s.words]
+    pieces = tok.encode_batch_ids(flat, add_special_tokens=False) if flat else []
+    unk = tok.unk_token_id
+    feats: list[Feature] = []
+    budget = max_len - 2
+    k = 0
+    for si, s in enumerate(sentences):
+        word_pieces = []
+        for _ in s.words:
+            p = pieces[k] or [unk]  # a word with no pieces (e.g. control characters) still gets a slot
+            word_pieces.append(p[:budget])
+            k += 1
+        start = 0
+        while start < len(word_pieces) or (start == 0 and not word_pieces):
+            ids, labels, n = [tok.cls_token_id], [-100], 0
+            while start + n < len(word_pieces) and len(ids) - 1 + len(word_pieces[start + n]) <= budget:
+                p = word_pieces[start + n]
+                tag = s.tags[start + n] if s.tags is not None else None
+                ids += p
+                labels += [label2id.get(tag, -100) if tag is not None else 0] + [-100] * (len(p) - 1)
+                n += 1
+            ids.append(tok.sep_token_id)
+            labels.append(-100)
+            feats.append(Feature(ids, [0] * len(ids), labels, si, word_start=start, n_words=n))
+            start += n
+            if not word_pieces:
+                break
+    return feats
+
+
+def encode_choice(tok: Tokenizer, examples: list, max_len: int) -> list[Feature]:
+    n = len(examples[0].endings) if examples else 0
+    ctx = [e.context for e in examples for _ in range(n)]
+    ends = [x for e in examples for x in e.endings]
+    packed = encode_pairs(tok, ctx, ends, max_len)
+    feats = []
+    for i, e in enumerate(examples):
+        group = packed[i * n : (i + 1) * n]
+        feats.append(Feature([g[0] for g in group], [g[1] for g in group], e.label, i))
+    return feats
+
+
+def encode(task: TaskData, tok: Tokenizer, examples: list, max_len: int) -> list[Feature]:
+    label2id = {lab: i for i, lab in enumerate(task.labels)} if task.labels is not None else None
+    if task.kind == "seq":
+        return encode_seq(tok, examples, label2id, max_len)
+    if task.kind == "token":
+        return encode_tokens(tok, examples, label2id, max_len)
+    if task.kind == "choice":
+        return encode_choice(tok, examples, max_len)
+    raise ValueError(f"unknown task kind {task.kind!r}")
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Evaluation batches: indices sorted by length, cut into batches (little padding, order irrelevant).
+    Training batches come from :class:`bertkit.train.LengthGroupedBatches` (shuffled and resumable)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def collate(feats: Sequence[Feature], kind: str, pad_id: int = 0) -> dict[str, torch.Tensor]:
+    if kind == "choice":
+        n_choice = len(feats[0].input_ids)
+        t = max(len(x) for f in feats for x in f.input_ids)
+        ids = torch.full((len(feats), n_choice, t), pad_id, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for i, f in enumerate(feats):
+            for j, (x, y) in enumerate(zip(f.input_ids, f.token_type_ids)):
+                ids[i, j, : len(x)] = torch.tensor(x)
+                types[i, j, : len(y)] = torch.tensor(y)
+                mask[i, j, : len(x)] = 1
+    else:
+        t = max(len(f.input_ids) for f in feats)
+        ids = torch.full((len(feats), t), pad_id, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for i, f in enumerate(feats):
+            ids[i, : len(f.input_ids)] = torch.tensor(f.input_ids)
+            types[i, : len(f.token_type_ids)] = torch.tensor(f.token_type_ids)
+            mask[i, : len(f.input_ids)] = 1
+    batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    if all(f.label is not None for f in feats):
+        if kind == "token":
+            labels = torch.full(ids.shape, -100, dtype=torch.long)
+            for i, f in enumerate(feats):
+                labels[i, : len(f.label)] = torch.tensor(f.label)
+            batch["labels"] = labels
+        elif isinstance(feats[0].label, float):
+            batch["labels"] = torch.tensor([f.label for f in feats], dtype=torch.float)
+        else:
+            batch["labels"] = torch.tensor([f.label for f in feats], dtype=torch.long)
+    return batch

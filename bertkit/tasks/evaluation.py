@@ -1,0 +1,74 @@
+"""Running a fine-tuned model over encoded examples: raw predictions per feature, metrics per example."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertkit.tasks.encoding import Feature, collate, length_batches
+from bertkit.tasks.spec import Settings, TaskData
+
+
+@torch.no_grad()
+def predict_features(
+    model: nn.Module,
+    feats: list[Feature],
+    kind: str,
+    batch_size: int = 128,
+    pad_id: int = 0,
+    progress: bool = False,
+) -> list:
+    """Raw per-feature predictions: label id (seq/choice), float (regression), list of word label ids (token),
+    plus the probability vector / score under ``scores``."""
+    model.eval()
+    device = next(model.parameters()).device
+    out: list = [None] * len(feats)
+    lengths = [len(f) for f in feats]
+    regression = getattr(model.config, "problem_type", None) == "regression"
+    for idx in tqdm(length_batches(lengths, batch_size), desc="eval", unit="batch", disable=not progress):
+        fs = [feats[i] for i in idx]
+        batch = collate(fs, kind, pad_id)
+        batch.pop("labels", None)
+        logits = model(**{k: v.to(device) for k, v in batch.items()}).logits.cpu()
+        if kind == "token":
+            starts = torch.zeros(batch["input_ids"].shape, dtype=torch.bool)
+            for r, f in enumerate(fs):
+                for c, lab in enumerate(f.label or []):
+                    starts[r, c] = lab != -100
+                if f.label is None or all(v == -100 for v in f.label):
+                    pass
+            paths = model.decode(logits, starts)
+            for r, i in enumerate(idx):
+                out[i] = paths[r]
+        elif regression:
+            for r, i in enumerate(idx):
+                out[i] = float(logits[r, 0])
+        else:
+            probs = logits.float().softmax(-1)
+            for r, i in enumerate(idx):
+                out[i] = (int(probs[r].argmax()), probs[r].tolist())
+    return out
+
+
+def evaluate(
+    model: nn.Module, task: TaskData, examples: list, feats: list[Feature], s: Settings, pad_id: int = 0
+):
+    """(metrics, predictions per example as label names / floats / tag lists)."""
+    raw = predict_features(model, feats, task.kind, s.eval_batch_size, pad_id, progress=s.progress)
+    if task.kind == "token":
+        preds: list = [["O"] * len(e.words) for e in examples]
+        for f, path in zip(feats, raw):
+            for j, lab in enumerate(path[: f.n_words]):
+                preds[f.example][f.word_start + j] = task.labels[lab]
+        gold = [e.tags for e in examples]
+    elif task.labels is None:
+        preds = raw
+        gold = [float(e.label) for e in examples]
+    elif task.kind == "choice":
+        preds = [r[0] for r in raw]
+        gold = [e.label for e in examples]
+    else:
+        preds = [task.labels[r[0]] for r in raw]
+        gold = [str(e.label) for e in examples]
+    return task.metric(preds, gold), preds, raw

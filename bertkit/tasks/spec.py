@@ -1,0 +1,50 @@
+"""What a fine-tuning task is (:class:`TaskData`) and how it is trained (:class:`Settings`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Settings:
+    epochs: float = 3
+    batch_size: int = 32
+    lr: float = 2e-5
+    max_seq_length: int = 128
+    seed: int = 42
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    freeze_encoder: bool = False
+    max_train_examples: int | None = None
+    eval_batch_size: int = 128
+    use_crf: bool = False
+    # The CRF's transition scores start at zero and at the encoder's learning rate barely move in a few
+    # epochs (the CRF then changes nothing); as usual for BERT + CRF they get their own, larger rate.
+    crf_lr: float = 5e-3
+    progress: bool = True
+    checkpoint_every: int = 0  # optimizer steps between training checkpoints; 0: none
+    resume: bool = False  # continue from the newest checkpoint of the run's directory
+    precision: str = "fp32"  # or "bf16" (autocast)
+    gradient_checkpointing: bool = False  # recompute encoder layers in backward (long sequences, less memory)
+
+
+@dataclass
+class TaskData:
+    """What the driver needs from a task reader.
+
+    kind: ``seq`` (examples with ``text_a``, ``text_b``, ``label``), ``token`` (sentences with ``words``,
+    ``tags``) or ``choice`` (examples with ``context``, ``endings``, ``label``).
+    labels: label names in id order; None for regression. metric(preds, gold) -> dict of scores.
+    """
+
+    name: str
+    kind: str
+    train: list
+    dev: list
+    labels: list[str] | None
+    metric: Callable[[list, list], dict]
+    main_metric: str
+    dev_file: str = "dev"
+    extra_eval: dict[str, list] = field(default_factory=dict)  # e.g. {"test": sentences}

@@ -1,0 +1,271 @@
+"""The vector store: every backend against exact numpy search, persistence of ids/metadata, incremental adds,
+deletes, recovery from a killed ``bertkit index add`` and from a half-written snapshot, the CLI and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.errors import UserError
+from bertkit.index import VectorStore, exact_search
+
+ROOT = Path(__file__).resolve().parents[1]
+pytest.importorskip("faiss")
+
+
+def clustered(n: int, dim: int, rng: np.random.Generator, centers: int = 20) -> np.ndarray:
+    """Vectors near a few random centres (structured data, as embeddings are), float32 [n, dim]."""
+    c = rng.standard_normal((centers, dim)).astype(np.float32)
+    return (c[rng.integers(0, centers, n)] + 0.3 * rng.standard_normal((n, dim))).astype(np.float32)
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def recall(found: list[list[dict]], truth: np.ndarray) -> float:
+    return float(
+        np.mean([len({h["id"] for h in f} & set(t.tolist())) / len(t) for f, t in zip(found, truth)])
+    )
+
+
+def test_exact_search_matches_brute_force_in_chunks():
+    rng = np.random.default_rng(0)
+    base, q = (
+        rng.standard_normal((1000, 16)).astype(np.float32),
+        rng.standard_normal((7, 16)).astype(np.float32),
+    )
+    scores, ids = exact_search(base, q, 5, chunk=64)
+    full = q @ base.T
+    want = np.argsort(-full, axis=1)[:, :5]
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_allclose(scores, np.take_along_axis(full, want, axis=1), rtol=1e-5)
+    s, i = exact_search(base[:3], q, 5)  # fewer rows than k: padded
+    assert (i[:, 3:] == -1).all() and np.isneginf(s[:, 3:]).all()
+
+
+@pytest.mark.parametrize(
+    "backend,params,min_recall,n",
+    [
+        ("exact", {}, 1.0, 1200),
+        ("flat", {}, 1.0, 1200),
+        ("hnsw", {"M": 16, "ef_search": 64}, 0.95, 1200),
+        ("ivfpq", {"nlist": 16, "pq_m": 8, "nprobe": 8, "refine": 8}, 0.95, 1200),
+        # qdrant's local mode writes each point to its own SQLite file (~30 ms a point): keep it small
+        ("qdrant", {}, 0.99, 120),
+    ],
+)
+def test_backend_recall_persistence_adds_and_deletes(tmp_path, backend, params, min_recall, n):
+    if backend == "qdrant":
+        pytest.importorskip("qdrant_client")
+    rng = np.random.default_rng(1)
+    x = clustered(n, 32, rng)
+    q = clustered(20, 32, rng)
+    ids = [f"doc{i}" for i in range(len(x))]
+    meta = [{"n": i} for i in range(len(x))]
+    store = VectorStore.create(tmp_path / "idx", 32, backend, "cosine", **params)
+    cut = n * 5 // 6
+    store.add(x[:cut], ids[:cut], meta[:cut])
+    store.save()
+    store.add(x[cut:], ids[cut:], meta[cut:])  # after the snapshot: lives only in the log until reopened
+    truth = exact_search(unit(x), unit(q), 10)[1]
+    found = store.search(q, 10)
+    assert recall([[{"id": int(h["id"][3:])} for h in f] for f in found], truth) >= min_recall
+    assert all(h["metadata"] == {"n": int(h["id"][3:])} for h in found[0])
+    top = found[0][0]["id"]
+    assert store.delete([top, "not-there"]) == ["not-there"]
+    assert top not in {h["id"] for h in store.search(q[:1], 10)[0]}
+    store.close()
+
+    again = VectorStore.open(tmp_path / "idx")  # snapshot + replayed log (the second add and the delete)
+    assert len(again) == n - 1
+    after = again.search(q, 10)
+    assert top not in {h["id"] for h in after[0]}
+    truth_after = exact_search(unit(np.delete(x, int(top[3:]), 0)), unit(q), 10)[1]
+    mapped = [[{"id": int(h["id"][3:])} for h in f] for f in after]
+    shifted = np.where(truth_after >= int(top[3:]), truth_after + 1, truth_after)
+    assert recall(mapped, shifted) >= min_recall
+    with pytest.raises(UserError, match="already in the index"):
+        again.add(x[:1], ["doc5"])
+    again.close()
+
+
+def test_store_refuses_bad_input(tmp_path):
+    store = VectorStore.create(tmp_path / "i", 4, "flat")
+    with pytest.raises(UserError, match="dimension 4"):
+        store.add(np.zeros((2, 5), np.float32), [1, 2])
+    with pytest.raises(UserError, match="NaN"):
+        store.add(np.full((1, 4), np.nan, np.float32), [1])
+    with pytest.raises(UserError, match="twice"):
+        store.add(np.ones((2, 4), np.float32), [1, 1])
+    store.close()
+    with pytest.raises(UserError, match="already exists"):
+        VectorStore.create(tmp_path / "i", 4, "flat")
+    with pytest.raises(UserError, match="nlist"):
+        VectorStore.create(tmp_path / "p", 4, "ivfpq", nlist=64, pq_m=2).add(
+            np.ones((10, 4), np.float32), list(range(10))
+        )
+    with pytest.raises(UserError, match="no index here"):
+        VectorStore.open(tmp_path / "nothing")
+
+
+def test_hnsw_rebuilds_after_many_deletes_and_ids_are_not_reused(tmp_path):
+    rng = np.random.default_rng(2)
+    x = clustered(3000, 16, rng)
+    store = VectorStore.create(tmp_path / "h", 16, "hnsw", M=8)
+    store.add(x, list(range(3000)))
+    store.delete(list(range(1500)))  # past a tenth and 1000: the graph is rebuilt without tombstones
+    assert len(store.backend.tombstones) == 0 and len(store.backend) == 1500
+    store.add(x[:1], [0])  # a re-added id gets a new row: the old row's tombstone cannot hide it
+    assert store.search(x[:1], 1)[0][0]["id"] == 0
+    store.close()
+
+
+def test_half_written_snapshot_is_ignored(tmp_path):
+    rng = np.random.default_rng(3)
+    x = clustered(200, 8, rng)
+    store = VectorStore.create(tmp_path / "s", 8, "flat")
+    store.add(x[:100], list(range(100)))
+    store.save()
+    store.add(x[100:], list(range(100, 200)))
+    store.close()
+    (tmp_path / "s" / ".snapshot-crash.tmp").mkdir()  # what a kill during save leaves
+    (tmp_path / "s" / "snapshot-999").mkdir()  # and a newer snapshot that cannot be read
+    again = VectorStore.open(tmp_path / "s")
+    assert len(again) == 200 and again.search(x[150:151], 1)[0][0]["id"] == 150
+    assert not (tmp_path / "s" / ".snapshot-crash.tmp").exists()
+    again.close()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """Run ``bertkit ARGS`` in a subprocess (exit status, stdout, stderr as a user sees them)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "bertkit", *args], capture_output=True, text=True, env=env)
+
+
+class _Result:
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+def _main(capsys, *args: str) -> _Result:
+    """Run ``bertkit ARGS`` in this process (no interpreter start-up per call)."""
+    from bertkit.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    out = capsys.readouterr()
+    return _Result(code, out.out, out.err)
+
+
+def test_cli_build_add_search_delete_and_errors(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    x = clustered(300, 8, rng)
+    np.save(tmp_path / "v.npy", x[:200])
+    with open(tmp_path / "more.jsonl", "w") as f:
+        for i in range(200, 300):
+            f.write(json.dumps({"id": f"d{i}", "vector": x[i].tolist(), "metadata": {"i": i}}) + "\n")
+    idx = str(tmp_path / "idx")
+    r = _main(
+        capsys,
+        "index",
+        "build",
+        idx,
+        "--input",
+        str(tmp_path / "v.npy"),
+        "--backend",
+        "flat",
+        "--batch-size",
+        "64",
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["entries"] == 200
+    r = _main(capsys, "index", "add", idx, "--input", str(tmp_path / "more.jsonl"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["entries"] == 300
+    np.save(tmp_path / "q.npy", x[[5, 250]])
+    r = _main(capsys, "index", "search", idx, "--queries", str(tmp_path / "q.npy"), "-k", "3")
+    res = json.loads(r.stdout)["results"]
+    assert res[0]["hits"][0]["id"] == 5 and res[1]["hits"][0] == {
+        "id": "d250",
+        "score": pytest.approx(1.0, abs=1e-5),
+        "metadata": {"i": 250},
+    }
+    r = _main(capsys, "index", "delete", idx, "--ids", "d250", "5", "nope")
+    assert json.loads(r.stdout)["missing"] == ["nope"]
+    r = _main(capsys, "index", "search", idx, "--queries", str(tmp_path / "q.npy"), "-k", "1")
+    res = json.loads(r.stdout)["results"]
+    assert res[0]["hits"][0]["id"] != 5 and res[1]["hits"][0]["id"] != "d250"
+    # errors: one line, exit 2
+    r = _main(capsys, "index", "build", idx, "--input", str(tmp_path / "v.npy"))
+    assert r.returncode == 2 and "--overwrite" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "bad.jsonl").write_text('{"id": 1, "vector": [1, 2]}\n{"id": 2}\n')
+    r = _main(capsys, "index", "add", idx, "--input", str(tmp_path / "bad.jsonl"))
+    assert r.returncode == 2 and "line 2" in r.stderr
+    r = _main(capsys, "index", "add", idx, "--input", str(tmp_path / "more.jsonl"))
+    assert r.returncode == 2 and "already in the index" in r.stderr
+    r = _main(capsys, "index", "search", str(tmp_path / "none"), "--query", "hello")
+    assert r.returncode == 2 and "no index here" in r.stderr
+
+
+def test_sigkill_during_index_add_loses_no_committed_entry(tmp_path):
+    """Kill ``bertkit index add`` in the middle of a large input; every batch committed before the kill
+    is in the reopened index and searchable, nothing else is, and the store still accepts adds."""
+    rng = np.random.default_rng(5)
+    dim, n = 32, 200_000
+    np.save(tmp_path / "seed.npy", clustered(10, dim, rng))
+    big = clustered(n, dim, rng)
+    np.save(tmp_path / "big.npy", big)
+    idx = tmp_path / "idx"
+    assert (
+        _cli(
+            "index", "build", str(idx), "--input", str(tmp_path / "seed.npy"), "--backend", "hnsw"
+        ).returncode
+        == 0
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bertkit",
+            "index",
+            "add",
+            str(idx),
+            "--input",
+            str(tmp_path / "big.npy"),
+            "--batch-size",
+            "500",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    committed = 0
+    while time.time() < deadline and committed < 3000:
+        time.sleep(0.2)
+        with sqlite3.connect(idx / "store.db", timeout=30) as con:
+            committed = con.execute("SELECT COUNT(*) FROM items").fetchone()[0] - 10
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert committed >= 3000, "the add did not get going in time"
+    with sqlite3.connect(idx / "store.db", timeout=30) as con:
+        rows = con.execute("SELECT COUNT(*) FROM items").fetchone()[0] - 10
+    assert rows >= committed and rows % 500 == 0 and rows < n  # whole batches only, killed midway
+    store = VectorStore.open(idx)
+    assert len(store) == rows + 10 and len(store.backend) == rows + 10
+    probe = [0, rows // 2, rows - 1]
+    hits = store.search(big[probe], 1)
+    assert [h[0]["id"] for h in hits] == [10 + p for p in probe]
+    store.add(big[rows : rows + 5], [10 + rows + i for i in range(5)])
+    store.close()
