@@ -17,7 +17,17 @@ from pathlib import Path
 from .. import __version__
 from ..errors import UserError
 
-SUBCOMMAND_MODULES = ("core", "data", "pretrain", "finetune", "predict", "embed", "serve", "index", "experiment")
+SUBCOMMAND_MODULES = (
+    "core",
+    "data",
+    "pretrain",
+    "finetune",
+    "predict",
+    "embed",
+    "serve",
+    "index",
+    "experiment",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
