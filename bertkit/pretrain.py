@@ -54,6 +54,7 @@ from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
+from bertkit.validate import check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
 
@@ -83,6 +84,18 @@ PHASE_KEYS = (
     "whole_word_mask",
     "grad_accum",
 )
+
+
+# field -> the check its value must pass (bertkit.validate); flags and config files both go through them
+_VALUE_CHECKS = {
+    "steps": "positive_int", "batch_size": "positive_int", "grad_accum": "positive_int",
+    "max_seq_length": "positive_int", "masked_lm_prob": "open_probability", "max_predictions_per_seq":
+    "positive_int", "short_seq_prob": "probability", "lr": "positive_float", "warmup": "non_negative_float",
+    "weight_decay": "non_negative_float", "clip_norm": "non_negative_float", "log_every": "positive_int",
+    "checkpoint_every": "non_negative_int", "keep_last": "non_negative_int", "eval_every": "non_negative_int",
+    "eval_batches": "non_negative_int", "eval_batch_size": "positive_int", "valid_documents": "non_negative_int",
+    "num_threads": "positive_int",
+}  # fmt: skip
 
 
 @dataclass
@@ -168,6 +181,12 @@ class PretrainConfig:
         unknown = set(data) - names
         if unknown:
             raise UserError(f"{source}: unknown setting(s) {sorted(unknown)}; known: {sorted(names)}")
+        check_field_types(cls, data, source)
+        check_values(data, _VALUE_CHECKS, source)
+        for i, ph in enumerate(data.get("phases") or []):
+            if not isinstance(ph, dict):
+                raise UserError(f"{source}: phases[{i + 1}] must be a table of settings")
+            check_values(ph, _VALUE_CHECKS, f"{source}: phase {i + 1}")
         return cls(**data)
 
 
@@ -359,7 +378,9 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     model.to(device)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(out / "run_config.json", {**dataclasses.asdict(cfg), "world_size": world})
+        # a resumed run keeps the record of how it was started
+        if not (resume and (out / "run_config.json").is_file()):
+            atomic_write_json(out / "run_config.json", {**dataclasses.asdict(cfg), "world_size": world})
 
     opt_state: dict[str, Any] = {}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.cli import args as A
 from bertkit.cli.train_options import add_trainer_arguments
 from bertkit.errors import UserError
 
@@ -14,8 +15,8 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
     p.add_argument(
         "--model", required=True, help="pre-trained model directory (HF layout: config.json, weights, vocab)"
     )
-    p.add_argument(
-        "--out", required=True, help="output directory (metrics.json, model/, predictions, loss.png)"
+    A.add_output(
+        p, "--out", resumable=True, help="output directory (metrics.json, model/, predictions, loss.png)"
     )
     p.add_argument("--epochs", type=float, default=3.0, help="training epochs (paper: 2, 3 or 4; default 3)")
     p.add_argument("--batch-size", type=int, default=32, help="paper: 16 or 32 (default 32)")

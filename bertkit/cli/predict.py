@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from bertkit.cli import args as A
 from bertkit.errors import UserError
 
 
@@ -15,11 +16,11 @@ def register(subparsers) -> None:
     p.add_argument(
         "--input", required=True, help="CSV/TSV/JSONL (classification), CoNLL or text (NER), SWAG CSV"
     )
-    p.add_argument("--out", required=True, help="JSON lines to write")
+    A.add_output(p, "--out", kind="file", help="JSON lines to write")
     p.add_argument("--text-field", default="text")
     p.add_argument("--pair-field", default="text_pair")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-seq-length", type=A.int_range(8, 512), default=128)
+    p.add_argument("--batch-size", type=A.positive_int, default=64)
     p.set_defaults(func=run_predict)
 
     p = subparsers.add_parser(
@@ -29,13 +30,13 @@ def register(subparsers) -> None:
     p.add_argument(
         "--input", required=True, help="text file (one sequence per line; 'a ||| b' for pairs) or JSONL"
     )
-    p.add_argument(
-        "--out", required=True, help=".jsonl (tokens + features) or .npz (features, offsets, tokens)"
+    A.add_output(
+        p, "--out", kind="file", help=".jsonl (tokens + features) or .npz (features, offsets, tokens)"
     )
     p.add_argument("--layers", default="-1,-2,-3,-4", help="comma-separated; -1 = last layer, 0 = embeddings")
     p.add_argument("--text-field", default="text", help="JSONL input: the text field")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-length", type=A.int_range(8, 512), default=128)
+    p.add_argument("--batch-size", type=A.positive_int, default=32)
     p.set_defaults(func=run_features)
 
 
