@@ -193,10 +193,14 @@ def _pretrain(matrix, cell, out, done, progress) -> dict:
     if spec.get("runner") == "transformers":
         return _transformers(matrix, cell, out, done, progress)
     cfg = _pretrain_config(matrix, cell, out, progress)
-    resume = run_dir.is_dir() and latest_checkpoint(run_dir) is not None
+    settings = json.dumps(cell.spec, sort_keys=True, default=str)
+    same = (run_dir / "cell.json").is_file() and (run_dir / "cell.json").read_text() == settings
+    resume = same and latest_checkpoint(run_dir) is not None
     if run_dir.is_dir() and not resume:
-        shutil.rmtree(run_dir)  # started but no checkpoint yet: nothing to keep
+        # started but no checkpoint yet, or started with other settings: nothing to keep
+        shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "cell.json").write_text(settings)
     clock = _CpuClock(run_dir)
     w0 = time.time()
     res = pretrain(cfg, resume=resume, callbacks=[clock])
