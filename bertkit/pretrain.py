@@ -47,11 +47,13 @@ import torch
 import torch.distributed as dist
 
 from bertkit.config import BertConfig
+from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
 from bertkit.io import atomic_write_json
 from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
+from bertkit.train.distributed import init_distributed
 from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
 from bertkit.validate import check_field_types, check_values
@@ -139,6 +141,11 @@ class PretrainConfig:
     nonfinite: str = "skip"
     phases: list[dict[str, Any]] = field(default_factory=list)
     num_threads: int | None = None
+    # The data stream: "auto" (a prepared dir's static instances if `prepare --static` wrote them, else the
+    # dynamic stream; an .npz file: static; anything else: TFRecord), "dynamic", "static" or "tfrecord".
+    data_format: str = "auto"
+    vocab: str | None = None  # vocab.txt for TFRecord data (a prepared dir has its own)
+    lowercase: bool | None = None  # the saved tokenizer's casing (default: the prepared dir's, else True)
 
     def with_recipe(self) -> PretrainConfig:
         """A copy with ``lr``, ``warmup`` and ``batch_size`` filled from the recipe where they are unset."""
@@ -296,7 +303,24 @@ def make_eval_fn(dataset, objective: str, batch_size: int, max_batches: int, dev
     return eval_fn
 
 
-def _load_dataset(data_dir: str, phase: dict, cfg: PretrainConfig, split: str):
+def _load_dataset(
+    data_dir: str, phase: dict, cfg: PretrainConfig, split: str, fmt: str = "dynamic", pad_id=0
+):
+    if fmt != "dynamic":
+        if split != "train":  # the fixed instances cover every document: nothing is held out
+            raise UserError(f"no held-out split in {fmt} data {data_dir}")
+        ds = open_static(data_dir, fmt, no_nsp=cfg.objective != "mlm+nsp", pad_id=pad_id)
+        if ds.max_seq_length > phase["max_seq_length"]:
+            raise UserError(
+                f"{ds.name}: instances have {ds.max_seq_length} tokens > max_seq_length {phase['max_seq_length']}; "
+                f"pass --max-seq-length {ds.max_seq_length}"
+            )
+        if ds.max_predictions_per_seq != phase["max_predictions_per_seq"]:
+            logger.info(
+                "%s: max_predictions_per_seq %d comes from the data (setting %d ignored)",
+                ds.name, ds.max_predictions_per_seq, phase["max_predictions_per_seq"],
+            )  # fmt: skip
+        return ds
     try:
         from bertkit.data import PretrainingDataset
     except ImportError:
@@ -317,19 +341,6 @@ def _load_dataset(data_dir: str, phase: dict, cfg: PretrainConfig, split: str):
     )
 
 
-def init_distributed() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank); initialises the process group under torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=backend)
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
-    return 0, 1, 0
-
-
 def _device(cfg: PretrainConfig, local_rank: int) -> torch.device:
     if cfg.device:
         return torch.device(cfg.device)
@@ -347,7 +358,8 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {cfg.objective!r}")
     cfg = cfg.with_recipe()
     data_dir = Path(cfg.data)
-    if not (data_dir / "manifest.json").is_file():
+    fmt = detect_format(data_dir, cfg.data_format)
+    if fmt == "dynamic" and not (data_dir / "manifest.json").is_file():
         raise UserError(f"{data_dir}: not a prepared data directory (run `bertkit prepare` first)")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
@@ -359,9 +371,16 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if total_steps <= 0:
         raise UserError("steps must be positive")
 
-    vocab_file = data_dir / "vocab.txt"
+    vocab_file = Path(cfg.vocab) if cfg.vocab else data_dir / "vocab.txt"
+    if not vocab_file.is_file():
+        raise UserError(
+            f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
+        )
     vocab_words = vocab_file.read_text(encoding="utf-8").splitlines()
-    manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest_file = data_dir / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8")) if manifest_file.is_file() else {}
+    if cfg.lowercase is not None:
+        manifest["lowercase"] = cfg.lowercase
     pad_id = vocab_words.index("[PAD]") if "[PAD]" in vocab_words else 0
     mc = build_model_config(cfg, len(vocab_words), max(p["max_seq_length"] for p in phases))
     mc.pad_token_id = pad_id
@@ -394,7 +413,9 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         return linear_schedule(o, warmup_steps_from(cfg.warmup, total_steps), total_steps)
 
     loss_fn = make_loss_fn(cfg.objective, pad_id)
-    results: dict[str, Any] = {"phases": [], "world_size": world, "objective": cfg.objective}
+    results: dict[str, Any] = {
+        "phases": [], "world_size": world, "objective": cfg.objective, "data_format": fmt,
+    }  # fmt: skip
     opt = sched = None
     start = 0
     trainer = None
@@ -407,7 +428,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
                 f"batch_size {ph['batch_size']} must be a multiple of world_size*grad_accum = "
                 f"{world}*{ph['grad_accum']}"
             )
-        train_ds = _load_dataset(str(data_dir), ph, cfg, "train")
+        train_ds = _load_dataset(str(data_dir), ph, cfg, "train", fmt, pad_id)
         batches = Batches(
             train_ds, micro, train_ds.collate, seed=cfg.seed, rank=rank, world_size=world,
             grad_accum=int(ph["grad_accum"]),
@@ -415,7 +436,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         eval_fn = None
         if cfg.eval_every or cfg.eval_batches:
             try:
-                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid")
+                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid", fmt, pad_id)
                 eval_fn = make_eval_fn(
                     valid_ds, cfg.objective, cfg.eval_batch_size or micro, cfg.eval_batches, device, pad_id
                 )

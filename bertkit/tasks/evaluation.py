@@ -51,24 +51,34 @@ def predict_features(
     return out
 
 
-def evaluate(
-    model: nn.Module, task: TaskData, examples: list, feats: list[Feature], s: Settings, pad_id: int = 0
-):
-    """(metrics, predictions per example as label names / floats / tag lists)."""
-    raw = predict_features(model, feats, task.kind, s.eval_batch_size, pad_id, progress=s.progress)
+def predictions(task: TaskData, examples: list, feats: list[Feature], raw: list) -> list:
+    """Per-example predictions from :func:`predict_features`' output: label names (seq), floats
+    (regression), ending indices (choice), tag lists (token; words past every window stay "O")."""
     if task.kind == "token":
         preds: list = [["O"] * len(e.words) for e in examples]
         for f, path in zip(feats, raw):
             for j, lab in enumerate(path[: f.n_words]):
                 preds[f.example][f.word_start + j] = task.labels[lab]
+        return preds
+    if task.labels is None:
+        return list(raw)
+    if task.kind == "choice":
+        return [r[0] for r in raw]
+    return [task.labels[r[0]] for r in raw]
+
+
+def evaluate(
+    model: nn.Module, task: TaskData, examples: list, feats: list[Feature], s: Settings, pad_id: int = 0
+):
+    """(metrics, predictions per example as label names / floats / tag lists, raw per-feature outputs)."""
+    raw = predict_features(model, feats, task.kind, s.eval_batch_size, pad_id, progress=s.progress)
+    preds = predictions(task, examples, feats, raw)
+    if task.kind == "token":
         gold = [e.tags for e in examples]
     elif task.labels is None:
-        preds = raw
         gold = [float(e.label) for e in examples]
     elif task.kind == "choice":
-        preds = [r[0] for r in raw]
         gold = [e.label for e in examples]
     else:
-        preds = [task.labels[r[0]] for r in raw]
         gold = [str(e.label) for e in examples]
     return task.metric(preds, gold), preds, raw
