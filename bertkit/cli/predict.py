@@ -31,7 +31,9 @@ def register(subparsers) -> None:
         help="classification: cut long texts, or average the logits of overlapping windows",
     )
     p.add_argument("--aggregation", choices=("first", "max", "simple"), default="first", help="NER entities")
-    p.add_argument("--doc-stride", type=A.positive_int, default=128, help="QA: tokens between windows")
+    p.add_argument(
+        "--doc-stride", type=A.positive_int, default=None, help="QA: tokens between windows (default 128)"
+    )
     p.add_argument(
         "--max-answer-length", type=A.positive_int, default=30, help="QA: longest answer in tokens"
     )
