@@ -23,6 +23,7 @@ pytest.importorskip("prometheus_client", reason="serve extra not installed: pip 
 from fastapi.testclient import TestClient  # noqa: E402
 from serving_utils import tiny_dir  # noqa: E402
 
+from bertkit.cli import main as cli_main  # noqa: E402
 from bertkit.heads.finetune import (  # noqa: E402
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -89,6 +90,24 @@ def test_qa_equals_squad_evaluation(tmp_path, shared_data, minilm_dir):
     located = sum(1 for qid, _, _ in questions if got[qid])
     assert located > 0
     assert evaluate(dev, got, version="1.1") == evaluate(dev, want, version="1.1")
+    # `bertkit predict` on the SQuAD file: the same answers and offsets as the route
+    (tmp_path / "dev.json").write_text(json.dumps(dev), encoding="utf-8")
+    assert (
+        cli_main(
+            [
+                "predict",
+                str(model_dir),
+                "--input",
+                str(tmp_path / "dev.json"),
+                "--out",
+                str(tmp_path / "qa.jsonl"),
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(x) for x in (tmp_path / "qa.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {r["id"]: r["answer"] for r in rows} == want
+    assert all(r["start"] is None or r["start"] >= 0 for r in rows)
     # the single-question shape, and a context longer than one window (several windows, one answer)
     qid, q, c = questions[0]
     one = client.post("/qa", json={"question": q, "context": c}).json()
@@ -112,7 +131,9 @@ def test_ner_equals_conll_evaluation(tmp_path, shared_data, minilm_dir):
         BertForTokenClassification, minilm_dir, tmp_path / "ner", num_labels=9, id2label=id2label
     )
     sentences = [s for s in read_conll(shared_data / "conll2003" / "valid.txt")[:60] if s.words]
-    sentences = [s for s in sentences if len(s.words) < 12][:10] + [s for s in sentences if len(s.words) > 30][:4]
+    sentences = [s for s in sentences if len(s.words) < 12][:10] + [
+        s for s in sentences if len(s.words) > 30
+    ][:4]
     model = BertForTokenClassification.from_pretrained(model_dir).eval()
     tok = Tokenizer.from_pretrained(model_dir)
     # finetune ner's evaluation path (max length 32: long sentences span several windows)
@@ -141,6 +162,25 @@ def test_ner_equals_conll_evaluation(tmp_path, shared_data, minilm_dir):
         assert all(text[e["start"] : e["end"]] == e["word"] for e in body["entities"])
         n_entities += len(spans)
     assert n_entities > 0
+    # `bertkit predict` on a CoNLL file: the same tags and entities as the route
+    conll = tmp_path / "in.conll"
+    conll.write_text(
+        "\n\n".join("\n".join(f"{w} O" for w in s.words) for s in sentences) + "\n", encoding="utf-8"
+    )
+    args = [
+        "predict",
+        str(model_dir),
+        "--input",
+        str(conll),
+        "--out",
+        str(tmp_path / "ner.jsonl"),
+        "--max-seq-length",
+        "32",
+    ]
+    assert cli_main(args) == 0
+    rows = [json.loads(x) for x in (tmp_path / "ner.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["tags"] for r in rows] == want
+    assert rows[0]["entities"] == client.post("/ner", json={"words": sentences[0].words}).json()["entities"]
 
     # raw text: BERT's words, offsets into the original characters; every aggregation answers
     text = "Peter Blackburn  visited   the EU's office in Brussels, Belgium."
@@ -237,6 +277,33 @@ def test_long_text_windows(tiny):
     want = np.mean([svc.embed([svc.tokenizer.decode(x[1:-1])])[0][0] for x in ids], axis=0)
     np.testing.assert_allclose(vec[0], want, atol=1e-4)
     assert not np.allclose(vec[0], svc.embed([text])[0][0], atol=1e-3)  # truncation differs
+
+
+def test_predict_long_text_windows_cli(tiny, tmp_path):
+    text = " ".join(["the movie was very good"] * 15)
+    (tmp_path / "in.txt").write_text(f"{text}\nbad\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    assert (
+        cli_main(
+            [
+                "predict",
+                str(tiny["cls"]),
+                "--input",
+                str(tmp_path / "in.txt"),
+                "--out",
+                str(out),
+                "--long-text",
+                "windows",
+            ]
+        )
+        == 0
+    )
+    rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
+    want = InferenceService(tiny["cls"], max_length=32).predict([text, "bad"], long_text="windows")
+    assert [r["label"] for r in rows] == [w["label"] for w in want]
+    assert rows[0]["score"] == pytest.approx(want[0]["score"], abs=1e-6)
+    truncated = InferenceService(tiny["cls"], max_length=32).predict([text])[0]
+    assert truncated["score"] != pytest.approx(want[0]["score"], abs=1e-6)
 
 
 def _concurrent(fn, args_list):

@@ -9,6 +9,7 @@ path of ``errors.install_handlers``; the body limit is checked by ``limits.BodyL
 import base64
 import os
 import time
+from importlib import resources
 from typing import Any
 
 from ..errors import UserError
@@ -68,7 +69,7 @@ def create_app(
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
-    from fastapi.responses import Response
+    from fastapi.responses import HTMLResponse, Response
     from pydantic import BaseModel, Field
 
     metrics = Metrics()
@@ -137,7 +138,7 @@ def create_app(
         question: str | None = None
         context: str | None = None
         inputs: list[QAItem] | None = None
-        doc_stride: int = 128
+        doc_stride: int | None = None
         max_answer_length: int = 30
         handle_impossible_answer: bool = False
         null_threshold: float = 0.0
@@ -167,6 +168,12 @@ def create_app(
     def prometheus() -> Response:
         body, ctype = metrics.render()
         return Response(body, media_type=ctype)
+
+    @app.get("/", response_class=HTMLResponse)
+    def playground() -> HTMLResponse:
+        """A self-contained page to try the model's routes (no CDN: the server runs offline)."""
+        page = resources.files("bertkit.serving").joinpath("playground.html").read_text(encoding="utf-8")
+        return HTMLResponse(page)
 
     @app.post("/embed")
     def embed(req: EmbedRequest) -> Any:

@@ -111,7 +111,7 @@ class InferenceService:
         return self.can_predict and self.config.num_labels == 1
 
     def routes(self) -> list[str]:
-        eps = ["/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
+        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
         for ok, route in (
             (self.can_predict, "/predict"),
             (self.can_fill_mask, "/fill-mask"),
@@ -363,7 +363,7 @@ class InferenceService:
     def qa(
         self,
         items: list[tuple[str, str]],
-        doc_stride: int = 128,
+        doc_stride: int | None = None,
         max_answer_length: int = 30,
         handle_impossible_answer: bool = False,
         null_threshold: float = 0.0,
@@ -382,10 +382,14 @@ class InferenceService:
                 f"{field} holds {len(items)} questions; this server takes at most {self.limits.max_batch_size} "
                 "per request (--max-batch-size)",
             )
+        window = min(384, self.max_length)
+        query = min(64, self.max_length // 4)
+        if doc_stride is None:  # run_squad.py's 128, or the whole room of a smaller model's window
+            doc_stride = min(128, window - query - 3)
         settings = QASettings(
-            max_seq_length=min(384, self.max_length),
+            max_seq_length=window,
             doc_stride=doc_stride,
-            max_query_length=min(64, self.max_length // 4),
+            max_query_length=query,
             max_answer_length=max_answer_length,
             version_2_with_negative=handle_impossible_answer,
             null_threshold=null_threshold,
