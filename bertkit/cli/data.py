@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from bertkit.cli import args as A
 from bertkit.data.corpus import FORMATS
+
+
+def _prepare_started(path: Path) -> bool:
+    # what an interrupted `prepare` leaves: finished shards' records (or a finished manifest)
+    return path.is_dir() and (any(path.glob("shard_*.json")) or (path / "manifest.json").is_file())
 
 
 def _add_corpus_args(p: argparse.ArgumentParser) -> None:
@@ -27,25 +34,30 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
 def register(subparsers) -> None:
     p = subparsers.add_parser("vocab", help="train a WordPiece vocabulary (vocab.txt) from a corpus")
     _add_corpus_args(p)
-    p.add_argument("--vocab-size", type=int, required=True)
-    p.add_argument("--out", required=True, help="vocab.txt to write")
-    p.add_argument("--min-frequency", type=int, default=2)
+    p.add_argument("--vocab-size", type=A.int_range(6, 10_000_000), required=True)
+    A.add_output(p, "--out", kind="file", help="vocab.txt to write")
+    p.add_argument("--min-frequency", type=A.positive_int, default=2)
     p.set_defaults(func=run_vocab)
 
     p = subparsers.add_parser("prepare", help="tokenize a corpus into binary shards for pre-training")
     _add_corpus_args(p)
-    p.add_argument("--vocab", required=True, help="vocab.txt")
-    p.add_argument("--out", required=True, help="data directory to write")
-    p.add_argument("--max-seq-length", type=int, default=128)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--vocab", required=True, type=A.existing_file, help="vocab.txt")
+    A.add_output(p, "--out", kind="dir", resumable=_prepare_started, help="data directory to write")
     p.add_argument(
-        "--shard-size-mb", type=float, default=4.0, help="text per shard (memory ~ workers x this)"
+        "--resume",
+        action="store_true",
+        help="continue an interrupted prepare in --out (finished shards are kept)",
+    )
+    p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=128)
+    p.add_argument("--workers", type=A.positive_int, default=1)
+    p.add_argument(
+        "--shard-size-mb", type=A.positive_float, default=4.0, help="text per shard (memory ~ workers x this)"
     )
     p.add_argument("--static", action="store_true", help="also write the original's static instances")
-    p.add_argument("--dupe-factor", type=int, default=10)
-    p.add_argument("--masked-lm-prob", type=float, default=0.15)
-    p.add_argument("--max-predictions-per-seq", type=int, default=20)
-    p.add_argument("--short-seq-prob", type=float, default=0.1)
+    p.add_argument("--dupe-factor", type=A.positive_int, default=10)
+    p.add_argument("--masked-lm-prob", type=A.open_probability, default=0.15)
+    p.add_argument("--max-predictions-per-seq", type=A.positive_int, default=20)
+    p.add_argument("--short-seq-prob", type=A.probability, default=0.1)
     p.add_argument("--whole-word-mask", action="store_true")
     p.add_argument("--seed", type=int, default=12345)
     p.set_defaults(func=run_prepare)
@@ -82,8 +94,6 @@ def run_prepare(args: argparse.Namespace) -> dict:
         progress=not args.quiet,
     )
     if args.static:
-        from pathlib import Path
-
         from bertkit.data.instances import create_static_from_shards
 
         result["static"] = create_static_from_shards(

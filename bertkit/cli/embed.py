@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from . import args as A
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,13 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         '({"embedding": [...]} per line, with the input\'s "id" when present).',
     )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
-    p.add_argument("--input", type=Path, required=True, metavar="F")
-    p.add_argument("--out", type=Path, required=True, metavar="F")
+    p.add_argument("--input", type=A.existing_file, required=True, metavar="F")
+    A.add_output(p, "--out", kind="file", type=Path, metavar="F")
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default: text)")
     p.add_argument("--pooling", choices=("mean", "cls", "max", "mean_sqrt_len"), default=None)
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-seq-length", type=int, default=None)
+    p.add_argument("--batch-size", type=A.positive_int, default=32)
+    p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=None)
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.set_defaults(func=embed)
 
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "needed) and writes config.json, model.safetensors, vocab.txt and tokenizer_config.json.",
     )
     t.add_argument("ckpt_dir", type=Path, metavar="CKPT_DIR", help="checkpoint directory or prefix")
-    t.add_argument("out_dir", type=Path, metavar="OUT_DIR")
+    A.add_output(t, "out_dir", type=Path, metavar="OUT_DIR")
     case = t.add_mutually_exclusive_group()
     case.add_argument("--cased", action="store_true", help="keep case (default: guessed from the dir name)")
     case.add_argument("--uncased", action="store_true", help="lowercase the input")
@@ -60,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(sequence classification, token classification, QA start/end).",
     )
     o.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
-    o.add_argument("out", type=Path, metavar="OUT.onnx")
+    A.add_output(o, "out", kind="file", type=Path, metavar="OUT.onnx")
     o.add_argument("--opset", type=int, default=17)
     o.add_argument(
         "--head", choices=("auto", "encoder"), default="auto", help="encoder: export only BertModel"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from bertkit.cli import args as A
 from bertkit.errors import UserError
 
 # flag dest -> PretrainConfig field (same name unless listed)
@@ -11,7 +13,8 @@ _FLAGS = (
     "data", "out", "preset", "objective", "steps", "batch_size", "lr", "warmup", "weight_decay", "optimizer",
     "grad_accum", "precision", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
     "seed", "log_every", "checkpoint_every", "keep_last", "eval_every", "eval_batches", "clip_norm", "device",
-    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing",
+    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing", "recipe",
+    "data_format", "vocab",
 )  # fmt: skip
 
 
@@ -26,41 +29,75 @@ def register(subparsers) -> None:
             "overrides and [[phases]] (e.g. 90%% of steps at 128 tokens, then 512)."
         ),
     )
-    p.add_argument("--data", help="prepared data directory (bertkit prepare --out)")
-    p.add_argument("--out", help="run directory to write")
+    p.add_argument(
+        "--data",
+        help="prepared data directory (bertkit prepare --out; with --static its fixed instances are used), "
+        "or the original release's TFRecord file(s) (a file or a directory of them; needs --vocab)",
+    )
+    p.add_argument(
+        "--data-format", choices=["auto", "dynamic", "static", "tfrecord"],
+        help="the stream: dynamic masking on the fly, the static instances of `prepare --static`, or "
+        "TFRecord files of create_pretraining_data.py (default auto: static if the dir has them)",
+    )  # fmt: skip
+    p.add_argument("--vocab", help="vocab.txt the TFRecord data was made with (a prepared dir has its own)")
+    p.add_argument(
+        "--cased", dest="lowercase", action="store_false", default=None,
+        help="TFRecord data: the saved tokenizer keeps case (default: lowercase, as the uncased models)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", help="run directory to write (refused if it exists, unless --resume or --overwrite)"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out run directory")
     p.add_argument("--preset", choices=["tiny", "mini", "small", "medium", "base", "large"])
-    p.add_argument("--config", help="TOML/YAML run config (flags on the command line override it)")
-    p.add_argument("--model-config", dest="model_config", help="a config.json to build the model from")
-    p.add_argument("--init-from", help="continue pre-training from a saved model directory")
+    p.add_argument(
+        "--config", type=A.existing_file, help="TOML/YAML run config (flags on the command line override it)"
+    )
+    p.add_argument(
+        "--model-config",
+        dest="model_config",
+        type=A.existing_file,
+        help="a config.json to build the model from",
+    )
+    p.add_argument(
+        "--init-from", type=A.existing_dir, help="continue pre-training from a saved model directory"
+    )
     p.add_argument("--objective", choices=["mlm+nsp", "mlm", "ltr"])
-    p.add_argument("--steps", type=int)
-    p.add_argument("--batch-size", type=int, help="global batch per optimizer step")
-    p.add_argument("--grad-accum", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--warmup", type=float, help="steps (>= 1) or a fraction of all steps (< 1)")
-    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--steps", type=A.positive_int)
+    p.add_argument("--batch-size", type=A.positive_int, help="global batch per optimizer step")
+    p.add_argument("--grad-accum", type=A.positive_int)
+    p.add_argument("--lr", type=A.positive_float, help="peak learning rate (default: from --recipe)")
+    p.add_argument(
+        "--warmup", type=A.non_negative_float,
+        help="steps (>= 1) or a fraction of all steps (< 1) (default: from --recipe)",
+    )  # fmt: skip
+    p.add_argument(
+        "--recipe", choices=["auto", "cpu", "paper"],
+        help="lr/warm-up defaults: cpu (tiny/mini/small: lr 1e-3, 5e-4 for small, 6%% warm-up), paper "
+        "(lr 1e-4, 1%% warm-up); auto (default) picks cpu for the small presets",
+    )  # fmt: skip
+    p.add_argument("--weight-decay", type=A.non_negative_float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
-    p.add_argument("--clip-norm", type=float)
+    p.add_argument("--clip-norm", type=A.non_negative_float)
     p.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
     p.add_argument(
         "--gradient-checkpointing", action="store_true", default=None,
         help="recompute encoder layers in the backward pass (less memory for 512-token phases)",
     )  # fmt: skip
-    p.add_argument("--max-seq-length", type=int)
-    p.add_argument("--masked-lm-prob", type=float)
-    p.add_argument("--max-predictions-per-seq", type=int)
-    p.add_argument("--short-seq-prob", type=float)
+    p.add_argument("--max-seq-length", type=A.int_range(8, 8192))
+    p.add_argument("--masked-lm-prob", type=A.open_probability)
+    p.add_argument("--max-predictions-per-seq", type=A.positive_int)
+    p.add_argument("--short-seq-prob", type=A.probability)
     p.add_argument("--whole-word-mask", action="store_true", default=None)
     p.add_argument("--seed", type=int)
-    p.add_argument("--log-every", type=int)
-    p.add_argument("--checkpoint-every", type=int)
-    p.add_argument("--keep-last", type=int)
-    p.add_argument("--eval-every", type=int)
-    p.add_argument("--eval-batches", type=int)
-    p.add_argument("--valid-documents", type=int)
+    p.add_argument("--log-every", type=A.positive_int)
+    p.add_argument("--checkpoint-every", type=A.non_negative_int)
+    p.add_argument("--keep-last", type=A.non_negative_int)
+    p.add_argument("--eval-every", type=A.non_negative_int)
+    p.add_argument("--eval-batches", type=A.non_negative_int)
+    p.add_argument("--valid-documents", type=A.non_negative_int)
     p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--distributed", choices=["ddp", "fsdp"], help="wrapper under torchrun (default ddp)")
-    p.add_argument("--num-threads", type=int, help="torch CPU threads")
+    p.add_argument("--num-threads", type=A.positive_int, help="torch CPU threads")
     p.add_argument("--tensorboard", action="store_true", default=None, help="also log to RUN_DIR/tb")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -71,21 +108,23 @@ def config_from_args(args: argparse.Namespace):
     from bertkit.pretrain import PretrainConfig, load_config_file
 
     data = load_config_file(args.config) if getattr(args, "config", None) else {}
-    for name in (*_FLAGS, "model_config", "whole_word_mask", "tensorboard"):
+    for name in (*_FLAGS, "model_config", "whole_word_mask", "tensorboard", "lowercase"):
         v = getattr(args, name, None)
         if v is not None:
-            data[name] = v
+            data[name] = str(v) if isinstance(v, Path) else v
     if getattr(args, "quiet", False):
         data["progress"] = False
     if not data.get("data"):
         raise UserError("--data is required (or `data = ...` in the --config file)")
     if not data.get("out"):
         raise UserError("--out is required (or `out = ...` in the --config file)")
-    return PretrainConfig.from_dict(data, source=args.config or "flags")
+    return PretrainConfig.from_dict(data, source=str(args.config or "flags"))
 
 
 def run_pretrain(args: argparse.Namespace) -> dict:
     from bertkit.pretrain import pretrain
 
     cfg = config_from_args(args)
-    return pretrain(cfg, resume=args.resume)
+    # the run dir may come from the config file, so it is claimed here rather than by add_output
+    with A.claim_output(cfg.out, overwrite=args.overwrite, resume=args.resume, resumable=True):
+        return pretrain(cfg, resume=args.resume)

@@ -1,4 +1,4 @@
-"""``bertkit serve MODEL_DIR``: an HTTP inference server (FastAPI + uvicorn)."""
+"""``bertkit serve MODEL_DIR``: the HTTP inference server (FastAPI + uvicorn; see docs/serving.md)."""
 
 from __future__ import annotations
 
@@ -6,37 +6,114 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..serving.limits import Limits
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    d = Limits()
     p = subparsers.add_parser(
         "serve",
-        help="HTTP server: /health /info /embed /predict /fill-mask /tokenize",
+        help="HTTP server: /embed /v1/embeddings /rerank /predict /fill-mask /tokenize /metrics, playground at /",
         description="Serve a model directory over HTTP (needs: pip install 'bertkit[serve]'). "
-        "/predict needs a sequence-classification dir, /fill-mask an MLM or pre-training dir.",
+        "/predict needs a sequence-classification dir, /fill-mask an MLM or pre-training dir. "
+        "Every request is bounded by the limits below; over a limit -> 413/422 naming it.",
     )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--max-batch-size", type=int, default=64, help="most texts accepted per request")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
+    p.add_argument(
+        "--model-id", default=None, help="the name /info and /v1/embeddings report (default: dir name)"
+    )
+    g = p.add_argument_group("limits (per request)")
+    g.add_argument(
+        "--max-body-bytes", type=_positive, default=d.max_body_bytes, help="largest request body (413)"
+    )
+    g.add_argument("--max-text-chars", type=_positive, default=d.max_text_chars, help="longest text (413)")
+    g.add_argument(
+        "--max-batch-size", type=_positive, default=d.max_batch_size, help="most texts per request (413)"
+    )
+    g.add_argument(
+        "--max-request-tokens",
+        type=_positive,
+        default=d.max_request_tokens,
+        help="most tokens of model work one request may ask for, bounded before tokenisation (413)",
+    )
+    g.add_argument(
+        "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
+    )
+    g.add_argument(
+        "--long-text",
+        choices=("truncate", "windows"),
+        default="truncate",
+        help="texts over --max-length: cut them, or run overlapping windows and average (embed, predict)",
+    )
+    g.add_argument(
+        "--window-stride", type=_positive, default=None, help="windows: tokens between window starts"
+    )
+    b = p.add_argument_group("batching")
+    b.add_argument("--max-batch-tokens", type=_positive, default=16_384, help="padded tokens per model batch")
+    b.add_argument(
+        "--max-wait-ms", type=_non_negative_float, default=5.0, help="longest wait to fill a batch"
+    )
+    b.add_argument("--workers", type=_positive, default=1, help="model worker threads")
+    b.add_argument(
+        "--no-batching", action="store_true", help="one request per batch (no cross-request merging)"
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from ..errors import UserError
-    from ..serve import serve
+    from ..serving import serve
 
-    if args.max_batch_size < 1:
-        raise UserError(f"--max-batch-size must be >= 1, got {args.max_batch_size}")
     if not 0 <= args.port < 65536:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_text_chars=args.max_text_chars,
+        max_batch_size=args.max_batch_size,
+        max_request_tokens=args.max_request_tokens,
+    )
     serve(
         args.model_dir,
         host=args.host,
         port=args.port,
-        max_batch_size=args.max_batch_size,
-        device=args.device,
         log_level=args.log_level,
+        docs=args.docs,
+        limits=limits,
+        max_length=args.max_length,
+        device=args.device,
+        long_text=args.long_text,
+        window_stride=args.window_stride,
+        model_id=args.model_id,
+        batching={
+            "max_batch_tokens": args.max_batch_tokens,
+            "max_wait_ms": args.max_wait_ms,
+            "workers": args.workers,
+            "enabled": not args.no_batching,
+        },
     )
     return None

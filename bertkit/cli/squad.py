@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from bertkit.cli import args as A
 from bertkit.cli.train_options import add_trainer_arguments
 
 
@@ -57,7 +58,7 @@ def register_squad(sub) -> None:
         conflict_handler="resolve",
     )
     p.add_argument("--model", required=True, help="pre-trained model directory (HF layout)")
-    p.add_argument("--out", required=True, help="output directory (metrics.json, predictions.json, model/)")
+    A.add_output(p, "--out", resumable=True, help="output directory (metrics.json, predictions.json, model/)")
     p.add_argument("--epochs", type=float, default=None, help="default: 3 for v1.1, 2 for v2.0 (the paper)")
     p.add_argument("--batch-size", type=int, default=None, help="default 32")
     p.add_argument("--lr", type=float, default=None, help="default 5e-5")

@@ -1,0 +1,109 @@
+"""One error path for the server: every refusal is an ``ApiError`` and leaves as ``{"error", "error_type"}``.
+
+The shape is text-embeddings-inference's (TEI). Handlers are installed once on the app, so a route never
+needs its own try/except: bad input raises ``ApiError`` (or a pydantic validation error, or a ``UserError``
+from the library), and anything else is a bug, answered 500 with its traceback in the server log only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..errors import UserError
+
+log = logging.getLogger("bertkit.serving")
+
+
+class ApiError(Exception):
+    """A request the server refuses: HTTP ``status``, a TEI-style ``error_type`` and a one-line message."""
+
+    def __init__(self, status: int, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+
+
+def validation(message: str) -> ApiError:
+    return ApiError(422, "validation", message)
+
+
+def too_large(message: str) -> ApiError:
+    return ApiError(413, "payload_too_large", message)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    """pydantic's ``("body", "texts", 3)`` -> ``texts[3]``."""
+    out = ""
+    for part in loc:
+        if part in ("body", "query", "path") and not out:
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def validation_message(errors: list[dict[str, Any]]) -> str:
+    """The first of pydantic's errors as one line naming the field (the input itself is never echoed)."""
+    if not errors:
+        return "invalid request"
+    err = errors[0]
+    if err.get("type") == "json_invalid":
+        ctx = err.get("ctx") or {}
+        return one_line(f"the body is not valid JSON: {ctx.get('error', 'parse error')}")
+    field = _field(tuple(err.get("loc") or ()))
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return one_line(f"{field}: {err.get('msg', 'invalid value')}{more}")
+
+
+def error_body(status: int, error_type: str, message: str) -> dict[str, Any]:
+    return {"error": message, "error_type": error_type}
+
+
+def install_handlers(app: Any, on_error: Any = None) -> None:
+    """Register the handlers; ``on_error(status, error_type)`` is called for each (metrics)."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    def respond(status: int, error_type: str, message: str) -> JSONResponse:
+        if on_error is not None:
+            on_error(status, error_type)
+        return JSONResponse(error_body(status, error_type, message), status_code=status)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request, exc: ApiError):
+        return respond(exc.status, exc.error_type, one_line(exc.message))
+
+    @app.exception_handler(UserError)
+    async def _user_error(request, exc: UserError):
+        return respond(422, "validation", one_line(str(exc)))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc: RequestValidationError):
+        return respond(422, "validation", validation_message(list(exc.errors())))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request, exc: StarletteHTTPException):
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http")
+        detail = exc.detail if isinstance(exc.detail, str) else "request refused"
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"no route {request.url.path}; GET /info lists this server's routes"
+        elif exc.status_code == 400 and "parsing the body" in detail:  # e.g. JSON nested too deep
+            detail = "the body could not be parsed as JSON (malformed or nested too deeply)"
+        elif exc.status_code == 405:
+            detail = f"{request.method} is not allowed on {request.url.path}"
+        return respond(exc.status_code, kind, one_line(detail))
+
+    @app.exception_handler(Exception)
+    async def _bug(request, exc: Exception):  # a bug, not bad input: keep the traceback in the log
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return respond(500, "internal", "internal server error (see the server log)")
+
+
+__all__ = ["ApiError", "error_body", "install_handlers", "one_line", "too_large", "validation"]

@@ -1,0 +1,164 @@
+"""What one request may cost, checked before the work starts.
+
+Three gates, cheapest first:
+
+1. the body size (``max_body_bytes``): checked by ``BodyLimit`` before the body is parsed (a
+   ``Content-Length`` over the limit is refused without reading a byte; a chunked body is counted as it
+   arrives and refused once it passes the limit) -> 413;
+2. each text (``max_text_chars``, valid Unicode: JSON allows lone surrogates such as ``"\\ud800"``, the
+   tokenizer does not) and the number of texts (``max_batch_size``) -> 413 / 422;
+3. the model work (``max_request_tokens``): an upper bound on the tokens the request will run through the
+   model, computed from character counts before any tokenisation (a WordPiece token covers at least one
+   character; truncated sequences count ``max_length``; windowed ones count every window) -> 413.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import ApiError, error_body, too_large, validation
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1 << 20
+    max_text_chars: int = 20_000
+    max_batch_size: int = 64
+    max_request_tokens: int = 32_768
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def check_text(text: str, field: str, limits: Limits) -> None:
+    """One text: at most ``max_text_chars`` characters of valid Unicode."""
+    if len(text) > limits.max_text_chars:
+        raise too_large(
+            f"{field} is {len(text)} characters long; this server takes at most {limits.max_text_chars} "
+            "per text (--max-text-chars)"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise validation(
+            f"{field} holds a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}; "
+            "send valid Unicode (pair surrogates or use the character itself)"
+        ) from None
+
+
+def check_texts(texts: list[str], field: str, limits: Limits, allow_empty_list: bool = False) -> None:
+    if not texts and not allow_empty_list:
+        raise validation(f"{field} must hold at least one text")
+    if len(texts) > limits.max_batch_size:
+        raise too_large(
+            f"{field} holds {len(texts)} texts; this server takes at most {limits.max_batch_size} per request "
+            "(split the request, or start the server with a larger --max-batch-size)"
+        )
+    for i, t in enumerate(texts):
+        check_text(t, f"{field}[{i}]", limits)
+
+
+def truncated_tokens(chars: int, max_length: int, specials: int = 2) -> int:
+    """Upper bound on the tokens of one truncated sequence of ``chars`` characters."""
+    return min(chars + specials, max_length)
+
+
+def windowed_tokens(chars: int, fixed: int, max_length: int, stride: int) -> int:
+    """Upper bound on the tokens of the windows over a ``chars``-long text (``fixed`` tokens per window,
+    e.g. the question and specials; windows advance by ``stride`` tokens)."""
+    room = max(max_length - fixed, 1)
+    if chars <= room:
+        return chars + fixed
+    return (1 + math.ceil((chars - room) / max(stride, 1))) * max_length
+
+
+def check_budget(tokens: int, limits: Limits) -> None:
+    if tokens > limits.max_request_tokens:
+        raise too_large(
+            f"this request needs up to {tokens} tokens of model work; this server takes at most "
+            f"{limits.max_request_tokens} per request (--max-request-tokens): send fewer or shorter texts"
+        )
+
+
+class BodyLimit:
+    """ASGI middleware: refuse a request body over ``max_bytes`` with 413 before anything parses it."""
+
+    def __init__(self, app: Any, max_bytes: int, on_error: Any = None) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.on_error = on_error
+
+    async def _refuse(self, send: Any, status: int, error_type: str, message: str) -> None:
+        if self.on_error is not None:
+            self.on_error(status, error_type)
+        body = json.dumps(error_body(status, error_type, message)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _over(self, size: int | str) -> str:
+        return (
+            f"the request body is {size} bytes; this server takes at most {self.max_bytes} (--max-body-bytes)"
+        )
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                await self._refuse(send, 400, "validation", "the Content-Length header is not a number")
+                return
+            if declared > self.max_bytes:
+                await self._refuse(send, 413, "payload_too_large", self._over(declared))
+                return
+        # Read the whole body here (at most max_bytes + one chunk), then replay it to the app.
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send, 413, "payload_too_large", self._over(f"over {self.max_bytes}"))
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+__all__ = [
+    "ApiError",
+    "BodyLimit",
+    "Limits",
+    "check_budget",
+    "check_text",
+    "check_texts",
+    "truncated_tokens",
+    "windowed_tokens",
+]

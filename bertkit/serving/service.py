@@ -1,0 +1,511 @@
+"""The model behind the server, usable without HTTP: load a dir, check a request's limits, tokenise, hand
+the sequences to the batcher, shape the outputs.
+
+Every public method takes already-parsed Python values, checks them against ``Limits`` before any
+tokenisation (``ApiError`` names the field or limit), and returns JSON-able values.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+from .batching import Batcher
+from .errors import ApiError, validation
+from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
+from .pairs import encode_pairs
+
+LONG_TEXT = ("truncate", "windows")
+
+
+class InferenceService:
+    """A model dir ready to serve. ``batching``: keyword arguments of ``Batcher`` (max_batch_tokens,
+    max_wait_ms, workers, enabled)."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        limits: Limits | None = None,
+        max_length: int | None = None,
+        device: str | None = None,
+        batching: dict[str, Any] | None = None,
+        long_text: str = "truncate",
+        window_stride: int | None = None,
+        model_id: str | None = None,
+        on_batch: Any = None,
+        # kept from the first server's signature
+        max_batch_size: int | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        from ..config import BertConfig
+        from ..embed import SentenceEncoder
+        from ..export import model_class_for
+        from ..model import BertModel
+        from ..tokenizer import Tokenizer
+
+        self.model_dir = Path(model_dir)
+        if not self.model_dir.is_dir():
+            raise UserError(f"{self.model_dir}: model directory not found")
+        limits = limits or Limits()
+        if max_batch_size is not None:
+            limits = Limits(**{**limits.to_dict(), "max_batch_size": max_batch_size})
+        self.limits = limits
+        if long_text not in LONG_TEXT:
+            raise UserError(f"--long-text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
+        self.long_text = long_text
+        self.model_id = model_id or self.model_dir.resolve().name
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._tok_lock = threading.Lock()  # the tokenizer's truncation settings are shared state
+        if (self.model_dir / "modules.json").is_file():  # a sentence-transformers folder
+            self.encoder = SentenceEncoder.from_pretrained(self.model_dir, device=self.device)
+            self.model = self.encoder.model
+            self.tokenizer = self.encoder.tokenizer
+            self.architecture = "SentenceTransformer"
+        else:
+            config = BertConfig.from_pretrained(self.model_dir)
+            cls = model_class_for((config.architectures or ["BertModel"])[0])
+            self.model = cls.from_pretrained(self.model_dir).to(self.device).eval()
+            self.tokenizer = Tokenizer.from_pretrained(self.model_dir)
+            bert = self.model if isinstance(self.model, BertModel) else self.model.bert
+            self.encoder = SentenceEncoder(bert, self.tokenizer, pooling="mean", max_seq_length=max_length)
+            self.architecture = type(self.model).__name__
+        self.config = self.model.config
+        limit = self.config.max_position_embeddings
+        self.max_length = min(max_length or limit, limit)
+        self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
+        self.window_stride = window_stride or max(self.max_length // 2, 1)
+        if not 0 < self.window_stride:
+            raise UserError(f"--window-stride must be >= 1, got {window_stride}")
+        self.batcher = Batcher(self._run, on_batch=on_batch, **(batching or {}))
+
+    def close(self) -> None:
+        self.batcher.close()
+
+    # ------------------------------------------------------------ capabilities
+    @property
+    def can_predict(self) -> bool:
+        return self.architecture == "BertForSequenceClassification"
+
+    @property
+    def can_fill_mask(self) -> bool:
+        return self.architecture in ("BertForMaskedLM", "BertForPreTraining")
+
+    @property
+    def can_qa(self) -> bool:
+        return self.architecture == "BertForQuestionAnswering"
+
+    @property
+    def can_ner(self) -> bool:
+        return self.architecture == "BertForTokenClassification"
+
+    @property
+    def cross_encoder(self) -> bool:
+        """A one-output sequence classifier scores (query, text) pairs jointly; others rank by cosine."""
+        return self.can_predict and self.config.num_labels == 1
+
+    def routes(self) -> list[str]:
+        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
+        for ok, route in (
+            (self.can_predict, "/predict"),
+            (self.can_fill_mask, "/fill-mask"),
+            (self.can_qa, "/qa"),
+            (self.can_ner, "/ner"),
+        ):
+            if ok:
+                eps.append(route)
+        return eps
+
+    def require(self, ok: bool, route: str, head: str) -> None:
+        if not ok:
+            raise ApiError(
+                404,
+                "unsupported",
+                f"this model ({self.architecture}) has no {head} head, so {route} is unavailable; "
+                f"it serves {' '.join(self.routes())}",
+            )
+
+    def labels(self) -> list[str]:
+        c = self.config
+        n = c.num_labels
+        return (
+            [c.id2label.get(i, f"LABEL_{i}") for i in range(n)]
+            if c.id2label
+            else [f"LABEL_{i}" for i in range(n)]
+        )
+
+    def info(self) -> dict[str, Any]:
+        c = self.config
+        out: dict[str, Any] = {
+            "model_id": self.model_id,  # the dir's name only: no filesystem path leaves the server
+            "architecture": self.architecture,
+            "hidden_size": c.hidden_size,
+            "num_hidden_layers": c.num_hidden_layers,
+            "vocab_size": c.vocab_size,
+            "max_length": self.max_length,
+            "max_batch_size": self.limits.max_batch_size,
+            "limits": self.limits.to_dict(),
+            "long_text": self.long_text,
+            "pooling": self.encoder.pooling,
+            "normalize": self.encoder.normalize,
+            "rerank": "cross-encoder" if self.cross_encoder else "cosine",
+            "device": str(self.device),
+            "endpoints": self.routes(),
+        }
+        if self.can_predict or self.can_ner:
+            out["labels"] = self.labels()
+            out["num_labels"] = c.num_labels
+        return out
+
+    # ------------------------------------------------------------ the model call (batcher side)
+    @torch.inference_mode()
+    def _run(self, task: str, ids: list[list[int]], type_ids: list[list[int]]) -> list[Any]:
+        from ..embed import pool
+
+        n, width = len(ids), max(len(x) for x in ids)
+        t_ids = torch.full((n, width), self.tokenizer.pad_token_id, dtype=torch.long)
+        t_types = torch.zeros((n, width), dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for row, (x, t) in enumerate(zip(ids, type_ids)):
+            t_ids[row, : len(x)] = torch.tensor(x)
+            t_types[row, : len(x)] = torch.tensor(t)
+            mask[row, : len(x)] = 1
+        t_ids, t_types, mask = t_ids.to(self.device), t_types.to(self.device), mask.to(self.device)
+        if task == "embed":
+            hidden = self.encoder.model(t_ids, attention_mask=mask).last_hidden_state
+            return list(pool(hidden.float(), mask, self.encoder.pooling).cpu().numpy())
+        out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
+        if task == "classify":
+            return list(out.logits.float().cpu().numpy())
+        if task == "tokens":
+            logits = out.logits.float().cpu().numpy()
+            return [logits[i, : len(x)] for i, x in enumerate(ids)]
+        if task == "span":
+            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            return [(s[i, : len(x)], e[i, : len(x)]) for i, x in enumerate(ids)]
+        raise ValueError(f"unknown task {task!r}")
+
+    # ------------------------------------------------------------ tokenisation
+    def _windows(self, ids: list[int]) -> list[list[int]]:
+        """[CLS] w [SEP] windows of at most max_length tokens over ``ids`` (no specials), advancing by the
+        stride."""
+        room = self.max_length - 2
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        if len(ids) <= room:
+            return [[cls_id, *ids, sep_id]]
+        out, start = [], 0
+        stride = min(self.window_stride, room)
+        while True:
+            out.append([cls_id, *ids[start : start + room], sep_id])
+            if start + room >= len(ids):
+                return out
+            start += stride
+
+    def _budget(self, texts: list[str], pairs: list[str] | None, long_text: str) -> int:
+        if long_text == "windows":
+            return sum(windowed_tokens(len(t), 2, self.max_length, self.window_stride) for t in texts)
+        extra = [len(p) + 1 for p in pairs] if pairs is not None else [0] * len(texts)
+        return sum(truncated_tokens(len(t) + e, self.max_length) for t, e in zip(texts, extra))
+
+    def encode(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        long_text: str | None = None,
+        for_embedding: bool = False,
+        truncate: bool = True,
+    ) -> tuple[list[list[int]], list[list[int]], list[int]]:
+        """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
+
+        ``long_text="windows"`` gives a long text several windows (single texts only); ``truncate=False``
+        refuses a text over ``max_length`` tokens instead of cutting it.
+        """
+        long_text = long_text or self.long_text
+        if long_text not in LONG_TEXT:
+            raise validation(f"long_text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
+        if long_text == "windows" and pairs is not None:
+            raise validation(
+                "long_text 'windows' is for single texts; pairs are truncated (send long_text 'truncate')"
+            )
+        check_budget(self._budget(texts, pairs, long_text), self.limits)
+        with self._tok_lock:
+            if long_text == "windows":
+                if for_embedding and self.encoder.lowercase_input:
+                    texts = [t.lower() for t in texts]
+                pieces = self.tokenizer.encode_batch_ids(texts, add_special_tokens=False)
+                ids, owner = [], []
+                for i, p in enumerate(pieces):
+                    for w in self._windows(p):
+                        ids.append(w)
+                        owner.append(i)
+                return ids, [[0] * len(x) for x in ids], owner
+            if for_embedding:
+                ids = self.encoder.tokenize(texts) if truncate else self._untruncated(texts)
+                types = [[0] * len(x) for x in ids]
+            elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
+                ids, types = encode_pairs(self.tokenizer, texts, pairs, self.max_length)
+            else:
+                enc = self.tokenizer(
+                    texts,
+                    max_length=self.max_length if truncate else None,
+                    truncation=truncate,
+                    padding=False,
+                    return_tensors=None,
+                )
+                ids, types = enc["input_ids"], enc["token_type_ids"]
+        if not truncate:
+            for i, x in enumerate(ids):
+                if len(x) > self.max_length:
+                    raise ApiError(
+                        413,
+                        "payload_too_large",
+                        f"inputs[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
+                        "(send truncate: true)",
+                    )
+        return ids, types, list(range(len(ids)))
+
+    def _untruncated(self, texts: list[str]) -> list[list[int]]:
+        if self.encoder.lowercase_input:
+            texts = [t.lower() for t in texts]
+        enc = self.tokenizer(texts, max_length=None, truncation=False, padding=False, return_tensors=None)
+        return enc["input_ids"]
+
+    @staticmethod
+    def _combine(outputs: list[Any], owner: list[int], n: int) -> list[np.ndarray]:
+        """Mean of each text's window outputs (one window: the output itself)."""
+        sums: list[Any] = [None] * n
+        counts = [0] * n
+        for out, i in zip(outputs, owner):
+            sums[i] = out.astype(np.float64) if sums[i] is None else sums[i] + out
+            counts[i] += 1
+        return [(s / c).astype(np.float32) for s, c in zip(sums, counts)]
+
+    # ------------------------------------------------------------ routes' work
+    def embed(
+        self,
+        texts: list[str],
+        normalize: bool = False,
+        dimensions: int | None = None,
+        truncate: bool = True,
+        long_text: str | None = None,
+        field: str = "texts",
+    ) -> tuple[np.ndarray, int]:
+        """float32 [N, D] vectors and the number of tokens run."""
+        check_texts(texts, field, self.limits)
+        if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
+            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+        ids, _, owner = self.encode(texts, long_text=long_text, for_embedding=True, truncate=truncate)
+        vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, len(texts)))
+        if dimensions is not None:
+            vecs = vecs[:, :dimensions]
+        if normalize or self.encoder.normalize:
+            vecs = F.normalize(torch.from_numpy(vecs), p=2, dim=1).numpy()
+        return vecs, sum(len(x) for x in ids)
+
+    def classify_logits(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        long_text: str | None = None,
+        field: str = "texts",
+    ) -> np.ndarray:
+        check_texts(texts, field, self.limits)
+        if pairs is not None:
+            if len(pairs) != len(texts):
+                raise validation(
+                    f"pairs has {len(pairs)} entries but texts has {len(texts)}; give one pair per text"
+                )
+            check_texts(pairs, "pairs", self.limits)
+        ids, types, owner = self.encode(texts, pairs, long_text=long_text)
+        return np.stack(self._combine(self.batcher.submit("classify", ids, types), owner, len(texts)))
+
+    def predict(
+        self,
+        texts: list[str],
+        pairs: list[str] | None = None,
+        long_text: str | None = None,
+        field: str = "texts",
+    ) -> list[dict[str, Any]]:
+        self.require(self.can_predict, "/predict", "sequence-classification")
+        logits = self.classify_logits(texts, pairs, long_text, field)
+        labels = self.labels()
+        results = []
+        for row in logits:
+            if len(row) == 1 or self.config.problem_type == "regression":
+                results.append({"score": float(row[0])})
+                continue
+            probs = torch.from_numpy(row).softmax(-1).tolist()
+            best = int(np.argmax(probs))
+            results.append(
+                {"label": labels[best], "score": probs[best], "probabilities": dict(zip(labels, probs))}
+            )
+        return results
+
+    def rerank(self, query: str, texts: list[str], raw_scores: bool = False) -> list[float]:
+        """One score per text (input order): a cross-encoder's logit (sigmoid unless ``raw_scores``), or
+        the cosine similarity of the embeddings."""
+        check_text(query, "query", self.limits)
+        check_texts(texts, "texts", self.limits)
+        if self.cross_encoder:
+            logits = self.classify_logits([query] * len(texts), list(texts))[:, 0]
+            scores = logits if raw_scores else 1.0 / (1.0 + np.exp(-logits))
+            return [float(s) for s in scores]
+        check_budget(self._budget([query, *texts], None, self.long_text), self.limits)
+        vecs, _ = self.embed([query, *texts], normalize=True)
+        return [float(s) for s in vecs[1:] @ vecs[0]]
+
+    def qa(
+        self,
+        items: list[tuple[str, str]],
+        doc_stride: int | None = None,
+        max_answer_length: int = 30,
+        handle_impossible_answer: bool = False,
+        null_threshold: float = 0.0,
+        field: str = "inputs",
+    ) -> list[dict[str, Any]]:
+        """One answer per (question, context); see ``pipelines.qa.answer``."""
+        from ..pipelines.qa import QASettings, answer
+
+        self.require(self.can_qa, "/qa", "question-answering")
+        if not items:
+            raise validation(f"{field} must hold at least one question")
+        if len(items) > self.limits.max_batch_size:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                f"{field} holds {len(items)} questions; this server takes at most {self.limits.max_batch_size} "
+                "per request (--max-batch-size)",
+            )
+        window = min(384, self.max_length)
+        query = min(64, self.max_length // 4)
+        if doc_stride is None:  # run_squad.py's 128, or the whole room of a smaller model's window
+            doc_stride = min(128, window - query - 3)
+        settings = QASettings(
+            max_seq_length=window,
+            doc_stride=doc_stride,
+            max_query_length=query,
+            max_answer_length=max_answer_length,
+            version_2_with_negative=handle_impossible_answer,
+            null_threshold=null_threshold,
+        )
+        if not 1 <= doc_stride <= settings.max_seq_length - settings.max_query_length - 3:
+            raise validation(
+                f"doc_stride must be in 1..{settings.max_seq_length - settings.max_query_length - 3} "
+                f"(the window), got {doc_stride}"
+            )
+        if max_answer_length < 1:
+            raise validation(f"max_answer_length must be >= 1, got {max_answer_length}")
+        budget = 0
+        for i, (q, c) in enumerate(items):
+            name = f"{field}[{i}]" if field == "inputs" else ""
+            check_text(q, f"{name}.question" if name else "question", self.limits)
+            check_text(c, f"{name}.context" if name else "context", self.limits)
+            if not q.strip() or not c.strip():
+                raise validation(f"{name or 'the request'}: question and context must hold some text")
+            fixed = min(len(q), settings.max_query_length) + 3
+            budget += windowed_tokens(len(c), fixed, settings.max_seq_length, doc_stride)
+        check_budget(budget, self.limits)
+
+        def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
+            return self.batcher.submit("span", ids, types)
+
+        qs = [(str(i), q, c) for i, (q, c) in enumerate(items)]
+        return answer(self.tokenizer, qs, run, settings, lock=self._tok_lock)
+
+    def ner(
+        self,
+        text: str | None = None,
+        words: list[str] | None = None,
+        aggregation: str = "first",
+    ) -> dict[str, Any]:
+        """Entities with character offsets into ``text`` (or into ``" ".join(words)``)."""
+        from ..pipelines.ner import AGGREGATIONS, entities, split_words
+
+        self.require(self.can_ner, "/ner", "token-classification")
+        if (text is None) == (words is None):
+            raise validation("give either text or words (a pre-split sentence), not both or neither")
+        if aggregation not in AGGREGATIONS:
+            raise validation(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+        if words is not None:
+            if not words:
+                raise validation("words must hold at least one word")
+            for i, w in enumerate(words):
+                check_text(w, f"words[{i}]", self.limits)
+                if not w or any(c.isspace() for c in w):
+                    raise validation(f"words[{i}] must be a non-empty word without whitespace")
+            text = " ".join(words)
+            check_text(text, "words (joined)", self.limits)
+            spans, pos = [], 0
+            for w in words:
+                spans.append((pos, pos + len(w)))
+                pos += len(w) + 1
+        else:
+            check_text(text, "text", self.limits)
+        # every word costs at least one token; windows hold whole words
+        check_budget(windowed_tokens(len(text), 2, self.max_length, self.max_length - 2), self.limits)
+        with self._tok_lock:
+            if words is None:
+                spans = split_words(self.tokenizer, text)
+
+        def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
+            return self.batcher.submit("tokens", ids, types)
+
+        ents, tagged = entities(
+            self.model,
+            self.tokenizer,
+            text,
+            spans,
+            run,
+            self.labels(),
+            self.max_length,
+            aggregation,
+            self._tok_lock,
+        )
+        out: dict[str, Any] = {"entities": ents}
+        if words is not None:
+            out["tags"] = tagged["tags"]
+        return out
+
+    def fill_mask(self, text: str, top_k: int = 5) -> list[list[dict[str, Any]]]:
+        from ..heads.pretraining import fill_mask
+
+        self.require(self.can_fill_mask, "/fill-mask", "masked-LM")
+        check_text(text, "text", self.limits)
+        vocab = len(self.tokenizer)
+        if not 1 <= top_k <= vocab:
+            raise validation(f"top_k must be in 1..{vocab} (the vocabulary size), got {top_k}")
+        mask = self.tokenizer.mask_token
+        if mask not in text:
+            raise validation(f"text must contain at least one {mask} token")
+        check_budget(truncated_tokens(len(text), self.max_length), self.limits)
+        with self._tok_lock:
+            n = len(self.tokenizer.encode(text).ids)
+            if n > self.max_length:
+                raise ApiError(
+                    413,
+                    "payload_too_large",
+                    f"text is {n} tokens long; this model takes at most {self.max_length}",
+                )
+            return fill_mask(self.model, self.tokenizer, text, top_k=top_k)
+
+    def tokenize(self, text: str, pair: str | None = None) -> dict[str, Any]:
+        check_text(text, "text", self.limits)
+        if pair is not None:
+            check_text(pair, "pair", self.limits)
+        with self._tok_lock:
+            enc = self.tokenizer.encode(text, pair)
+        return {
+            "tokens": enc.tokens,
+            "ids": enc.ids,
+            "type_ids": enc.type_ids,
+            "offsets": [list(o) for o in enc.offsets],
+        }
+
+
+__all__ = ["LONG_TEXT", "InferenceService"]

@@ -1,0 +1,111 @@
+"""Helpers for the server tests: tiny model dirs and a real ``bertkit serve`` process."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.config import BertConfig
+from bertkit.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "the a cat dog sat on mat good bad movie was very".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+
+
+def tiny_dir(cls: Any, out: Path, **overrides: Any) -> Path:
+    """A one-layer tiny model of class ``cls`` with the toy vocabulary, saved to ``out``."""
+    torch.manual_seed(0)
+    config = BertConfig.preset(
+        "tiny", vocab_size=len(VOCAB), max_position_embeddings=32, num_hidden_layers=1, **overrides
+    )
+    cls(config).save_pretrained(out)
+    Tokenizer.from_vocab(VOCAB).save_pretrained(out)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """``bertkit serve MODEL_DIR ARGS...`` in a subprocess; stderr goes to a file for inspection."""
+
+    def __init__(self, model_dir: Path, log_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.log = log_dir / f"server-{self.port}.log"
+        cmd = [sys.executable, "-m", "bertkit", "serve", str(model_dir), "--port", str(self.port)]
+        cmd += ["--log-level", "warning", *args]
+        self._log = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if self.request("GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"server did not come up: {self.output()[-2000:]}")
+            time.sleep(0.3)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        raw: bytes | None = None,
+        headers: dict | None = None,
+        timeout: float = 60,
+    ) -> tuple[int, Any, dict[str, str]]:
+        """(status, parsed JSON or text, headers)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+            h = {"Content-Type": "application/json", **(headers or {})}
+            conn.request(method, path, body=data, headers=h)
+            r = conn.getresponse()
+            text = r.read().decode("utf-8", "replace")
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = text
+            return r.status, parsed, dict(r.getheaders())
+        finally:
+            conn.close()
+
+    def output(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log.read_text(errors="replace")
+
+    def peak_rss_mb(self) -> float:
+        """The process's peak resident set (VmHWM) in MB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmHWM")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self._log.close()

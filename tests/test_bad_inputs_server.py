@@ -1,0 +1,275 @@
+"""Bad requests against a real ``bertkit serve`` process over HTTP.
+
+Each case asserts the status (4xx), TEI's ``{"error", "error_type"}`` body with a one-line message naming
+the field or limit, and ``/health`` still 200 afterwards; at the end the server's log holds no traceback.
+The limits are set small on the command line so every gate is reachable with small bodies.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+pytest.importorskip("fastapi", reason="serve extra not installed: pip install 'bertkit[serve]'")
+pytest.importorskip("prometheus_client", reason="serve extra not installed: pip install 'bertkit[serve]'")
+
+from serving_utils import Server, tiny_dir  # noqa: E402
+
+from bertkit.heads.finetune import BertForSequenceClassification  # noqa: E402
+from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
+
+LIMITS = ["--max-body-bytes", "65536", "--max-text-chars", "2000", "--max-batch-size", "8"]
+LIMITS += ["--max-request-tokens", "200"]
+SURROGATE = b'"the \\ud800 cat"'  # valid JSON, not valid Unicode
+
+
+def j(obj) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def with_raw(template: bytes, value: bytes) -> bytes:
+    return template.replace(b"@", value)
+
+
+# (name, method, path, raw body or None, status, words the message must contain)
+MLM_CASES = [
+    ("invalid json", "POST", "/embed", b'{"texts": [', 422, ["not valid JSON"]),
+    ("body not an object", "POST", "/embed", b"[1, 2]", 422, ["body"]),
+    ("texts a string", "POST", "/embed", j({"texts": "the cat"}), 422, ["texts"]),
+    ("texts empty", "POST", "/embed", j({"texts": []}), 422, ["texts", "at least one"]),
+    ("texts holds a number", "POST", "/embed", j({"texts": ["the", 3]}), 422, ["texts[1]"]),
+    ("texts holds null", "POST", "/embed", j({"texts": [None]}), 422, ["texts[0]"]),
+    ("texts and inputs", "POST", "/embed", j({"texts": ["a"], "inputs": "a"}), 422, ["texts", "inputs"]),
+    ("neither texts nor inputs", "POST", "/embed", j({"normalize": True}), 422, ["texts", "inputs"]),
+    ("too many texts", "POST", "/embed", j({"texts": ["the"] * 9}), 413, ["--max-batch-size", "8"]),
+    ("text too long", "POST", "/embed", j({"texts": ["a" * 2001]}), 413, ["texts[0]", "--max-text-chars"]),
+    (
+        "lone high surrogate",
+        "POST",
+        "/embed",
+        with_raw(b'{"texts": [@]}', SURROGATE),
+        422,
+        ["texts[0]", "surrogate"],
+    ),
+    ("lone low surrogate", "POST", "/embed", b'{"texts": ["ok", "\\udc00"]}', 422, ["texts[1]", "surrogate"]),
+    (
+        "tei inputs surrogate",
+        "POST",
+        "/embed",
+        with_raw(b'{"inputs": @}', SURROGATE),
+        422,
+        ["inputs[0]", "surrogate"],
+    ),
+    (
+        "token budget",
+        "POST",
+        "/embed",
+        j({"texts": ["the cat " * 20] * 8}),
+        413,
+        ["--max-request-tokens", "200"],
+    ),
+    ("dimensions zero", "POST", "/embed", j({"texts": ["a"], "dimensions": 0}), 422, ["dimensions"]),
+    (
+        "dimensions too big",
+        "POST",
+        "/embed",
+        j({"texts": ["a"], "dimensions": 4096}),
+        422,
+        ["dimensions", "128"],
+    ),
+    ("normalize a list", "POST", "/embed", j({"texts": ["a"], "normalize": [1]}), 422, ["normalize"]),
+    ("long_text unknown", "POST", "/embed", j({"texts": ["a"], "long_text": "sideways"}), 422, ["long_text"]),
+    (
+        "no truncation asked",
+        "POST",
+        "/embed",
+        j({"inputs": "the cat " * 30, "truncate": False}),
+        413,
+        ["truncate", "32"],
+    ),
+    ("body over limit", "POST", "/embed", j({"texts": ["a" * 70000]}), 413, ["--max-body-bytes", "65536"]),
+    (
+        "openai format",
+        "POST",
+        "/v1/embeddings",
+        j({"input": "a", "encoding_format": "hex"}),
+        422,
+        ["encoding_format"],
+    ),
+    ("openai empty", "POST", "/v1/embeddings", j({"input": []}), 422, ["input", "at least one"]),
+    ("openai missing input", "POST", "/v1/embeddings", j({"model": "x"}), 422, ["input"]),
+    (
+        "openai surrogate",
+        "POST",
+        "/v1/embeddings",
+        with_raw(b'{"input": @}', SURROGATE),
+        422,
+        ["input[0]", "surrogate"],
+    ),
+    ("openai token ids", "POST", "/v1/embeddings", j({"input": [[1, 2, 3]]}), 422, ["input"]),
+    ("rerank no texts", "POST", "/rerank", j({"query": "the"}), 422, ["texts"]),
+    (
+        "rerank query surrogate",
+        "POST",
+        "/rerank",
+        with_raw(b'{"query": @, "texts": ["a"]}', SURROGATE),
+        422,
+        ["query", "surrogate"],
+    ),
+    (
+        "rerank too many",
+        "POST",
+        "/rerank",
+        j({"query": "a", "texts": ["the"] * 9}),
+        413,
+        ["--max-batch-size"],
+    ),
+    ("predict without head", "POST", "/predict", j({"texts": ["the cat"]}), 404, ["/predict", "/fill-mask"]),
+    ("top_k zero", "POST", "/fill-mask", j({"text": "the [MASK]", "top_k": 0}), 422, ["top_k"]),
+    (
+        "top_k over vocab",
+        "POST",
+        "/fill-mask",
+        j({"text": "the [MASK]", "top_k": 1000}),
+        422,
+        ["top_k", "17"],
+    ),
+    ("top_k a word", "POST", "/fill-mask", j({"text": "the [MASK]", "top_k": "many"}), 422, ["top_k"]),
+    ("top_k huge float", "POST", "/fill-mask", b'{"text": "the [MASK]", "top_k": 1e309}', 422, ["top_k"]),
+    ("no mask", "POST", "/fill-mask", j({"text": "the cat"}), 422, ["[MASK]"]),
+    (
+        "fill-mask surrogate",
+        "POST",
+        "/fill-mask",
+        with_raw(b'{"text": @}', SURROGATE),
+        422,
+        ["text", "surrogate"],
+    ),
+    ("fill-mask too long", "POST", "/fill-mask", j({"text": "the [MASK] " * 20}), 413, ["tokens", "32"]),
+    ("tokenize too long", "POST", "/tokenize", j({"text": "a" * 2001}), 413, ["--max-text-chars"]),
+    (
+        "tokenize pair surrogate",
+        "POST",
+        "/tokenize",
+        with_raw(b'{"text": "a", "pair": @}', SURROGATE),
+        422,
+        ["pair", "surrogate"],
+    ),
+    ("deep nesting", "POST", "/embed", b'{"texts": ' + b"[" * 20000 + b"]" * 20000 + b"}", 400, ["JSON"]),
+    ("unknown route", "GET", "/nope", None, 404, ["/nope", "/info"]),
+    ("wrong method", "GET", "/embed", None, 405, ["GET", "/embed"]),
+    ("docs off", "GET", "/docs", None, 404, ["/docs"]),
+    ("openapi off", "GET", "/openapi.json", None, 404, ["/openapi.json"]),
+]
+
+CLS_CASES = [
+    (
+        "pairs count",
+        "POST",
+        "/predict",
+        j({"texts": ["the", "a"], "pairs": ["cat"]}),
+        422,
+        ["pairs", "one pair per text"],
+    ),
+    (
+        "pair surrogate",
+        "POST",
+        "/predict",
+        with_raw(b'{"texts": ["a"], "pairs": [@]}', SURROGATE),
+        422,
+        ["pairs[0]", "surrogate"],
+    ),
+    ("tei three items", "POST", "/predict", j({"inputs": [["a", "b", "c"]]}), 422, ["inputs[0]"]),
+    ("tei mixed", "POST", "/predict", j({"inputs": ["a", ["b", "c"]]}), 422, ["mixes"]),
+    (
+        "windows with pairs",
+        "POST",
+        "/predict",
+        j({"texts": ["a"], "pairs": ["b"], "long_text": "windows"}),
+        422,
+        ["windows", "pairs"],
+    ),
+    (
+        "pair budget",
+        "POST",
+        "/predict",
+        j({"texts": ["the cat " * 10] * 8, "pairs": ["a"] * 8}),
+        413,
+        ["--max-request-tokens"],
+    ),
+    (
+        "fill-mask without head",
+        "POST",
+        "/fill-mask",
+        j({"text": "the [MASK]"}),
+        404,
+        ["/fill-mask", "/predict"],
+    ),
+    ("neither texts nor inputs", "POST", "/predict", j({}), 422, ["texts"]),
+]
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-server")
+    mlm = tiny_dir(BertForMaskedLM, root / "mlm")
+    cls = tiny_dir(BertForSequenceClassification, root / "cls", id2label={0: "neg", 1: "pos"})
+    started = {"mlm": Server(mlm, root, *LIMITS)}
+    try:
+        started["cls"] = Server(cls, root, *LIMITS)
+        yield started
+    finally:
+        for s in started.values():
+            s.stop()
+        for s in started.values():
+            assert "Traceback" not in s.output(), s.output()[-3000:]
+
+
+def _check(server: Server, case) -> None:
+    name, method, path, raw, status, words = case
+    got, body, _ = server.request(method, path, raw=raw)
+    assert got == status, (name, got, body)
+    assert isinstance(body, dict) and set(body) == {"error", "error_type"}, (name, body)
+    msg = body["error"]
+    assert "\n" not in msg and 0 < len(msg) <= 300, (name, msg)
+    for w in words:
+        assert w in msg, (name, w, msg)
+    assert server.request("GET", "/health")[0] == 200, name
+
+
+@pytest.mark.parametrize("case", MLM_CASES, ids=[c[0] for c in MLM_CASES])
+def test_bad_request_mlm_server(servers, case):
+    _check(servers["mlm"], case)
+
+
+@pytest.mark.parametrize("case", CLS_CASES, ids=[c[0] for c in CLS_CASES])
+def test_bad_request_cls_server(servers, case):
+    _check(servers["cls"], case)
+
+
+def test_chunked_body_over_limit_is_refused_while_streaming(servers):
+    """No Content-Length: the body is counted as it arrives and refused past --max-body-bytes."""
+    server = servers["mlm"]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    chunks = iter([b'{"texts": ["'] + [b"a" * 8192] * 10 + [b'"]}'])
+    conn.request(
+        "POST", "/embed", body=chunks, headers={"Content-Type": "application/json"}, encode_chunked=True
+    )
+    r = conn.getresponse()
+    body = json.loads(r.read())
+    conn.close()
+    assert r.status == 413 and "--max-body-bytes" in body["error"], body
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_good_requests_still_work_and_info_has_no_path(servers):
+    server = servers["mlm"]
+    status, body, _ = server.request("POST", "/embed", {"texts": ["the cat sat"]})
+    assert status == 200 and len(body["embeddings"][0]) == 128
+    status, info, _ = server.request("GET", "/info")
+    assert status == 200
+    assert "/" not in json.dumps({k: v for k, v in info.items() if k != "endpoints"}), info
+    status, text, _ = server.request("GET", "/metrics")
+    assert status == 200 and 'bertkit_errors_total{error_type="validation",status="422"}' in text
