@@ -86,14 +86,23 @@ class Dense(torch.nn.Module):
     ``model.safetensors`` (``linear.weight`` [out, in], ``linear.bias`` [out]), as sentence-transformers does."""
 
     def __init__(
-        self, in_features: int, out_features: int, bias: bool = True, activation: str = "torch.nn.modules.activation.Tanh"
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        activation: str = "torch.nn.modules.activation.Tanh",
     ) -> None:
         super().__init__()
         if activation not in DENSE_ACTIVATIONS:
             raise UserError(
                 f"Dense activation {activation!r} is not supported (supported: {', '.join(DENSE_ACTIVATIONS)})"
             )
-        self.in_features, self.out_features, self.bias, self.activation = in_features, out_features, bias, activation
+        self.in_features, self.out_features, self.bias, self.activation = (
+            in_features,
+            out_features,
+            bias,
+            activation,
+        )
         self.linear = torch.nn.Linear(in_features, out_features, bias=bias)
         self.activation_function = DENSE_ACTIVATIONS[activation]()
 
@@ -179,7 +188,9 @@ def _sentence_transformers_layout(
             normalize = True
         elif kind == "Dense":
             if not path.resolve().is_relative_to(model_dir.resolve()):
-                raise UserError(f"{model_dir / 'modules.json'}: module path {module.get('path')!r} leaves the folder")
+                raise UserError(
+                    f"{model_dir / 'modules.json'}: module path {module.get('path')!r} leaves the folder"
+                )
             dense.append(Dense.load(path))
         else:
             raise UserError(

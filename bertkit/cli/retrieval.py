@@ -4,53 +4,31 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
-
-
-def _non_negative_int(text: str) -> int:
-    v = _positive_int(text) if text != "0" else 0
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
-    return v
+from . import args as A
 
 
 def _training_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--train", type=Path, required=True, metavar="F", help="pairs (.jsonl; .tsv for STS-B)")
-    p.add_argument("--model", type=Path, required=True, metavar="DIR", help="starting model")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR")
+    p.add_argument("--train", type=A.existing_file, required=True, metavar="F", help="pairs (.jsonl; .tsv)")
+    p.add_argument("--model", type=A.existing_dir, required=True, metavar="DIR", help="starting model")
+    A.add_output(p, "--out", kind="dir", type=Path, metavar="DIR")
     p.add_argument(
-        "--corpus", type=Path, default=None, metavar="F", help="corpus .jsonl ({id, text}) for negatives"
+        "--corpus",
+        type=A.existing_file,
+        default=None,
+        metavar="F",
+        help="corpus .jsonl ({id, text}) for negatives",
     )
-    p.add_argument("--epochs", type=_positive_float, default=1.0)
-    p.add_argument("--batch-size", type=_positive_int, default=32)
-    p.add_argument("--lr", type=_positive_float, default=2e-5)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
+    p.add_argument("--epochs", type=A.positive_float, default=1.0)
+    p.add_argument("--batch-size", type=A.positive_int, default=32)
+    p.add_argument("--lr", type=A.positive_float, default=2e-5)
+    p.add_argument("--warmup-ratio", type=A.probability, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
-    p.add_argument("--max-pairs", type=_positive_int, default=None, help="use a seeded sample of the pairs")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    p.add_argument("--max-pairs", type=A.positive_int, default=None, help="use a seeded sample of the pairs")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,18 +41,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _training_args(p)
     p.add_argument("--loss", choices=("mnrl", "cosine", "cosent"), default="mnrl")
     p.add_argument("--symmetric", action="store_true", help="mnrl: also passage -> query")
-    p.add_argument("--scale", type=_positive_float, default=20.0, help="mnrl/cosent: similarity scale")
+    p.add_argument("--scale", type=A.positive_float, default=20.0, help="mnrl/cosent: similarity scale")
     p.add_argument(
         "--hard-negatives",
-        type=_non_negative_int,
+        type=A.non_negative_int,
         default=0,
         metavar="N",
         help="mine N negatives per query with the starting model",
     )
     p.add_argument("--pooling", choices=("mean", "cls", "max"), default=None, help="default: the model's")
-    p.add_argument("--dense-dim", type=_positive_int, default=None, help="add a Dense layer to this size")
+    p.add_argument("--dense-dim", type=A.positive_int, default=None, help="add a Dense layer to this size")
     p.add_argument("--normalize", choices=("yes", "no"), default=None, help="default: the model's")
-    p.add_argument("--max-seq-length", type=_positive_int, default=None)
+    p.add_argument("--max-seq-length", type=A.positive_int, default=None)
     p.set_defaults(func=train_embed_cmd)
 
     p = subparsers.add_parser(
@@ -83,56 +61,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Train a cross-encoder; OUT/model loads in bertkit's and sentence-transformers' CrossEncoder.",
     )
     _training_args(p)
-    p.add_argument("--negatives", type=_non_negative_int, default=3, help="sampled negatives per query")
-    p.add_argument("--hard-negatives", type=_non_negative_int, default=0, help="mined negatives per query")
+    p.add_argument("--negatives", type=A.non_negative_int, default=3, help="sampled negatives per query")
+    p.add_argument("--hard-negatives", type=A.non_negative_int, default=0, help="mined negatives per query")
     p.add_argument(
         "--hard-negatives-model", type=Path, default=None, metavar="DIR", help="bi-encoder to mine with"
     )
-    p.add_argument("--max-length", type=_positive_int, default=256)
+    p.add_argument("--max-length", type=A.positive_int, default=256)
     p.set_defaults(func=train_rerank_cmd)
 
     p = subparsers.add_parser("evaluate", help="evaluate retrieval (recall, MRR, nDCG) or STS (Spearman)")
     sub = p.add_subparsers(dest="what", metavar="WHAT", required=True)
     r = sub.add_parser("retrieval", help="recall@1/5/10, MRR@10, nDCG@10 over a corpus")
-    r.add_argument("--model", type=Path, required=True, metavar="DIR", help="bi-encoder")
+    r.add_argument("--model", type=A.existing_dir, required=True, metavar="DIR", help="bi-encoder")
     r.add_argument(
         "--queries", type=Path, required=True, metavar="F", help='.jsonl {"id", "text", "relevant"}'
     )
-    r.add_argument("--corpus", type=Path, required=True, metavar="F", help='.jsonl {"id", "text"}')
+    r.add_argument("--corpus", type=A.existing_file, required=True, metavar="F", help='.jsonl {"id", "text"}')
     r.add_argument(
         "--rerank", type=Path, default=None, metavar="DIR", help="cross-encoder for the top --rerank-top"
     )
-    r.add_argument("--rerank-top", type=_positive_int, default=50)
+    r.add_argument("--rerank-top", type=A.positive_int, default=50)
     r.add_argument(
-        "--rerank-queries", type=_positive_int, default=None, help="re-rank only the first N queries"
+        "--rerank-queries", type=A.positive_int, default=None, help="re-rank only the first N queries"
     )
-    r.add_argument("--max-queries", type=_positive_int, default=None, help="evaluate a seeded sample")
+    r.add_argument("--max-queries", type=A.positive_int, default=None, help="evaluate a seeded sample")
     r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--batch-size", type=_positive_int, default=64)
-    r.add_argument("--max-seq-length", type=_positive_int, default=None, help="default: the model's")
+    r.add_argument("--batch-size", type=A.positive_int, default=64)
+    r.add_argument("--max-seq-length", type=A.positive_int, default=None, help="default: the model's")
     r.set_defaults(func=evaluate_retrieval_cmd)
     s = sub.add_parser("sts", help="Spearman of cosine similarity vs gold scores")
-    s.add_argument("--model", type=Path, required=True, metavar="DIR")
-    s.add_argument("--data", type=Path, required=True, metavar="F", help="STS-B .tsv or scored-pairs .jsonl")
-    s.add_argument("--batch-size", type=_positive_int, default=64)
+    s.add_argument("--model", type=A.existing_dir, required=True, metavar="DIR")
+    s.add_argument(
+        "--data", type=A.existing_file, required=True, metavar="F", help="STS-B .tsv or scored-pairs .jsonl"
+    )
+    s.add_argument("--batch-size", type=A.positive_int, default=64)
     s.set_defaults(func=evaluate_sts_cmd)
 
     p = subparsers.add_parser("retrieval-data", help="make retrieval files from a public dataset")
     sub = p.add_subparsers(dest="source", metavar="SOURCE", required=True)
     q = sub.add_parser("squad", help="SQuAD v1.1 split by article: train.jsonl, queries.jsonl, corpus.jsonl")
-    q.add_argument("--input", type=Path, required=True, metavar="F")
-    q.add_argument("--out", type=Path, required=True, metavar="DIR")
-    q.add_argument("--train-articles", type=_positive_int, default=40)
-    q.add_argument("--eval-articles", type=_positive_int, default=8)
-    q.add_argument("--overwrite", action="store_true")
+    q.add_argument("--input", type=A.existing_file, required=True, metavar="F")
+    A.add_output(q, "--out", kind="dir", type=Path, metavar="DIR")
+    q.add_argument("--train-articles", type=A.positive_int, default=40)
+    q.add_argument("--eval-articles", type=A.positive_int, default=8)
     q.set_defaults(func=squad_data_cmd)
-
-
-def _fresh_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and (out.is_file() or any(out.iterdir())):
-        if not overwrite:
-            raise UserError(f"{out} already exists; pass --overwrite to replace it")
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
 
 
 def _sample(items: list, n: int | None, seed: int) -> list:
@@ -147,7 +119,6 @@ def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..retrieval.data import read_corpus, read_pairs
     from ..retrieval.train_embed import EmbedSettings, train_embed
 
-    _fresh_out(args.out, args.overwrite)
     pairs = _sample(read_pairs(args.train), args.max_pairs, args.seed)
     corpus = read_corpus(args.corpus)[1] if args.corpus else None
     model = BiEncoder.from_pretrained(
@@ -177,7 +148,6 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..retrieval.data import read_corpus, read_pairs
     from ..retrieval.rerank import RerankSettings, build_triples, train_rerank
 
-    _fresh_out(args.out, args.overwrite)
     pairs = _sample(read_pairs(args.train), args.max_pairs, args.seed)
     corpus = read_corpus(args.corpus)[1] if args.corpus else [p.positive for p in pairs]
     settings = RerankSettings(
@@ -195,7 +165,9 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     if args.hard_negatives_model is not None:
         from ..retrieval.bi_encoder import BiEncoder
 
-        hard = BiEncoder.from_pretrained(args.hard_negatives_model)
+        from ..io import resolve_model_dir
+
+        hard = BiEncoder.from_pretrained(resolve_model_dir(args.hard_negatives_model))
     triples = build_triples(pairs, corpus, settings, random.Random(args.seed), hard_model=hard)
     return train_rerank(args.model, triples, args.out, settings)
 
@@ -210,7 +182,11 @@ def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
     texts, relevant = [texts[i] for i in keep], [relevant[i] for i in keep]
     ids, corpus = read_corpus(args.corpus)
     enc = SentenceEncoder.from_pretrained(args.model, max_seq_length=args.max_seq_length)
-    reranker = CrossEncoder.from_pretrained(args.rerank, max_length=256) if args.rerank else None
+    from ..io import resolve_model_dir
+
+    reranker = (
+        CrossEncoder.from_pretrained(resolve_model_dir(args.rerank), max_length=256) if args.rerank else None
+    )
     out = evaluate_retrieval(
         enc, texts, relevant, ids, corpus, reranker, args.rerank_top, args.batch_size, args.rerank_queries
     )
@@ -236,7 +212,6 @@ def evaluate_sts_cmd(args: argparse.Namespace) -> dict[str, Any]:
 def squad_data_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..retrieval.data import squad_split, write_jsonl
 
-    _fresh_out(args.out, args.overwrite)
     train, queries, corpus = squad_split(args.input, args.train_articles, args.eval_articles)
     args.out.mkdir(parents=True, exist_ok=True)
     write_jsonl(args.out / "train.jsonl", train)

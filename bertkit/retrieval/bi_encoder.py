@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,8 @@ class BiEncoder(nn.Module):
     def save(self, out_dir: str | os.PathLike) -> Path:
         """Write the sentence-transformers folder (atomically: a temp dir renamed into place)."""
         out_dir = Path(out_dir)
+        if out_dir.is_dir():  # replacing a saved model: its sub-folders cannot be renamed over
+            shutil.rmtree(out_dir)
         with atomic_dir(out_dir) as tmp:
             self.bert.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
