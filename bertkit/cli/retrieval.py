@@ -163,9 +163,8 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     )
     hard = None
     if args.hard_negatives_model is not None:
-        from ..retrieval.bi_encoder import BiEncoder
-
         from ..io import resolve_model_dir
+        from ..retrieval.bi_encoder import BiEncoder
 
         hard = BiEncoder.from_pretrained(resolve_model_dir(args.hard_negatives_model))
     triples = build_triples(pairs, corpus, settings, random.Random(args.seed), hard_model=hard)
