@@ -369,3 +369,18 @@ def test_small_request_not_starved(tiny):
     _concurrent(lambda f: f(), [(big,), (small,)])
     assert done["small"] < done["big"]
     svc.close()
+
+
+def test_int8_close_to_float(tiny):
+    plain = InferenceService(tiny["cls"])
+    q = InferenceService(tiny["cls"], int8=True)
+    assert q.info()["int8"] is True
+    a, _ = plain.embed(TEXTS, normalize=True)
+    b, _ = q.embed(TEXTS, normalize=True)
+    assert float(np.min(np.sum(a * b, axis=1))) > 0.99  # cosine of float vs int8 vectors
+    assert not np.allclose(a, b, atol=1e-6)  # it did run the int8 path
+    pa = [p["probabilities"]["pos"] for p in plain.predict(TEXTS)]
+    pb = [p["probabilities"]["pos"] for p in q.predict(TEXTS)]
+    np.testing.assert_allclose(pa, pb, atol=0.02)
+    plain.close()
+    q.close()
