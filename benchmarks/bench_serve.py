@@ -15,8 +15,8 @@ and lost requests (no answer); the ratio is ours (batching on) over the baseline
 c=64 with a p99 no worse. Before timing, the servers' embeddings of the same sentences are checked equal.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: FastAPI must resolve the baseline's request model (defined in
+# baseline_app) from a real annotation.
 import argparse
 import http.client
 import json
