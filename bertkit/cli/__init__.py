@@ -18,7 +18,17 @@ from pathlib import Path
 from .. import __version__
 from ..errors import UserError
 
-SUBCOMMAND_MODULES = ("core", "data", "pretrain", "finetune", "predict", "embed", "serve", "index")
+SUBCOMMAND_MODULES = (
+    "core",
+    "data",
+    "pretrain",
+    "finetune",
+    "predict",
+    "embed",
+    "serve",
+    "index",
+    "experiment",
+)
 
 
 # OS errors that are about the user's files or machine (a full disk, a read-only or missing path), not bugs:

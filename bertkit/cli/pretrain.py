@@ -13,7 +13,7 @@ _FLAGS = (
     "data", "out", "preset", "objective", "steps", "batch_size", "lr", "warmup", "weight_decay", "optimizer",
     "grad_accum", "precision", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
     "seed", "log_every", "checkpoint_every", "keep_last", "eval_every", "eval_batches", "clip_norm", "device",
-    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing",
+    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing", "recipe",
     "data_format", "vocab",
 )  # fmt: skip
 
@@ -65,10 +65,16 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=A.positive_int)
     p.add_argument("--batch-size", type=A.positive_int, help="global batch per optimizer step")
     p.add_argument("--grad-accum", type=A.positive_int)
-    p.add_argument("--lr", type=A.positive_float)
+    p.add_argument("--lr", type=A.positive_float, help="peak learning rate (default: from --recipe)")
     p.add_argument(
-        "--warmup", type=A.non_negative_float, help="steps (>= 1) or a fraction of all steps (< 1)"
-    )
+        "--warmup", type=A.non_negative_float,
+        help="steps (>= 1) or a fraction of all steps (< 1) (default: from --recipe)",
+    )  # fmt: skip
+    p.add_argument(
+        "--recipe", choices=["auto", "cpu", "paper"],
+        help="lr/warm-up defaults: cpu (tiny/mini/small: lr 1e-3, 5e-4 for small, 6%% warm-up), paper "
+        "(lr 1e-4, 1%% warm-up); auto (default) picks cpu for the small presets",
+    )  # fmt: skip
     p.add_argument("--weight-decay", type=A.non_negative_float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
     p.add_argument("--clip-norm", type=A.non_negative_float)
