@@ -140,12 +140,22 @@ def word_features(
 
 
 class BiLSTMTagger(nn.Module):
-    """Two-layer BiLSTM over fixed word features, then a linear layer to the tags."""
+    """Two-layer BiLSTM over fixed word features, then a linear layer to the tags.
+
+    ``mix=n``: the input is n concatenated layers of equal width and the tagger first takes their weighted
+    sum with learned softmax weights and a scale (ELMo's scalar mix; the paper's "weighted sum" rows)."""
 
     def __init__(
-        self, input_size: int, num_labels: int, hidden_size: int = 256, dropout: float = 0.2
+        self, input_size: int, num_labels: int, hidden_size: int = 256, dropout: float = 0.2, mix: int = 0
     ) -> None:
         super().__init__()
+        self.mix = int(mix)
+        if self.mix:
+            if input_size % self.mix:
+                raise ValueError(f"input size {input_size} is not {self.mix} equal layers")
+            self.mix_weights = nn.Parameter(torch.zeros(self.mix))
+            self.mix_scale = nn.Parameter(torch.ones(()))
+            input_size //= self.mix
         self.dropout = nn.Dropout(dropout)
         self.lstm = nn.LSTM(
             input_size, hidden_size, num_layers=2, bidirectional=True, batch_first=True, dropout=dropout
@@ -153,6 +163,10 @@ class BiLSTMTagger(nn.Module):
         self.classifier = nn.Linear(2 * hidden_size, num_labels)
 
     def forward(self, x: Tensor, lengths: Tensor) -> Tensor:
+        """x: [B, T, input_size], lengths: [B] -> tag logits [B, T, num_labels]."""
+        if self.mix:
+            layers = x.view(*x.shape[:-1], self.mix, -1)  # [B, T, n, H]
+            x = self.mix_scale * (layers * self.mix_weights.softmax(0)[:, None]).sum(-2)
         packed = nn.utils.rnn.pack_padded_sequence(
             self.dropout(x), lengths.cpu(), batch_first=True, enforce_sorted=False
         )
@@ -219,8 +233,12 @@ def feature_ner(
     checkpoint_every: int = 0,
     resume: bool = False,
     precision: str = "fp32",
+    combine: str = "concat",
 ) -> dict:
     """Train a BiLSTM tagger on frozen BERT word features; evaluate with conlleval F1; write metrics.json.
+
+    ``combine``: ``concat`` feeds the chosen layers side by side; ``weighted_sum`` a learned softmax-weighted
+    sum of them (see :class:`BiLSTMTagger`).
 
     Training runs on :class:`bertkit.train.Trainer` (Adam, linear decay to 0, gradient clipping 5.0), so it
     writes ``OUT/metrics.jsonl`` and ``OUT/curves.png`` too, and takes ``checkpoint_every``/``resume``/
@@ -249,7 +267,10 @@ def feature_ner(
     del encoder
 
     torch.manual_seed(seed)  # the tagger's initialisation
-    tagger = BiLSTMTagger(ftrain[0].size(-1), len(labels), hidden_size)
+    if combine not in ("concat", "weighted_sum"):
+        raise UserError(f"combine must be 'concat' or 'weighted_sum', not {combine!r}")
+    mix = len(layers) if combine == "weighted_sum" and len(layers) > 1 else 0
+    tagger = BiLSTMTagger(ftrain[0].size(-1), len(labels), hidden_size, mix=mix)
     items = [(x, torch.tensor([label2id[t] for t in s.tags])) for x, s in zip(ftrain, train)]
     batches = LengthGroupedBatches(
         items, batch_size, _collate_tagged, lengths=[len(x) for x in ftrain], seed=seed
@@ -276,6 +297,7 @@ def feature_ner(
         "train_examples": len(train),
         "hyperparameters": {
             "layers": list(layers),
+            "combine": combine,
             "epochs": epochs,
             "batch_size": batch_size,
             "lr": lr,
@@ -291,7 +313,7 @@ def feature_ner(
             "examples": len(test),
         }
     torch.save(
-        {"state_dict": tagger.state_dict(), "labels": labels, "layers": list(layers)},
+        {"state_dict": tagger.state_dict(), "labels": labels, "layers": list(layers), "mix": mix},
         out / "bilstm_tagger.pt",
     )
     plot_losses(losses, out / "loss.png", f"{name}: BiLSTM on layers {list(layers)}")

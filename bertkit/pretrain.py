@@ -47,11 +47,13 @@ import torch
 import torch.distributed as dist
 
 from bertkit.config import BertConfig
+from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
 from bertkit.io import atomic_write_json
 from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
+from bertkit.train.distributed import init_distributed
 from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
 from bertkit.validate import check_field_types, check_values
@@ -59,6 +61,22 @@ from bertkit.validate import check_field_types, check_values
 logger = logging.getLogger("bertkit")
 
 OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
+
+# Learning rate, warm-up and batch size when the config leaves them unset (None). ``recipe = "cpu"`` (the
+# default for the small presets) is what learned the most per CPU-second in short probes on 2 cores
+# (docs/paper.md, "Recipe"): small models trained for a few thousand steps want a 10x larger peak rate than
+# BERT-Base's 1e-4, a short warm-up, and small batches (more updates for the same tokens: batch 16 reached
+# a lower held-out loss per CPU-second than 32). ``recipe = "paper"`` (the default for medium/base/large;
+# ``--recipe paper``) is the paper's lr 1e-4, warm-up over 1% of the steps (10,000 of 1M), batch 256.
+RECIPES: dict[str, dict[str, dict[str, float]]] = {
+    "cpu": {
+        "tiny": {"lr": 1e-3, "warmup": 0.06, "batch_size": 16},
+        "mini": {"lr": 1e-3, "warmup": 0.06, "batch_size": 16},
+        "small": {"lr": 5e-4, "warmup": 0.06, "batch_size": 16},
+    },
+    "paper": {},
+}
+PAPER_RECIPE = {"lr": 1e-4, "warmup": 0.01, "batch_size": 256}
 PHASE_KEYS = (
     "steps",
     "max_seq_length",
@@ -93,15 +111,16 @@ class PretrainConfig:
     init_from: str | None = None  # continue from a saved model dir
     objective: str = "mlm+nsp"
     steps: int = 1000
-    batch_size: int = 32
+    batch_size: int | None = None  # global batch; None: from the recipe (see RECIPES)
     grad_accum: int = 1
     max_seq_length: int = 128
     masked_lm_prob: float = 0.15
     max_predictions_per_seq: int = 20
     short_seq_prob: float = 0.1
     whole_word_mask: bool = False
-    lr: float = 1e-4
-    warmup: float = 0.01  # < 1: fraction of all steps; >= 1: steps
+    lr: float | None = None  # None: from the recipe (see RECIPES)
+    warmup: float | None = None  # < 1: fraction of all steps; >= 1: steps; None: from the recipe
+    recipe: str = "auto"  # auto (cpu for tiny/mini/small, paper otherwise), cpu, paper
     weight_decay: float = 0.01
     optimizer: str = "adamw"
     clip_norm: float = 1.0
@@ -122,6 +141,26 @@ class PretrainConfig:
     nonfinite: str = "skip"
     phases: list[dict[str, Any]] = field(default_factory=list)
     num_threads: int | None = None
+    # The data stream: "auto" (a prepared dir's static instances if `prepare --static` wrote them, else the
+    # dynamic stream; an .npz file: static; anything else: TFRecord), "dynamic", "static" or "tfrecord".
+    data_format: str = "auto"
+    vocab: str | None = None  # vocab.txt for TFRecord data (a prepared dir has its own)
+    lowercase: bool | None = None  # the saved tokenizer's casing (default: the prepared dir's, else True)
+
+    def with_recipe(self) -> PretrainConfig:
+        """A copy with ``lr``, ``warmup`` and ``batch_size`` filled from the recipe where they are unset."""
+        if self.recipe not in ("auto", "cpu", "paper"):
+            raise UserError(f"recipe must be auto, cpu or paper, not {self.recipe!r}")
+        name = self.recipe
+        if name == "auto":
+            name = "cpu" if self.preset in RECIPES["cpu"] and not self.model_config else "paper"
+        values = RECIPES[name].get(self.preset, PAPER_RECIPE) if name == "cpu" else PAPER_RECIPE
+        return dataclasses.replace(
+            self,
+            lr=values["lr"] if self.lr is None else self.lr,
+            warmup=values["warmup"] if self.warmup is None else self.warmup,
+            batch_size=int(values["batch_size"]) if self.batch_size is None else self.batch_size,
+        )
 
     def resolved_phases(self) -> list[dict[str, Any]]:
         """Every phase with its settings filled from the top level."""
@@ -264,7 +303,24 @@ def make_eval_fn(dataset, objective: str, batch_size: int, max_batches: int, dev
     return eval_fn
 
 
-def _load_dataset(data_dir: str, phase: dict, cfg: PretrainConfig, split: str):
+def _load_dataset(
+    data_dir: str, phase: dict, cfg: PretrainConfig, split: str, fmt: str = "dynamic", pad_id=0
+):
+    if fmt != "dynamic":
+        if split != "train":  # the fixed instances cover every document: nothing is held out
+            raise UserError(f"no held-out split in {fmt} data {data_dir}")
+        ds = open_static(data_dir, fmt, no_nsp=cfg.objective != "mlm+nsp", pad_id=pad_id)
+        if ds.max_seq_length > phase["max_seq_length"]:
+            raise UserError(
+                f"{ds.name}: instances have {ds.max_seq_length} tokens > max_seq_length {phase['max_seq_length']}; "
+                f"pass --max-seq-length {ds.max_seq_length}"
+            )
+        if ds.max_predictions_per_seq != phase["max_predictions_per_seq"]:
+            logger.info(
+                "%s: max_predictions_per_seq %d comes from the data (setting %d ignored)",
+                ds.name, ds.max_predictions_per_seq, phase["max_predictions_per_seq"],
+            )  # fmt: skip
+        return ds
     try:
         from bertkit.data import PretrainingDataset
     except ImportError:
@@ -285,19 +341,6 @@ def _load_dataset(data_dir: str, phase: dict, cfg: PretrainConfig, split: str):
     )
 
 
-def init_distributed() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank); initialises the process group under torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=backend)
-    if dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
-    return 0, 1, 0
-
-
 def _device(cfg: PretrainConfig, local_rank: int) -> torch.device:
     if cfg.device:
         return torch.device(cfg.device)
@@ -313,8 +356,10 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     """Run every phase of ``cfg``; returns the results dict (also written to ``OUT/results.json``)."""
     if cfg.objective not in OBJECTIVES:
         raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {cfg.objective!r}")
+    cfg = cfg.with_recipe()
     data_dir = Path(cfg.data)
-    if not (data_dir / "manifest.json").is_file():
+    fmt = detect_format(data_dir, cfg.data_format)
+    if fmt == "dynamic" and not (data_dir / "manifest.json").is_file():
         raise UserError(f"{data_dir}: not a prepared data directory (run `bertkit prepare` first)")
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
@@ -326,12 +371,22 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if total_steps <= 0:
         raise UserError("steps must be positive")
 
-    vocab_file = data_dir / "vocab.txt"
+    vocab_file = Path(cfg.vocab) if cfg.vocab else data_dir / "vocab.txt"
+    if not vocab_file.is_file():
+        raise UserError(
+            f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
+        )
     vocab_words = vocab_file.read_text(encoding="utf-8").splitlines()
-    manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+    manifest_file = data_dir / "manifest.json"
+    manifest = json.loads(manifest_file.read_text(encoding="utf-8")) if manifest_file.is_file() else {}
+    if cfg.lowercase is not None:
+        manifest["lowercase"] = cfg.lowercase
     pad_id = vocab_words.index("[PAD]") if "[PAD]" in vocab_words else 0
     mc = build_model_config(cfg, len(vocab_words), max(p["max_seq_length"] for p in phases))
     mc.pad_token_id = pad_id
+    if cfg.objective == "ltr":
+        # written into model/config.json: the fine-tuning heads keep the causal mask (the paper's LTR model)
+        mc.extra["causal"] = True
 
     torch.manual_seed(cfg.seed)  # model initialisation
     if cfg.init_from:
@@ -358,7 +413,9 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         return linear_schedule(o, warmup_steps_from(cfg.warmup, total_steps), total_steps)
 
     loss_fn = make_loss_fn(cfg.objective, pad_id)
-    results: dict[str, Any] = {"phases": [], "world_size": world, "objective": cfg.objective}
+    results: dict[str, Any] = {
+        "phases": [], "world_size": world, "objective": cfg.objective, "data_format": fmt,
+    }  # fmt: skip
     opt = sched = None
     start = 0
     trainer = None
@@ -371,7 +428,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
                 f"batch_size {ph['batch_size']} must be a multiple of world_size*grad_accum = "
                 f"{world}*{ph['grad_accum']}"
             )
-        train_ds = _load_dataset(str(data_dir), ph, cfg, "train")
+        train_ds = _load_dataset(str(data_dir), ph, cfg, "train", fmt, pad_id)
         batches = Batches(
             train_ds, micro, train_ds.collate, seed=cfg.seed, rank=rank, world_size=world,
             grad_accum=int(ph["grad_accum"]),
@@ -379,7 +436,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         eval_fn = None
         if cfg.eval_every or cfg.eval_batches:
             try:
-                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid")
+                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid", fmt, pad_id)
                 eval_fn = make_eval_fn(
                     valid_ds, cfg.objective, cfg.eval_batch_size or micro, cfg.eval_batches, device, pad_id
                 )
@@ -453,8 +510,32 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         }
     )
     if rank == 0:
+        _write_card(cfg, model_dir, fmt, phases, results, world)
         atomic_write_json(out / "results.json", results)
     return results
+
+
+def _write_card(
+    cfg: PretrainConfig, model_dir: Path, fmt: str, phases: list, results: dict, world: int
+) -> None:
+    from bertkit.model_card import write_model_card
+
+    held_out = results.get("eval")
+    scores = held_out or results.get("last") or {}
+    write_model_card(
+        model_dir, title=f"A BERT pre-trained with bertkit ({cfg.objective})", kind="pretraining",
+        task=f"pre-training, objective {cfg.objective}",
+        data={"data": cfg.data, "stream": fmt, "held-out documents": cfg.valid_documents},
+        hyperparameters={
+            "model": cfg.model_config or cfg.preset, "steps": results["steps"], "lr": cfg.lr, "warmup": cfg.warmup,
+            "optimizer": cfg.optimizer, "weight_decay": cfg.weight_decay, "precision": cfg.precision,
+            "seed": cfg.seed, "processes": world, "init_from": cfg.init_from,
+            "phases": [{k: p[k] for k in ("steps", "max_seq_length", "batch_size", "grad_accum")} for p in phases],
+        },
+        metrics={k: v for k, v in scores.items() if k != "step" and isinstance(v, (int, float))},
+        metrics_split="held-out" if held_out else "training, last log window",
+        base_model=cfg.init_from,
+    )  # fmt: skip
 
 
 def save_tokenizer(vocab_file: Path, lowercase: bool, model_dir: Path) -> None:

@@ -30,7 +30,14 @@ from tokenizers import Tokenizer as _RustTokenizer
 
 from .errors import UserError
 from .io import atomic_write, atomic_write_json
-from .tokenizer_fast_path import PlainText, cut_texts, fast_normalizer, fast_pre_tokenizer, plain_text
+from .tokenizer_fast_path import (
+    PlainText,
+    choose_fast_path,
+    cut_texts,
+    fast_normalizer,
+    fast_pre_tokenizer,
+    plain_text,
+)
 
 SPECIAL_TOKENS = {"unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "mask": "[MASK]"}
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second")
@@ -111,10 +118,22 @@ class Tokenizer:
 
     Attributes:
         fast_path: send texts whose characters are all plain through the cheaper pipeline (same
-            output; on by default; set False to always use the full BERT normaliser and pre-tokenizer).
+            output). Chosen at first use by a short measurement on this machine (cached; see
+            :func:`bertkit.tokenizer_fast_path.choose_fast_path`); set False to always use the full BERT
+            normaliser and pre-tokenizer, True to always route plain texts the cheap way.
     """
 
-    fast_path: bool = True
+    _fast_path: bool | None = None
+
+    @property
+    def fast_path(self) -> bool:
+        if self._fast_path is None:
+            self._fast_path = choose_fast_path(self._tok, self._fast_tok, self.ids_to_tokens)
+        return self._fast_path
+
+    @fast_path.setter
+    def fast_path(self, on: bool) -> None:
+        self._fast_path = bool(on)
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bertkit.cli import args as A
-from bertkit.cli.train_options import add_trainer_arguments
+from bertkit.cli.train_options import add_trainer_arguments, check_trainer_arguments
 from bertkit.errors import UserError
 
 __all__ = ["add_trainer_arguments", "register"]
@@ -54,6 +54,7 @@ def _settings(args: argparse.Namespace, **extra):
         raise UserError("--epochs, --batch-size and --lr must be positive")
     if args.max_seq_length < 8 or args.max_seq_length > 512:
         raise UserError(f"--max-seq-length {args.max_seq_length}: use 8..512")
+    check_trainer_arguments(args)
     if args.threads:
         import torch
 
@@ -74,6 +75,10 @@ def _settings(args: argparse.Namespace, **extra):
         resume=args.resume,
         precision=args.precision,
         gradient_checkpointing=args.gradient_checkpointing,
+        grad_accum=args.grad_accum,
+        max_steps=args.max_steps,
+        eval_every=args.eval_every,
+        keep_best=args.keep_best,
         **extra,
     )
 
@@ -96,7 +101,7 @@ def run_glue(args: argparse.Namespace) -> dict:
     from bertkit.tasks.glue import glue_task_data
 
     split = "dev_mm" if args.task.lower().replace("-", "") in ("mnlimm",) else "dev"
-    task = glue_task_data(args.task, args.data_dir, split)
+    task = glue_task_data(args.task, args.data_dir, split, predict_test=args.predict_test)
     return _run(task, args)
 
 
@@ -111,6 +116,8 @@ def run_classify(args: argparse.Namespace) -> dict:
         args.label_field,
         regression=args.regression,
         name=args.name,
+        multi_label=args.multi_label,
+        label_sep=args.label_sep,
     )
     return _run(task, args)
 
@@ -124,6 +131,13 @@ def run_ner(args: argparse.Namespace) -> dict:
 
         settings = _settings(args)
         from bertkit.tasks.finetune import _limit
+        from bertkit.train.distributed import init_distributed
+
+        if settings.grad_accum > 1 or settings.max_steps or settings.eval_every or init_distributed()[1] > 1:
+            raise UserError(
+                "--feature-based trains a BiLSTM on frozen features: --grad-accum, --max-steps, --eval-every, "
+                "--keep-best and torchrun apply to fine-tuning only; drop them"
+            )
 
         return feature_ner(
             _limit(task.train, settings.max_train_examples, settings.seed),
@@ -166,6 +180,12 @@ def register(subparsers) -> None:
         help="CoLA, SST-2, MRPC, QQP, STS-B, MNLI (MNLI-mm: mismatched dev), QNLI, RTE, WNLI",
     )
     p.add_argument("--data-dir", required=True, help="the task's folder (train.tsv, dev.tsv, ...)")
+    p.add_argument(
+        "--predict-test",
+        action="store_true",
+        help="also predict the test file(s) and write the GLUE leaderboard's OUT/<TASK>.tsv (MNLI: MNLI-m.tsv, "
+        "MNLI-mm.tsv and AX.tsv when diagnostic.tsv is beside the task or in ../diagnostic/)",
+    )
     _common(p)
     p.set_defaults(func=run_glue)
 
@@ -176,6 +196,13 @@ def register(subparsers) -> None:
     p.add_argument("--pair-field", default="text_pair", help="second text, used when the column exists")
     p.add_argument("--label-field", default="label")
     p.add_argument("--regression", action="store_true", help="numeric labels, one output, MSE loss")
+    p.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="any number of labels per text (a JSON list, or names split by --label-sep): one sigmoid per "
+        "label, BCE loss, per-label thresholds tuned on dev, micro/macro F1",
+    )
+    p.add_argument("--label-sep", default=",", help="--multi-label: separator of the label names (default ,)")
     p.add_argument("--name", default="classify", help="task name written to metrics.json")
     _common(p)
     p.set_defaults(func=run_classify)

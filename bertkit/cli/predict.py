@@ -14,13 +14,32 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="run a fine-tuned model directory on new inputs")
     p.add_argument("model_dir")
     p.add_argument(
-        "--input", required=True, help="CSV/TSV/JSONL (classification), CoNLL or text (NER), SWAG CSV"
+        "--input",
+        required=True,
+        help="CSV/TSV/JSONL (classification), CoNLL or text (NER), SWAG CSV, SQuAD JSON or JSONL with "
+        "question/context (QA)",
     )
     A.add_output(p, "--out", kind="file", help="JSON lines to write")
     p.add_argument("--text-field", default="text")
     p.add_argument("--pair-field", default="text_pair")
-    p.add_argument("--max-seq-length", type=A.int_range(8, 512), default=128)
+    p.add_argument("--max-seq-length", type=A.int_range(8, 512), default=None, help="default 128 (QA: 384)")
     p.add_argument("--batch-size", type=A.positive_int, default=64)
+    p.add_argument(
+        "--long-text",
+        choices=("truncate", "windows"),
+        default="truncate",
+        help="classification: cut long texts, or average the logits of overlapping windows",
+    )
+    p.add_argument("--aggregation", choices=("first", "max", "simple"), default="first", help="NER entities")
+    p.add_argument(
+        "--doc-stride", type=A.positive_int, default=None, help="QA: tokens between windows (default 128)"
+    )
+    p.add_argument(
+        "--max-answer-length", type=A.positive_int, default=30, help="QA: longest answer in tokens"
+    )
+    p.add_argument(
+        "--version-2-with-negative", action="store_true", help="QA: offer the null answer (SQuAD v2 models)"
+    )
     p.set_defaults(func=run_predict)
 
     p = subparsers.add_parser(
@@ -92,15 +111,22 @@ def run_predict(args: argparse.Namespace) -> dict:
     arch = (config.architectures or [""])[0]
     kinds = {
         "BertForSequenceClassification": "seq",
-        "BertForTokenClassification": "token",
         "BertForMultipleChoice": "choice",
     }
+    if arch in ("BertForQuestionAnswering", "BertForTokenClassification"):
+        from bertkit.cli import predict_spans
+
+        fn = predict_spans.predict_qa if arch == "BertForQuestionAnswering" else predict_spans.predict_ner
+        with atomic_write(args.out) as f:
+            n = fn(args, f)
+        return {"out": args.out, "architecture": arch, "examples": n}
     if arch not in kinds:
         raise UserError(
-            f"{model_dir}/config.json: architecture {arch!r} is not a fine-tuned classification, tagging or "
-            "multiple-choice model (SQuAD models: use `bertkit finetune squad`)"
+            f"{model_dir}/config.json: architecture {arch!r} is not a fine-tuned classification, tagging, "
+            "question-answering or multiple-choice model"
         )
     kind = kinds[arch]
+    max_len = args.max_seq_length or 128
     tok = Tokenizer.from_pretrained(model_dir)
     model = model_class(kind).from_pretrained(model_dir).eval()
     labels = (
@@ -109,57 +135,49 @@ def run_predict(args: argparse.Namespace) -> dict:
         else [f"LABEL_{i}" for i in range(config.num_labels)]  # as transformers names unnamed labels
     )
     regression = config.problem_type == "regression" or (kind == "seq" and config.num_labels == 1)
+    multi_label = config.problem_type == "multi_label_classification"
+    saved = config.extra.get("label_thresholds") or {}
+    thresholds = [float(saved.get(lab, 0.5)) for lab in labels]  # tuned per label by finetune --multi-label
     path = Path(args.input)
     if kind == "seq":
         texts, pairs = _read_texts(path, args.text_field, args.pair_field)
         from bertkit.tasks.glue import Example
 
         examples = [Example(str(i), a, b) for i, (a, b) in enumerate(zip(texts, pairs))]
-    elif kind == "token":
-        from bertkit.tasks.ner import Sentence, read_conll
+        if args.long_text == "windows":
+            if any(b is not None for b in pairs):
+                raise UserError(f"{path}: --long-text windows is for single texts; this file has pairs")
+            from bertkit.cli.predict_spans import predict_windows
 
-        try:
-            examples = read_conll(path, require_tags=False)
-        except UserError:
-            examples = [
-                Sentence(line.split(), None)
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ]
-        if not examples:
-            raise UserError(f"{path} is empty")
+            with atomic_write(args.out) as f:
+                n = predict_windows(args, texts, f)
+            return {"out": args.out, "architecture": arch, "examples": n, "long_text": "windows"}
     else:
         from bertkit.tasks.swag import read_swag
 
         examples = read_swag(path, require_label=False)
     task = TaskData("predict", kind, [], examples, None if regression else labels, lambda p, g: {}, "")
-    if kind == "token":
-        # every word gets a slot; tags are unknown
-        for s in examples:
-            s.tags = [labels[0]] * len(s.words)
-    feats = encode(task, tok, examples, args.max_seq_length)
+    feats = encode(task, tok, examples, max_len)
     raw = predict_features(model, feats, kind, args.batch_size, tok.pad_token_id, progress=True)
     with atomic_write(args.out) as f:
-        if kind == "token":
-            preds = [["O"] * len(e.words) for e in examples]
-            for ft, path_ in zip(feats, raw):
-                for j, lab in enumerate(path_[: ft.n_words]):
-                    preds[ft.example][ft.word_start + j] = labels[lab]
-            for e, p in zip(examples, preds):
-                f.write(json.dumps({"words": e.words, "tags": p}, ensure_ascii=False) + "\n")
-        else:
-            for e, r in zip(examples, raw):
-                if regression:
-                    row = {"text": e.text_a, "score": r}
-                elif kind == "choice":
-                    row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
-                else:
-                    row = {
-                        "text": e.text_a,
-                        "label": labels[r[0]],
-                        "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
-                    }
-                    if e.text_b is not None:
-                        row["text_pair"] = e.text_b
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for e, r in zip(examples, raw):
+            if regression:
+                row = {"text": e.text_a, "score": r}
+            elif kind == "choice":
+                row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
+            elif multi_label:
+                row = {
+                    "text": e.text_a,
+                    "labels": [lab for lab, p, t in zip(labels, r[1], thresholds) if p >= t],
+                    "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
+                }
+            else:
+                row = {
+                    "text": e.text_a,
+                    "label": labels[r[0]],
+                    "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
+                }
+                if e.text_b is not None:
+                    row["text_pair"] = e.text_b
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return {"out": args.out, "architecture": arch, "examples": len(examples)}

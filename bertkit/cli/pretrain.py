@@ -13,7 +13,8 @@ _FLAGS = (
     "data", "out", "preset", "objective", "steps", "batch_size", "lr", "warmup", "weight_decay", "optimizer",
     "grad_accum", "precision", "max_seq_length", "masked_lm_prob", "max_predictions_per_seq", "short_seq_prob",
     "seed", "log_every", "checkpoint_every", "keep_last", "eval_every", "eval_batches", "clip_norm", "device",
-    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing",
+    "distributed", "init_from", "num_threads", "valid_documents", "gradient_checkpointing", "recipe",
+    "data_format", "vocab",
 )  # fmt: skip
 
 
@@ -28,7 +29,21 @@ def register(subparsers) -> None:
             "overrides and [[phases]] (e.g. 90%% of steps at 128 tokens, then 512)."
         ),
     )
-    p.add_argument("--data", help="prepared data directory (bertkit prepare --out)")
+    p.add_argument(
+        "--data",
+        help="prepared data directory (bertkit prepare --out; with --static its fixed instances are used), "
+        "or the original release's TFRecord file(s) (a file or a directory of them; needs --vocab)",
+    )
+    p.add_argument(
+        "--data-format", choices=["auto", "dynamic", "static", "tfrecord"],
+        help="the stream: dynamic masking on the fly, the static instances of `prepare --static`, or "
+        "TFRecord files of create_pretraining_data.py (default auto: static if the dir has them)",
+    )  # fmt: skip
+    p.add_argument("--vocab", help="vocab.txt the TFRecord data was made with (a prepared dir has its own)")
+    p.add_argument(
+        "--cased", dest="lowercase", action="store_false", default=None,
+        help="TFRecord data: the saved tokenizer keeps case (default: lowercase, as the uncased models)",
+    )  # fmt: skip
     p.add_argument(
         "--out", help="run directory to write (refused if it exists, unless --resume or --overwrite)"
     )
@@ -50,10 +65,16 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=A.positive_int)
     p.add_argument("--batch-size", type=A.positive_int, help="global batch per optimizer step")
     p.add_argument("--grad-accum", type=A.positive_int)
-    p.add_argument("--lr", type=A.positive_float)
+    p.add_argument("--lr", type=A.positive_float, help="peak learning rate (default: from --recipe)")
     p.add_argument(
-        "--warmup", type=A.non_negative_float, help="steps (>= 1) or a fraction of all steps (< 1)"
-    )
+        "--warmup", type=A.non_negative_float,
+        help="steps (>= 1) or a fraction of all steps (< 1) (default: from --recipe)",
+    )  # fmt: skip
+    p.add_argument(
+        "--recipe", choices=["auto", "cpu", "paper"],
+        help="lr/warm-up defaults: cpu (tiny/mini/small: lr 1e-3, 5e-4 for small, 6%% warm-up), paper "
+        "(lr 1e-4, 1%% warm-up); auto (default) picks cpu for the small presets",
+    )  # fmt: skip
     p.add_argument("--weight-decay", type=A.non_negative_float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
     p.add_argument("--clip-norm", type=A.non_negative_float)
@@ -87,7 +108,7 @@ def config_from_args(args: argparse.Namespace):
     from bertkit.pretrain import PretrainConfig, load_config_file
 
     data = load_config_file(args.config) if getattr(args, "config", None) else {}
-    for name in (*_FLAGS, "model_config", "whole_word_mask", "tensorboard"):
+    for name in (*_FLAGS, "model_config", "whole_word_mask", "tensorboard", "lowercase"):
         v = getattr(args, name, None)
         if v is not None:
             data[name] = str(v) if isinstance(v, Path) else v

@@ -14,6 +14,18 @@ directory loads in transformers' ``BertFor…`` classes and code written for one
 - ``BertForQuestionAnswering``: ``qa_outputs`` maps each token to a start and an end logit.
 - ``BertForMultipleChoice``: input [B, C, T]; one score per choice from the pooled ``[CLS]``; softmax over C.
 Dropout is ``classifier_dropout`` when set, else ``hidden_dropout_prob`` (0.1).
+
+Two config keys serve the paper's left-to-right ablation (Table 5), read from ``config.json``:
+
+- ``"causal": true`` keeps the causal mask at fine-tuning time (each token sees only itself and what is to
+  its left), as the paper fine-tunes its LTR model. ``bertkit pretrain --objective ltr`` writes it into the
+  model's config, so an LTR model is fine-tuned left-only unless the key is removed. A causal
+  ``[CLS]`` has seen nothing, so the sequence heads pool the *last real token* instead (dense + tanh of the
+  pooler, as OpenAI GPT classifies from its last token).
+- ``"head_bilstm": true`` puts a randomly initialised one-layer BiLSTM (H/2 units per direction, so its
+  output is H wide) between the encoder and the output layer, the paper's "LTR & No NSP + BiLSTM" row.
+  Token/span heads read its per-token outputs; sequence heads its mean over the real tokens. Its
+  parameters are ``bilstm.*`` (transformers does not know them).
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ __all__ = [
     "BertForQuestionAnswering",
     "BertForMultipleChoice",
     "CRF",
+    "HeadBiLSTM",
     "SequenceClassifierOutput",
     "TokenClassifierOutput",
     "QuestionAnsweringOutput",
@@ -90,6 +103,51 @@ def _setting(config: BertConfig, name: str, default=None):
     return default if value is None else value
 
 
+class HeadBiLSTM(nn.Module):
+    """A bidirectional LSTM over the encoder's outputs that never reads padding (packed sequences)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(hidden_size, hidden_size // 2, batch_first=True, bidirectional=True)
+
+    def forward(self, x: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """x: [B, T, H], attention_mask: [B, T] (1 = real) -> [B, T, 2 * (H // 2)] (zeros on padding)."""
+        if attention_mask is None:
+            return self.lstm(x)[0]
+        lengths = attention_mask.sum(-1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))[0]
+
+
+def _ltr_settings(module: nn.Module, config: BertConfig) -> None:
+    """``module.causal`` and ``module.bilstm`` from the config (see the module docstring)."""
+    module.causal = bool(_setting(config, "causal", False))
+    module.bilstm = HeadBiLSTM(config.hidden_size) if _setting(config, "head_bilstm", False) else None
+
+
+def _sequence_vector(model: nn.Module, out, attention_mask: Tensor | None) -> Tensor:
+    """The [B, H] vector a sequence head classifies: the pooled [CLS]; the pooled last real token under a
+    causal mask; the BiLSTM's mean over real tokens with ``head_bilstm``."""
+    seq = out.last_hidden_state
+    mask = attention_mask if attention_mask is not None else torch.ones(seq.shape[:2], device=seq.device)
+    if model.bilstm is not None:
+        h = model.bilstm(seq, mask)
+        m = mask.to(h.dtype).unsqueeze(-1)
+        return (h * m).sum(1) / m.sum(1).clamp(min=1)
+    if model.causal:
+        last = (mask.sum(-1).long() - 1).clamp(min=0)
+        return model.bert.pooler(seq[torch.arange(seq.size(0), device=seq.device), last].unsqueeze(1))
+    return out.pooler_output
+
+
+def _token_vectors(model: nn.Module, out, attention_mask: Tensor | None) -> Tensor:
+    """[B, T, H] per-token vectors for token/span heads (through the BiLSTM with ``head_bilstm``)."""
+    if model.bilstm is None:
+        return out.last_hidden_state
+    return model.bilstm(out.last_hidden_state, attention_mask)
+
+
 def _dropout(config: BertConfig) -> Dropout:
     p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
     return Dropout(p)
@@ -110,6 +168,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.bert = BertModel(config)
         self.dropout = _dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        _ltr_settings(self, config)
         self.post_init()
 
     def forward(
@@ -122,8 +181,10 @@ class BertForSequenceClassification(BertPreTrainedModel):
         output_hidden_states: bool = False,
         return_dict: bool | None = None,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
-        logits = self.classifier(self.dropout(out.pooler_output))
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=self.causal
+        )
+        logits = self.classifier(self.dropout(_sequence_vector(self, out, attention_mask)))
         loss = None
         if labels is not None:
             if self.config.problem_type is None:
@@ -235,6 +296,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.use_crf = bool(_setting(config, "use_crf", False))
         self.crf = CRF(config.num_labels) if self.use_crf else None
+        _ltr_settings(self, config)
         self.post_init()
 
     def forward(
@@ -247,8 +309,10 @@ class BertForTokenClassification(BertPreTrainedModel):
         output_hidden_states: bool = False,
         return_dict: bool | None = None,
     ) -> TokenClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
-        logits = self.classifier(self.dropout(out.last_hidden_state))
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=self.causal
+        )
+        logits = self.classifier(self.dropout(_token_vectors(self, out, attention_mask)))
         loss = None
         if labels is not None:
             if self.crf is not None:
@@ -280,6 +344,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        _ltr_settings(self, config)
         self.post_init()
 
     def forward(
@@ -293,8 +358,10 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         output_hidden_states: bool = False,
         return_dict: bool | None = None,
     ) -> QuestionAnsweringOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states)
-        logits = self.qa_outputs(out.last_hidden_state)
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=self.causal
+        )
+        logits = self.qa_outputs(_token_vectors(self, out, attention_mask))
         start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -320,6 +387,7 @@ class BertForMultipleChoice(BertPreTrainedModel):
         self.bert = BertModel(config)
         self.dropout = _dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
+        _ltr_settings(self, config)
         self.post_init()
 
     def forward(
@@ -343,7 +411,8 @@ class BertForMultipleChoice(BertPreTrainedModel):
             token_type_ids=flat(token_type_ids),
             position_ids=flat(position_ids),
             output_hidden_states=output_hidden_states,
+            causal=self.causal,
         )
-        logits = self.classifier(self.dropout(out.pooler_output)).view(b, c)
+        logits = self.classifier(self.dropout(_sequence_vector(self, out, flat(attention_mask)))).view(b, c)
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
         return MultipleChoiceOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)

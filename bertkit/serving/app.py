@@ -9,6 +9,7 @@ path of ``errors.install_handlers``; the body limit is checked by ``limits.BodyL
 import base64
 import os
 import time
+from importlib import resources
 from typing import Any
 
 from ..errors import UserError
@@ -68,7 +69,7 @@ def create_app(
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
-    from fastapi.responses import Response
+    from fastapi.responses import HTMLResponse, Response
     from pydantic import BaseModel, Field
 
     metrics = Metrics()
@@ -129,6 +130,24 @@ def create_app(
         raw_scores: bool = False
         long_text: str | None = None
 
+    class QAItem(BaseModel):
+        question: str
+        context: str
+
+    class QARequest(BaseModel):
+        question: str | None = None
+        context: str | None = None
+        inputs: list[QAItem] | None = None
+        doc_stride: int | None = None
+        max_answer_length: int = 30
+        handle_impossible_answer: bool = False
+        null_threshold: float = 0.0
+
+    class NERRequest(BaseModel):
+        text: str | None = None
+        words: list[str] | None = None
+        aggregation: str = "first"
+
     class FillMaskRequest(BaseModel):
         text: str
         top_k: int = 5
@@ -149,6 +168,12 @@ def create_app(
     def prometheus() -> Response:
         body, ctype = metrics.render()
         return Response(body, media_type=ctype)
+
+    @app.get("/", response_class=HTMLResponse)
+    def playground() -> HTMLResponse:
+        """A self-contained page to try the model's routes (no CDN: the server runs offline)."""
+        page = resources.files("bertkit.serving").joinpath("playground.html").read_text(encoding="utf-8")
+        return HTMLResponse(page)
 
     @app.post("/embed")
     def embed(req: EmbedRequest) -> Any:
@@ -246,6 +271,30 @@ def create_app(
             ranked = sorted(range(len(row)), key=lambda j: -scores[j])
             answers.append([{"score": float(scores[j]), "label": labels[j]} for j in ranked])
         return answers[0] if single else answers
+
+    @app.post("/qa")
+    def qa(req: QARequest) -> Any:
+        single = req.inputs is None
+        if single and (req.question is None or req.context is None):
+            raise validation("give question and context, or inputs: [{question, context}, ...]")
+        if not single and (req.question is not None or req.context is not None):
+            raise validation("give question and context, or inputs, not both")
+        items = [(req.question, req.context)] if single else [(x.question, x.context) for x in req.inputs]
+        answers = svc.qa(
+            items,
+            doc_stride=req.doc_stride,
+            max_answer_length=req.max_answer_length,
+            handle_impossible_answer=req.handle_impossible_answer,
+            null_threshold=req.null_threshold,
+            field="request" if single else "inputs",
+        )
+        for a in answers:
+            a.pop("id", None)
+        return answers[0] if single else answers
+
+    @app.post("/ner")
+    def ner(req: NERRequest) -> dict[str, Any]:
+        return svc.ner(req.text, req.words, req.aggregation)
 
     @app.post("/fill-mask")
     def fill_mask(req: FillMaskRequest) -> dict[str, Any]:

@@ -39,6 +39,7 @@ class InferenceService:
         long_text: str = "truncate",
         window_stride: int | None = None,
         model_id: str | None = None,
+        int8: bool = False,
         on_batch: Any = None,
         # kept from the first server's signature
         max_batch_size: int | None = None,
@@ -77,6 +78,16 @@ class InferenceService:
             self.encoder = SentenceEncoder(bert, self.tokenizer, pooling="mean", max_seq_length=max_length)
             self.architecture = type(self.model).__name__
         self.config = self.model.config
+        self.int8 = int8
+        self._int8_encoder = self._int8_head = None
+        if int8:  # int8 copies for the batched model calls (fill-mask keeps the float model)
+            from .quantize import int8_static
+
+            if self.device != "cpu":
+                raise UserError("--int8 runs on the CPU only (dynamic quantisation); drop --device")
+            self._int8_encoder = int8_static(self.encoder.model)
+            if self.architecture not in ("SentenceTransformer", "BertModel"):
+                self._int8_head = int8_static(self.model)
         limit = self.config.max_position_embeddings
         self.max_length = min(max_length or limit, limit)
         self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
@@ -111,7 +122,7 @@ class InferenceService:
         return self.can_predict and self.config.num_labels == 1
 
     def routes(self) -> list[str]:
-        eps = ["/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
+        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
         for ok, route in (
             (self.can_predict, "/predict"),
             (self.can_fill_mask, "/fill-mask"),
@@ -155,6 +166,7 @@ class InferenceService:
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
             "rerank": "cross-encoder" if self.cross_encoder else "cosine",
+            "int8": self.int8,
             "device": str(self.device),
             "endpoints": self.routes(),
         }
@@ -177,6 +189,8 @@ class InferenceService:
             t_types[row, : len(x)] = torch.tensor(t)
             mask[row, : len(x)] = 1
         t_ids, t_types, mask = t_ids.to(self.device), t_types.to(self.device), mask.to(self.device)
+        if self.int8:
+            return self._run_int8(task, ids, t_ids, t_types, mask)
         if task == "embed":
             hidden = self.encoder.model(t_ids, attention_mask=mask).last_hidden_state
             return list(pool(hidden.float(), mask, self.encoder.pooling).cpu().numpy())
@@ -189,6 +203,24 @@ class InferenceService:
         if task == "span":
             s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
             return [(s[i, : len(x)], e[i, : len(x)]) for i, x in enumerate(ids)]
+        raise ValueError(f"unknown task {task!r}")
+
+    def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
+        from ..embed import pool
+
+        if task == "embed":
+            hidden = self._int8_encoder(t_ids, mask, t_types)[0]
+            return list(pool(hidden.float(), mask, self.encoder.pooling).numpy())
+        out = self._int8_head(t_ids, mask, t_types)
+        if task == "classify":
+            return list(out[0].float().numpy())
+        if task == "tokens":
+            return [out[0][i, : len(x)].float().numpy() for i, x in enumerate(ids)]
+        if task == "span":
+            return [
+                (out[0][i, : len(x)].float().numpy(), out[1][i, : len(x)].float().numpy())
+                for i, x in enumerate(ids)
+            ]
         raise ValueError(f"unknown task {task!r}")
 
     # ------------------------------------------------------------ tokenisation
@@ -359,6 +391,118 @@ class InferenceService:
         check_budget(self._budget([query, *texts], None, self.long_text), self.limits)
         vecs, _ = self.embed([query, *texts], normalize=True)
         return [float(s) for s in vecs[1:] @ vecs[0]]
+
+    def qa(
+        self,
+        items: list[tuple[str, str]],
+        doc_stride: int | None = None,
+        max_answer_length: int = 30,
+        handle_impossible_answer: bool = False,
+        null_threshold: float = 0.0,
+        field: str = "inputs",
+    ) -> list[dict[str, Any]]:
+        """One answer per (question, context); see ``pipelines.qa.answer``."""
+        from ..pipelines.qa import QASettings, answer
+
+        self.require(self.can_qa, "/qa", "question-answering")
+        if not items:
+            raise validation(f"{field} must hold at least one question")
+        if len(items) > self.limits.max_batch_size:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                f"{field} holds {len(items)} questions; this server takes at most {self.limits.max_batch_size} "
+                "per request (--max-batch-size)",
+            )
+        window = min(384, self.max_length)
+        query = min(64, self.max_length // 4)
+        if doc_stride is None:  # run_squad.py's 128, or the whole room of a smaller model's window
+            doc_stride = min(128, window - query - 3)
+        settings = QASettings(
+            max_seq_length=window,
+            doc_stride=doc_stride,
+            max_query_length=query,
+            max_answer_length=max_answer_length,
+            version_2_with_negative=handle_impossible_answer,
+            null_threshold=null_threshold,
+        )
+        if not 1 <= doc_stride <= settings.max_seq_length - settings.max_query_length - 3:
+            raise validation(
+                f"doc_stride must be in 1..{settings.max_seq_length - settings.max_query_length - 3} "
+                f"(the window), got {doc_stride}"
+            )
+        if max_answer_length < 1:
+            raise validation(f"max_answer_length must be >= 1, got {max_answer_length}")
+        budget = 0
+        for i, (q, c) in enumerate(items):
+            name = f"{field}[{i}]" if field == "inputs" else ""
+            check_text(q, f"{name}.question" if name else "question", self.limits)
+            check_text(c, f"{name}.context" if name else "context", self.limits)
+            if not q.strip() or not c.strip():
+                raise validation(f"{name or 'the request'}: question and context must hold some text")
+            fixed = min(len(q), settings.max_query_length) + 3
+            budget += windowed_tokens(len(c), fixed, settings.max_seq_length, doc_stride)
+        check_budget(budget, self.limits)
+
+        def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
+            return self.batcher.submit("span", ids, types)
+
+        qs = [(str(i), q, c) for i, (q, c) in enumerate(items)]
+        return answer(self.tokenizer, qs, run, settings, lock=self._tok_lock)
+
+    def ner(
+        self,
+        text: str | None = None,
+        words: list[str] | None = None,
+        aggregation: str = "first",
+    ) -> dict[str, Any]:
+        """Entities with character offsets into ``text`` (or into ``" ".join(words)``)."""
+        from ..pipelines.ner import AGGREGATIONS, entities, split_words
+
+        self.require(self.can_ner, "/ner", "token-classification")
+        if (text is None) == (words is None):
+            raise validation("give either text or words (a pre-split sentence), not both or neither")
+        if aggregation not in AGGREGATIONS:
+            raise validation(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
+        if words is not None:
+            if not words:
+                raise validation("words must hold at least one word")
+            for i, w in enumerate(words):
+                check_text(w, f"words[{i}]", self.limits)
+                if not w or any(c.isspace() for c in w):
+                    raise validation(f"words[{i}] must be a non-empty word without whitespace")
+            text = " ".join(words)
+            check_text(text, "words (joined)", self.limits)
+            spans, pos = [], 0
+            for w in words:
+                spans.append((pos, pos + len(w)))
+                pos += len(w) + 1
+        else:
+            check_text(text, "text", self.limits)
+        # every word costs at least one token; windows hold whole words
+        check_budget(windowed_tokens(len(text), 2, self.max_length, self.max_length - 2), self.limits)
+        with self._tok_lock:
+            if words is None:
+                spans = split_words(self.tokenizer, text)
+
+        def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
+            return self.batcher.submit("tokens", ids, types)
+
+        ents, tagged = entities(
+            self.model,
+            self.tokenizer,
+            text,
+            spans,
+            run,
+            self.labels(),
+            self.max_length,
+            aggregation,
+            self._tok_lock,
+        )
+        out: dict[str, Any] = {"entities": ents}
+        if words is not None:
+            out["tags"] = tagged["tags"]
+        return out
 
     def fill_mask(self, text: str, top_k: int = 5) -> list[list[dict[str, Any]]]:
         from ..heads.pretraining import fill_mask

@@ -3,13 +3,16 @@
 A task is a ``TaskData`` (kind ``seq`` / ``token`` / ``choice``, train and dev examples, label list, metric);
 ``finetune(task, model_dir, out_dir, settings)`` then
 
-1. tokenizes (:mod:`bertkit.tasks.encoding`: pairs as ``[CLS] a [SEP] b [SEP]`` truncated longest-first; for tagging, each word's pieces
-   with the word's label on its first sub-token and -100 on the rest, long sentences split into windows),
-2. trains with the generic :class:`bertkit.train.Trainer` (see :func:`train`): AdamW (weight decay 0.01, none
-   on LayerNorm/bias), linear warm-up over ``warmup_ratio`` of the steps then linear decay, gradient
-   clipping 1.0, batches of similar lengths (:class:`bertkit.train.LengthGroupedBatches`, padded to the
-   longest member) so little time goes on padding; optional checkpoints, resume and bf16,
-3. evaluates on dev (:mod:`bertkit.tasks.evaluation`), and writes (:mod:`bertkit.tasks.outputs`) ``OUT/metrics.json`` ``{"task", "split": "dev", "metrics", "examples"}``,
+1. tokenizes (:mod:`bertkit.tasks.encoding`: pairs as ``[CLS] a [SEP] b [SEP]`` truncated longest-first;
+   for tagging, each word's pieces with the word's label on its first sub-token and -100 on the rest, long
+   sentences split into windows),
+2. trains with the generic :class:`bertkit.train.Trainer` (:func:`bertkit.tasks.training.train`): AdamW
+   (weight decay 0.01, none on LayerNorm/bias), linear warm-up over ``warmup_ratio`` of the steps then
+   linear decay, gradient clipping 1.0, batches of similar lengths (:class:`bertkit.train.LengthGroupedBatches`,
+   padded to the longest member) so little time goes on padding; optional checkpoints, resume, bf16/fp16,
+   gradient accumulation, DDP under ``torchrun``, evaluation every N steps with the best weights kept,
+3. evaluates on dev (:mod:`bertkit.tasks.evaluation`), and writes (:mod:`bertkit.tasks.outputs`)
+   ``OUT/metrics.json`` ``{"task", "split": "dev", "metrics", "examples"}``,
    ``OUT/model`` (HF layout + tokenizer files), ``OUT/predictions.jsonl``, ``OUT/loss.png``,
    ``OUT/train_log.json``, and the Trainer's ``OUT/metrics.jsonl`` (one record per step), ``OUT/curves.png``
    and, with ``checkpoint_every``, ``OUT/checkpoints/``.
@@ -19,16 +22,17 @@ A task is a ``TaskData`` (kind ``seq`` / ``token`` / ``choice``, train and dev e
 each run's Trainer files go to its own ``OUT/runs/NN-b…-lr…-e…-s…/`` so checkpoints never mix.
 
 The same seed gives the same losses; a run resumed from a checkpoint (``resume=True``) continues exactly
-as if it had not been interrupted (on CPU, bitwise).
+as if it had not been interrupted (on CPU, bitwise). Under ``torchrun`` every rank trains its part of each
+step and evaluates; rank 0 alone writes the outputs.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
-import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -38,6 +42,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
+from bertkit.model_card import write_model_card
 from bertkit.tasks.encoding import (  # noqa: F401  (re-exported: callers import them from here)
     Feature,
     collate,
@@ -49,11 +54,13 @@ from bertkit.tasks.encoding import (  # noqa: F401  (re-exported: callers import
     length_batches,
     truncate_pair,
 )
-from bertkit.tasks.evaluation import evaluate, predict_features  # noqa: F401  (re-exported)
+from bertkit.tasks.evaluation import evaluate, predict_features, predictions  # noqa: F401  (re-exported)
+from bertkit.tasks.multilabel import THRESHOLDS_KEY, decide, tune_thresholds
 from bertkit.tasks.outputs import plot_losses, write_predictions  # noqa: F401  (re-exported)
 from bertkit.tasks.spec import Settings, TaskData  # noqa: F401  (re-exported)
+from bertkit.tasks.training import BEST_DIR, train  # noqa: F401  (re-exported)
 from bertkit.tokenizer import Tokenizer
-from bertkit.train import LengthGroupedBatches, Trainer, build_optimizer, linear_schedule, read_jsonl
+from bertkit.train.distributed import dist_info, init_distributed
 
 logger = logging.getLogger("bertkit")
 
@@ -88,66 +95,12 @@ def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn
     else:
         config.id2label = dict(enumerate(task.labels))
         config.problem_type = "single_label_classification" if task.kind == "seq" else None
+        if task.multi_label:
+            config.problem_type = "multi_label_classification"
     if task.kind == "token":
         config.extra["use_crf"] = bool(settings.use_crf)
     cls = model_class(task.kind)
     return cls.from_pretrained(model_dir, config=config, ignore_mismatched_sizes=True)
-
-
-# ------------------------------------------------------------------------------------------------ train
-
-
-def train(
-    model: nn.Module,
-    feats: Sequence,
-    collate_fn: Callable[[list], dict],
-    s: Settings,
-    out_dir: str | Path,
-    *,
-    lengths: Sequence[int] | None = None,
-    desc: str = "train",
-    callbacks: Iterable[Callable[[dict], None]] = (),
-) -> list[float]:
-    """Fine-tune ``model`` in place on ``feats`` with :class:`bertkit.train.Trainer`; returns every step's loss.
-
-    ``collate_fn(list of feats) -> batch dict`` whose ``model(**batch).loss`` is trained; ``lengths`` (default
-    ``len(f)``) groups batches by length. ``s.epochs`` (may be fractional) sets the number of steps. The
-    Trainer's files (``metrics.jsonl``, ``curves.png``, ``checkpoints/`` with ``s.checkpoint_every``) go to
-    ``out_dir``; with ``s.resume`` training continues from its newest checkpoint, and the returned losses
-    include the steps before it (read back from ``metrics.jsonl``). ``callbacks`` get each step's log record.
-    With ``s.freeze_encoder`` the encoder ``model.bert`` is frozen and only the rest (the head) is trained.
-    The caller's global RNG state is left as it was (dropout draws from a fork seeded with ``s.seed``).
-    """
-    out_dir = Path(out_dir)
-    if s.freeze_encoder:
-        for p in model.bert.parameters():
-            p.requires_grad_(False)
-    if s.gradient_checkpointing:
-        model.bert.gradient_checkpointing_enable()
-    batches = LengthGroupedBatches(feats, s.batch_size, collate_fn, lengths=lengths, seed=s.seed)
-    total = max(1, math.ceil(batches.steps_per_epoch() * s.epochs))
-    lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None
-    opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, lr_by_prefix=lr_by_prefix)
-    sched = linear_schedule(opt, int(round(s.warmup_ratio * total)), total)
-    encoder = model.bert if s.freeze_encoder else None
-
-    def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
-        # `m` may be the DDP wrapper: reach the encoder through `model`. The Trainer sets the whole model to
-        # train mode; frozen features must not get dropout.
-        if encoder is not None:
-            encoder.eval()
-        return m(**batch).loss
-
-    trainer = Trainer(
-        model, opt, sched, train_batches=batches, out_dir=out_dir, max_steps=total, loss_fn=loss_fn,
-        clip_norm=s.max_grad_norm or None, precision=s.precision, log_every=1,
-        checkpoint_every=s.checkpoint_every, seed=s.seed, progress=s.progress, callbacks=callbacks, desc=desc,
-    )  # fmt: skip
-    devices = [trainer.device] if trainer.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        trainer.fit(resume=s.resume)
-    model.eval()
-    return [r["loss"] for r in read_jsonl(out_dir / "metrics.jsonl")]
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -168,7 +121,7 @@ def check_labels(task: TaskData, train_file: str, dev_file: str) -> None:
     known = set(task.labels)
     for split, exs in [(dev_file, task.dev)] + list(task.extra_eval.items()):
         for e in exs:
-            labs = e.tags if task.kind == "token" else [str(e.label)]
+            labs = e.tags if task.kind == "token" else e.label if task.multi_label else [str(e.label)]
             for lab in labs:
                 if lab not in known:
                     raise UserError(
@@ -186,7 +139,13 @@ def _one_run(task, model_dir, tok, s: Settings, train_feats, dev_feats, run_dir:
     def collate_fn(fs: list[Feature]) -> dict[str, torch.Tensor]:
         return collate(fs, task.kind, pad_id)
 
-    losses = train(model, train_feats, collate_fn, s, run_dir, callbacks=callbacks)
+    def eval_fn(m: nn.Module) -> dict:
+        return evaluate(m, task, task.dev, dev_feats, replace(s, progress=False), pad_id)[0]
+
+    losses = train(
+        model, train_feats, collate_fn, s, run_dir, callbacks=callbacks, eval_fn=eval_fn,
+        main_metric=task.main_metric,
+    )  # fmt: skip
     t1 = time.time()
     metrics, preds, raw = evaluate(model, task, task.dev, dev_feats, s, pad_id)
     return model, losses, metrics, preds, raw, t1 - t0, time.time() - t1
@@ -206,7 +165,9 @@ def finetune(
     metrics.json dict. ``callbacks`` get every training step's log record (see :class:`bertkit.train.Trainer`)."""
     s = settings or Settings()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    rank, _, _ = init_distributed()
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
     model_dir = Path(model_dir)
     if not task.train:
         raise UserError(f"{train_file}: no training examples")
@@ -261,14 +222,30 @@ def finetune(
             }
         )
         if best is None or score > best[0]:
-            best = (score, r, model, losses, metrics, preds, raw, train_s, eval_s)
+            best = (score, r, model, losses, metrics, preds, raw, train_s, eval_s, run_dir)
         else:
             del model
     assert best is not None
-    score, r, model, losses, metrics, preds, raw, train_s, eval_s = best
+    score, r, model, losses, metrics, preds, raw, train_s, eval_s, run_dir = best
+    result = _result(task, metrics, r, train_ex, train_feats, losses, (encode_s, train_s, eval_s), out)
+    best_eval = read_best(run_dir) if r.keep_best else None
+    if best_eval is not None:
+        result["best"] = best_eval  # the evaluation whose weights were kept (they are the saved model)
+    if len(runs) > 1:
+        result["runs"] = history
+    if task.multi_label:  # per-label thresholds tuned on dev, kept in the model's config for predict
+        result["tuned"] = _tune_thresholds(model, task, raw)
+    if rank != 0:  # under torchrun rank 0 writes the outputs
+        return result
 
     model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
+    write_model_card(
+        out / "model", title=f"{task.name}: a fine-tuned BERT", kind=task.kind, task=task.name,
+        data={"train": train_file, "train examples": len(train_ex), "dev": task.dev_file, "dev examples": len(task.dev)},
+        hyperparameters=result["hyperparameters"], metrics=metrics, base_model=str(model_dir),
+        notes=["per-label thresholds (tuned on dev) are in config.json: label_thresholds"] if task.multi_label else None,
+    )  # fmt: skip
     plot_losses(
         losses, out / "loss.png", f"{task.name}: lr {r.lr:g}, batch {r.batch_size}, {r.epochs:g} epochs"
     )
@@ -281,6 +258,23 @@ def finetune(
         extra[split] = {"metrics": m, "examples": len(exs)}
         write_predictions(out / f"predictions_{split}.jsonl", task, exs, p, rw)
 
+    if extra:
+        result.update(extra)
+    for name, exs in task.predict_sets.items():  # unlabelled test sets: the leaderboard files
+        feats = encode(task, tok, exs, r.max_seq_length)
+        raw = predict_features(model, feats, task.kind, r.eval_batch_size, tok.pad_token_id, r.progress)
+        path = out / f"{name}.tsv"
+        assert task.write_predict_set is not None
+        task.write_predict_set(path, exs, predictions(task, exs, feats, raw))
+        result.setdefault("predicted", {})[name] = {"file": str(path), "examples": len(exs)}
+    atomic_write_json(out / "train_log.json", {"losses": losses, "runs": history})
+    atomic_write_json(out / "metrics.json", result)
+    return result
+
+
+def _result(task, metrics, r: Settings, train_ex, train_feats, losses, seconds, out: Path) -> dict:
+    """The metrics.json object."""
+    encode_s, train_s, eval_s = seconds
     result = {
         "task": task.name,
         "split": "dev",
@@ -295,14 +289,28 @@ def finetune(
         "seconds": {"encode": round(encode_s, 2), "train": round(train_s, 2), "eval": round(eval_s, 2)},
         "train_examples_per_second": round(len(train_feats) * r.epochs / max(train_s, 1e-9), 1),
         "model_dir": str(out / "model"),
+        "world_size": dist_info()[1],
     }
-    if extra:
-        result.update(extra)
-    if len(runs) > 1:
-        result["runs"] = history
-    atomic_write_json(out / "train_log.json", {"losses": losses, "runs": history})
-    atomic_write_json(out / "metrics.json", result)
     return result
+
+
+def _tune_thresholds(model: nn.Module, task: TaskData, raw: list) -> dict:
+    thresholds = tune_thresholds([r[1] for r in raw], [e.label for e in task.dev], task.labels)
+    model.config.extra[THRESHOLDS_KEY] = dict(zip(task.labels, thresholds))
+    preds = [decide(r[1], task.labels, thresholds) for r in raw]
+    return {
+        "thresholds": model.config.extra[THRESHOLDS_KEY],
+        "metrics": task.metric(preds, [e.label for e in task.dev]),
+        "note": "each label's threshold chosen for its F1 on this dev set (so these scores are optimistic); "
+        "`metrics` are at 0.5. The thresholds are saved in model/config.json and used by `bertkit predict`",
+    }
+
+
+def read_best(run_dir: Path) -> dict | None:
+    """The kept best evaluation of a run (``best/best.json``), if any."""
+    if not (run_dir / BEST_DIR / "best.json").is_file():
+        return None
+    return json.loads((run_dir / BEST_DIR / "best.json").read_text(encoding="utf-8"))
 
 
 def _run_name(n: int, r: Settings) -> str:

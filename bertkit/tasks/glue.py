@@ -5,9 +5,16 @@ split)`` returns ``Example`` objects; ``split`` is ``train``, ``dev`` (``dev_mat
 (MNLI mismatched) or ``test`` (labels ``None``).
 
 All files are read with ``csv.QUOTE_NONE`` (sentences contain stray quotes; STS-B in particular breaks
-otherwise) and ``utf-8-sig`` (the MRPC files start with a byte-order mark). Columns are found by header name
+otherwise) and ``utf-8-sig`` (the MRPC files start with a byte-order mark). A row with more fields than the
+header (a quoted field with a tab inside) is read again with quoting; a row with too few fields (QQP's
+questions broken over lines) is skipped, as the reference processors do. Columns are found by header name
 where the file has a header, by position otherwise (CoLA). For CoLA a ``val.tsv`` beside ``train.tsv`` (the
 layout of some mirrors, where train.tsv + val.tsv together form the GLUE train set) is appended to train.
+
+Test splits (no labels) keep each row's id (``index``; ``id`` for QQP) as the example's ``guid``:
+:func:`submission_sets` lists the test files of a task under their GLUE leaderboard names (``MNLI-m``,
+``MNLI-mm`` and ``AX`` for MNLI) and :func:`write_submission` writes ``NAME.tsv`` with the header
+``index<TAB>prediction`` and the label names the leaderboard expects.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ class GlueTask:
     test_text_a: str | int | None = None  # test files often have other columns
     test_text_b: str | int | None = None
     main_metric: str = "accuracy"
+    test_id: str = "index"  # the id column of the test file (the submission's `index`)
+    submission: dict[str, str] = field(default_factory=dict)  # leaderboard file name -> test split
 
     @property
     def is_regression(self) -> bool:
@@ -65,7 +74,14 @@ TASKS: dict[str, GlueTask] = {
     "SST-2": GlueTask("SST-2", ("0", "1"), "sentence", None, "label", files=_STD),
     "MRPC": GlueTask("MRPC", ("0", "1"), "#1 String", "#2 String", "Quality", files=_STD, main_metric="f1"),
     "QQP": GlueTask(
-        "QQP", ("0", "1"), "question1", "question2", "is_duplicate", files=_STD, main_metric="f1"
+        "QQP",
+        ("0", "1"),
+        "question1",
+        "question2",
+        "is_duplicate",
+        files=_STD,
+        main_metric="f1",
+        test_id="id",
     ),
     "STS-B": GlueTask("STS-B", None, "sentence1", "sentence2", "score", files=_STD, main_metric="spearman"),
     "MNLI": GlueTask(
@@ -80,7 +96,9 @@ TASKS: dict[str, GlueTask] = {
             "dev_mm": ("dev_mismatched.tsv",),
             "test": ("test_matched.tsv",),
             "test_mm": ("test_mismatched.tsv",),
+            "test_ax": ("diagnostic.tsv|../diagnostic/diagnostic.tsv",),
         },
+        submission={"MNLI-m": "test", "MNLI-mm": "test_mm", "AX": "test_ax?"},
     ),
     "QNLI": GlueTask("QNLI", ("entailment", "not_entailment"), "question", "sentence", "label", files=_STD),
     "RTE": GlueTask("RTE", ("entailment", "not_entailment"), "sentence1", "sentence2", "label", files=_STD),
@@ -98,8 +116,25 @@ def get_task(name: str) -> GlueTask:
 
 
 def _read_tsv(path: Path) -> list[list[str]]:
+    """Rows split on tabs with quotes taken literally; a row with more fields than the first (the header)
+    is split again honouring quotes (a quoted field holding a tab) when that gives the header's width."""
     with open(path, encoding="utf-8-sig", newline="") as f:
-        return [row for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    rows = []
+    width = None
+    for line in lines:
+        line = line.rstrip("\r")
+        row = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE), [])
+        if width is None:
+            width = len(row)
+        elif len(row) > width and '"' in line:
+            quoted = next(csv.reader([line], delimiter="\t", quotechar='"'), [])
+            if len(quoted) == width:
+                row = quoted
+        rows.append(row)
+    return rows
 
 
 def _col(header: list[str] | None, key: str | int, path: Path) -> int:
@@ -121,12 +156,15 @@ def task_files(task: GlueTask, data_dir: str | Path, split: str) -> list[Path]:
     paths = []
     for name in task.files[split]:
         optional = name.endswith("?")
-        p = data_dir / name.rstrip("?")
-        if not p.is_file():
+        candidates = [data_dir / n for n in name.rstrip("?").split("|")]  # the first that exists
+        found = [p for p in candidates if p.is_file()]
+        if not found:
             if optional:
                 continue
-            raise UserError(f"{task.name} {split} file not found: {p} (pass the task's folder as --data-dir)")
-        paths.append(p)
+            raise UserError(
+                f"{task.name} {split} file not found: {candidates[0]} (pass the task's folder as --data-dir)"
+            )
+        paths.append(found[0])
     return paths
 
 
@@ -147,9 +185,10 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
         ia = _col(header, a_key, path)
         ib = _col(header, b_key, path) if b_key is not None else None
         il = None if is_test else _col(header, task.label, path)
-        if header is None:
+        if header is None and not is_test:
             il = task.label
-        need = max(i for i in (ia, ib, il) if i is not None)
+        iid = _col(header, task.test_id, path) if is_test and header and task.test_id in header else None
+        need = max(i for i in (ia, ib, il, iid) if i is not None)
         for n, row in enumerate(rows):
             if len(row) <= need:
                 continue
@@ -167,7 +206,7 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
                     label = raw
             out.append(
                 Example(
-                    guid=f"{split}-{path.stem}-{n}",
+                    guid=row[iid].strip() if iid is not None else f"{split}-{path.stem}-{n}",
                     text_a=row[ia].strip(),
                     text_b=row[ib].strip() if ib is not None else None,
                     label=label,
@@ -178,8 +217,47 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
     return out
 
 
-def glue_task_data(name: str, data_dir: str | Path, eval_split: str = "dev"):
-    """A ``TaskData`` for the fine-tuning driver (train split vs ``eval_split``)."""
+def submission_sets(task: GlueTask | str, data_dir: str | Path) -> dict[str, list[Example]]:
+    """The test examples of each GLUE leaderboard file of ``task``: ``{"MNLI-m": [...], "MNLI-mm": [...],
+    "AX": [...]}`` for MNLI (AX, the diagnostic set, only when ``diagnostic.tsv`` is found beside the task or
+    in ``../diagnostic/``), ``{"QQP": [...]}`` and so on for the others."""
+    task = get_task(task) if isinstance(task, str) else task
+    plan = task.submission or {task.name: "test"}
+    out = {}
+    for name, split in plan.items():
+        optional = split.endswith("?")
+        split = split.rstrip("?")
+        if optional:
+            try:
+                task_files(task, data_dir, split)
+            except UserError:
+                continue  # e.g. no diagnostic.tsv: no AX.tsv
+        out[name] = read_glue(task, data_dir, split)
+    return out
+
+
+def submission_label(task: GlueTask, pred: str | float) -> str:
+    """A prediction as the leaderboard wants it: the label name, or an STS-B score in [0, 5]."""
+    if task.is_regression:
+        return f"{min(5.0, max(0.0, float(pred))):.3f}"
+    return str(pred)
+
+
+def write_submission(task: GlueTask | str, path: str | Path, examples: list[Example], preds: list) -> None:
+    """``NAME.tsv`` for the GLUE leaderboard: header ``index<TAB>prediction``, one row per test example."""
+    from bertkit.io import atomic_write
+
+    task = get_task(task) if isinstance(task, str) else task
+    with atomic_write(path) as f:
+        f.write("index\tprediction\n")
+        for e, p in zip(examples, preds):
+            f.write(f"{e.guid}\t{submission_label(task, p)}\n")
+
+
+def glue_task_data(name: str, data_dir: str | Path, eval_split: str = "dev", predict_test: bool = False):
+    """A ``TaskData`` for the fine-tuning driver (train split vs ``eval_split``). MNLI also evaluates the
+    mismatched dev set (``dev_mismatched``) when evaluating on matched; ``predict_test`` adds the test sets
+    (:func:`submission_sets`) to predict after training."""
     from bertkit.tasks.metrics import glue_metrics
     from bertkit.tasks.spec import TaskData
 
@@ -187,6 +265,10 @@ def glue_task_data(name: str, data_dir: str | Path, eval_split: str = "dev"):
     train = read_glue(task, data_dir, "train")
     dev = read_glue(task, data_dir, eval_split)
     labels = list(task.labels) if task.labels is not None else None
+    extra = {}
+    if task.name == "MNLI" and eval_split == "dev" and (Path(data_dir) / "dev_mismatched.tsv").is_file():
+        extra["dev_mismatched"] = read_glue(task, data_dir, "dev_mm")
+    tests = submission_sets(task, data_dir) if predict_test else {}
     return TaskData(
         name=task.name if eval_split == "dev" else f"{task.name}-{eval_split}",
         kind="seq",
@@ -196,4 +278,7 @@ def glue_task_data(name: str, data_dir: str | Path, eval_split: str = "dev"):
         metric=lambda p, g: glue_metrics(task.name, p, g),
         main_metric=task.main_metric,
         dev_file=str(task_files(task, data_dir, eval_split)[0]),
+        extra_eval=extra,
+        predict_sets=tests,
+        write_predict_set=lambda path, exs, preds: write_submission(task, path, exs, preds),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -26,8 +27,12 @@ class Settings:
     progress: bool = True
     checkpoint_every: int = 0  # optimizer steps between training checkpoints; 0: none
     resume: bool = False  # continue from the newest checkpoint of the run's directory
-    precision: str = "fp32"  # or "bf16" (autocast)
+    precision: str = "fp32"  # or "bf16" (autocast), "fp16" (autocast + gradient scaler; CUDA only)
     gradient_checkpointing: bool = False  # recompute encoder layers in backward (long sequences, less memory)
+    grad_accum: int = 1  # batches per optimizer step (the effective batch is batch_size * grad_accum * ranks)
+    max_steps: int | None = None  # optimizer steps; overrides epochs when set
+    eval_every: int = 0  # evaluate on dev every N optimizer steps (eval.jsonl); 0: only after training
+    keep_best: bool = False  # keep the weights best on the main dev metric (needs eval_every)
 
 
 @dataclass
@@ -48,3 +53,8 @@ class TaskData:
     main_metric: str
     dev_file: str = "dev"
     extra_eval: dict[str, list] = field(default_factory=dict)  # e.g. {"test": sentences}
+    # unlabelled sets to predict after training, each written by write_predict_set(path, examples, preds)
+    # as OUT/<name>.tsv (the GLUE leaderboard files)
+    predict_sets: dict[str, list] = field(default_factory=dict)
+    write_predict_set: Callable[[Path, list, list], None] | None = None
+    multi_label: bool = False  # seq examples whose label is a list of names (BCE; see tasks/multilabel.py)

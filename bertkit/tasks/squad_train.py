@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from bertkit.errors import UserError
 from bertkit.io import atomic_dir, atomic_write_json
+from bertkit.model_card import write_model_card
 from bertkit.tasks import squad as S
 from bertkit.tasks import squad_postprocess as P
 from bertkit.tasks.squad_metrics import evaluate
@@ -169,6 +170,7 @@ def run(args: Any) -> dict:
     from bertkit.heads.finetune import BertForQuestionAnswering
     from bertkit.tasks.finetune import Settings, plot_losses, train
     from bertkit.tokenizer import Tokenizer
+    from bertkit.train.distributed import init_distributed
 
     version = str(_setting(args, "version", "1.1"))
     v2 = version == "2.0"
@@ -188,6 +190,7 @@ def run(args: Any) -> dict:
     progress = not getattr(args, "quiet", False)
     checkpoint_every = int(_setting(args, "checkpoint_every", 0))
     precision = str(_setting(args, "precision", "fp32"))
+    eval_batch_size = int(_setting(args, "eval_batch_size", 64))
     _check_settings(
         max_seq_length=max_seq_length, epochs=epochs, batch_size=batch_size, lr=lr, doc_stride=doc_stride,
         max_query_length=max_query_length, n_best_size=n_best_size, max_answer_length=max_answer_length,
@@ -221,6 +224,7 @@ def run(args: Any) -> dict:
     dev_feats = S.convert_examples_to_features(dev_ex, tok, is_training=False, progress=progress, **common)
     encode_s = time.time() - t0
 
+    rank = init_distributed()[0]
     torch.manual_seed(seed)  # qa_outputs is initialised from torch's default generator
     model = BertForQuestionAnswering.from_pretrained(model_dir)
     settings = Settings(
@@ -229,47 +233,61 @@ def run(args: Any) -> dict:
         freeze_encoder=bool(getattr(args, "freeze_encoder", False)),
         checkpoint_every=checkpoint_every, resume=bool(getattr(args, "resume", False)), precision=precision,
         gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
+        grad_accum=int(_setting(args, "grad_accum", 1)), max_steps=getattr(args, "max_steps", None),
+        eval_every=int(_setting(args, "eval_every", 0)), keep_best=bool(getattr(args, "keep_best", False)),
     )  # fmt: skip
     pad_id = tok.pad_token_id
 
     def collate_fn(fs: list[S.SquadFeature]) -> dict[str, torch.Tensor]:
         return collate(fs, pad_id)
 
+    def decode(m, with_progress: bool):
+        results = predict_logits(m, dev_feats, eval_batch_size, pad_id, with_progress)
+        return P.compute_predictions(
+            dev_ex, dev_feats, results, n_best_size=n_best_size, max_answer_length=max_answer_length,
+            lowercase=lowercase, version_2_with_negative=v2, null_score_diff_threshold=threshold,
+        )  # fmt: skip
+
+    def eval_fn(m) -> dict:  # during training: the official scores of the dev predictions
+        preds = decode(m, False)
+        return evaluate(
+            dev_data, preds.predictions, version=version, na_probs=preds.null_odds if v2 else None
+        )
+
     t1 = time.time()
     # loss = mean of the start and end cross-entropies (the head's); the Trainer uses a GPU when there is one
     losses = train(
         model, train_feats, collate_fn, settings, out, lengths=[len(f.input_ids) for f in train_feats],
-        desc="squad train",
+        desc="squad train", eval_fn=eval_fn, main_metric="f1",
     )  # fmt: skip
     t2 = time.time()
-    results = predict_logits(
-        model, dev_feats, int(_setting(args, "eval_batch_size", 64)), tok.pad_token_id, progress
-    )
-    preds = P.compute_predictions(
-        dev_ex,
-        dev_feats,
-        results,
-        n_best_size=n_best_size,
-        max_answer_length=max_answer_length,
-        lowercase=lowercase,
-        version_2_with_negative=v2,
-        null_score_diff_threshold=threshold,
-    )
+    preds = decode(model, progress)
     metrics = evaluate(dev_data, preds.predictions, version=version, na_probs=preds.null_odds if v2 else None)
     eval_s = time.time() - t2
 
-    out.mkdir(parents=True, exist_ok=True)
-    P.write_predictions(preds, out, v2)
-    if getattr(args, "dev", None) is None:
-        atomic_write_json(out / "dev.json", dev_data)
-    model.to("cpu")
-    with atomic_dir(out / "model") as tmp:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-    plot_losses(
-        losses, out / "loss.png", f"SQuAD v{version}: lr {lr:g}, batch {batch_size}, {epochs:g} epochs"
-    )
-    atomic_write_json(out / "train_log.json", {"losses": losses})
+    if rank == 0:  # under torchrun rank 0 writes the outputs
+        out.mkdir(parents=True, exist_ok=True)
+        P.write_predictions(preds, out, v2)
+        if getattr(args, "dev", None) is None:
+            atomic_write_json(out / "dev.json", dev_data)
+        model.to("cpu")
+        with atomic_dir(out / "model") as tmp:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            write_model_card(
+                tmp, title=f"SQuAD v{version}: a fine-tuned BERT", kind="qa", task=f"squad-v{version}",
+                data={"train": args.train, "train questions": len(train_ex),
+                      "dev": getattr(args, "dev", None) or f"last {args.dev_articles} articles of {args.train}",
+                      "dev questions": len(dev_ex)},
+                hyperparameters={"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
+                                 "max_seq_length": max_seq_length, "doc_stride": doc_stride,
+                                 "grad_accum": settings.grad_accum, "precision": precision},
+                metrics=metrics, base_model=str(model_dir),
+            )  # fmt: skip
+        plot_losses(
+            losses, out / "loss.png", f"SQuAD v{version}: lr {lr:g}, batch {batch_size}, {epochs:g} epochs"
+        )
+        atomic_write_json(out / "train_log.json", {"losses": losses})
 
     k = max(1, min(20, len(losses) // 4))  # mean over the first/last k steps
     result: dict[str, Any] = {
@@ -301,6 +319,9 @@ def run(args: Any) -> dict:
             "max_answer_length": max_answer_length,
             "weight_decay": weight_decay,
             "warmup_ratio": warmup_ratio,
+            "grad_accum": settings.grad_accum,
+            "max_steps": settings.max_steps,
+            "precision": precision,
         },
         "steps": len(losses),
         "first_loss": sum(losses[:k]) / k,
@@ -308,6 +329,10 @@ def run(args: Any) -> dict:
         "seconds": {"encode": round(encode_s, 2), "train": round(t2 - t1, 2), "eval": round(eval_s, 2)},
         "model_dir": str(out / "model"),
     }
+    if settings.keep_best:
+        from bertkit.tasks.finetune import read_best
+
+        result["best"] = read_best(out)
     if v2:
         # The search must see every question's best non-null answer: on predictions.json (as the official
         # script is run) a question already decided "" can never be switched back, so when the null score
@@ -322,6 +347,7 @@ def run(args: Any) -> dict:
             "note": "threshold searched on this dev set over each question's best non-null answer and "
             "null_odds.json; re-run with --null-score-diff-threshold to apply it to new data",
         }
-    atomic_write_json(out / "metrics.json", result)
+    if rank == 0:
+        atomic_write_json(out / "metrics.json", result)
     log.info("SQuAD v%s dev: %s", version, json.dumps({k: metrics[k] for k in ("exact", "f1")}))
     return result

@@ -149,9 +149,15 @@ class LengthGroupedBatches(_BatchStream):
     epoch's batches is shuffled, so short and long batches alternate instead of lengths rising within a chunk.
     Nothing is dropped: an epoch has ``ceil(len(dataset) / batch_size)`` batches.
 
-    Same protocol as :class:`Batches` for one process (``__next__``, ``state_dict``/``load_state_dict``,
-    ``steps_per_epoch``): because an epoch's plan is re-derived from ``(seed, epoch)``, the state is just the
-    number of batches taken, and a resumed stream continues with exactly the batches it would have given.
+    Same protocol as :class:`Batches` (``__next__``, ``state_dict``/``load_state_dict``, ``steps_per_epoch``):
+    because an epoch's plan is re-derived from ``(seed, epoch)``, the state is just the number of batches
+    taken, and a resumed stream continues with exactly the batches it would have given.
+
+    Several processes and gradient accumulation: an optimizer step takes ``G = world_size * grad_accum``
+    consecutive batches of the plan, and rank ``r``'s micro-batch ``m`` is batch ``r * grad_accum + m`` of
+    them, so N processes see exactly the batches of one process with ``grad_accum = N``. An epoch then has
+    ``ceil(batches / G)`` steps; the last step's missing batches are taken from the start of the epoch's plan
+    (every rank must take part in every step).
     """
 
     def __init__(
@@ -163,9 +169,15 @@ class LengthGroupedBatches(_BatchStream):
         lengths: Sequence[int] | None = None,
         seed: int = 0,
         bucket_batches: int = 50,
+        rank: int = 0,
+        world_size: int = 1,
+        grad_accum: int = 1,
     ):
-        if batch_size < 1 or bucket_batches < 1:
-            raise ValueError(f"bad batching: batch_size={batch_size} bucket_batches={bucket_batches}")
+        if batch_size < 1 or bucket_batches < 1 or grad_accum < 1 or not 0 <= rank < world_size:
+            raise ValueError(
+                f"bad batching: batch_size={batch_size} bucket_batches={bucket_batches} "
+                f"grad_accum={grad_accum} rank={rank}/{world_size}"
+            )
         if len(dataset) == 0:
             raise ValueError("the dataset is empty; there is nothing to batch")
         super().__init__(dataset, batch_size, collate_fn, seed)
@@ -173,11 +185,16 @@ class LengthGroupedBatches(_BatchStream):
         if len(self.lengths) != len(dataset):
             raise ValueError(f"{len(self.lengths)} lengths for {len(dataset)} items")
         self.bucket_batches = bucket_batches
+        self.rank, self.world_size, self.grad_accum = rank, world_size, grad_accum
         self._plan_epoch = -1
         self._plan: list[list[int]] = []
 
-    def steps_per_epoch(self) -> int:
+    def batches_per_epoch(self) -> int:
         return math.ceil(len(self.dataset) / self.batch_size)
+
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch (each takes ``world_size * grad_accum`` batches)."""
+        return math.ceil(self.batches_per_epoch() / (self.world_size * self.grad_accum))
 
     def plan(self, epoch: int) -> list[list[int]]:
         """The dataset indices of every batch of ``epoch``, in the order they are given."""
@@ -194,9 +211,16 @@ class LengthGroupedBatches(_BatchStream):
             self._plan_epoch = epoch
         return self._plan
 
+    def indices(self, n: int) -> tuple[int, list[int]]:
+        """(epoch, dataset indices) of this rank's ``n``-th batch."""
+        step, m = divmod(n, self.grad_accum)
+        epoch, s = divmod(step, self.steps_per_epoch())
+        plan = self.plan(epoch)
+        k = (s * self.world_size + self.rank) * self.grad_accum + m
+        return epoch, plan[k % len(plan)]
+
     def __next__(self):
-        epoch, k = divmod(self.consumed, self.steps_per_epoch())
-        return self._give(self.plan(epoch)[k])
+        return self._give(self.indices(self.consumed)[1])
 
     def state_dict(self) -> dict:
         return {
@@ -204,10 +228,16 @@ class LengthGroupedBatches(_BatchStream):
             "seed": self.seed,
             "batch_size": self.batch_size,
             "n": len(self.dataset),
+            "world_size": self.world_size,
+            "grad_accum": self.grad_accum,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        saved = (state.get("n"), state.get("batch_size"))
-        self._restore(
-            state, saved, (len(self.dataset), self.batch_size), "a length-grouped stream (items, batch)"
+        saved = (
+            state.get("n"),
+            state.get("batch_size"),
+            state.get("world_size", 1),
+            state.get("grad_accum", 1),
         )
+        current = (len(self.dataset), self.batch_size, self.world_size, self.grad_accum)
+        self._restore(state, saved, current, "a length-grouped stream (items, batch, world_size, grad_accum)")

@@ -407,13 +407,15 @@ class Trainer:
                     math.isfinite(step_loss) and math.isfinite(grad_norm), self.world_size, self.device
                 )
                 lr = self.optimizer.param_groups[0]["lr"]
+                if self.scaler is not None:
+                    # The scaler skips the update itself when the unscaled gradients hold inf/NaN, and lowers
+                    # its scale; it must see every step (or its next unscale_ refuses to run).
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                elif finite:
+                    self.optimizer.step()
                 if finite or (self.scaler is not None and math.isfinite(step_loss)):
-                    if self.scaler is not None:
-                        self.scaler.step(self.optimizer)
-                        self.scaler.update()
-                    else:
-                        self.optimizer.step()
-                    self._consecutive_bad = 0
+                    self._consecutive_bad = 0  # (a gradient overflow under fp16 is the scaler's business)
                 else:
                     self._bad_step(step_loss, grad_norm, lr)
                 if self.scheduler is not None:

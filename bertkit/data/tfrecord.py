@@ -1,0 +1,253 @@
+"""Reading the original release's pre-training TFRecord files without TensorFlow.
+
+A TFRecord file is a sequence of records, each::
+
+    uint64 length (little-endian) | uint32 masked CRC32C of the 8 length bytes | data | uint32 masked CRC32C of data
+
+with ``masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8`` (mod 2**32). ``create_pretraining_data.py`` writes
+one ``tf.train.Example`` protobuf per record, whose features are ``input_ids``, ``input_mask``,
+``segment_ids``, ``masked_lm_positions``, ``masked_lm_ids``, ``next_sentence_labels`` (int64 lists) and
+``masked_lm_weights`` (float list). :func:`parse_example` decodes that message with a small protobuf
+wire-format reader (``Example.features`` = field 1, ``Features.feature`` = a map entry, field 1; each entry's
+key = 1, value = 2; ``Feature`` holds ``bytes_list`` = 1, ``float_list`` = 2 or ``int64_list`` = 3, each
+with repeated ``value`` = 1, packed or not).
+
+:class:`TFRecordFile` indexes a file's record offsets in one pass (checking every CRC), then reads any
+record on demand from a memory map, so files larger than memory can be trained on. CRC32C comes from
+``google-crc32c`` (C; ``pip install 'bertkit[tfrecord]'``) when installed, otherwise from a table in
+Python (the same values, far slower on large files).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import UserError
+
+__all__ = ["TFRecordFile", "crc32c", "masked_crc32c", "parse_example"]
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def _make_table() -> list[int]:
+    poly = 0x82F63B78  # CRC-32C (Castagnoli), reflected
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _make_table()
+
+
+def _crc32c_py(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    t = _TABLE
+    for b in data:
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+try:  # the C implementation, when installed
+    import google_crc32c as _gcrc
+
+    def crc32c(data: bytes) -> int:
+        """CRC-32C (Castagnoli) of ``data``."""
+        return int(_gcrc.value(bytes(data)))
+
+except ImportError:  # pragma: no cover - depends on the environment
+    crc32c = _crc32c_py
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The masked CRC TFRecord stores (so that a CRC of data holding CRCs is not degenerate)."""
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+# ------------------------------------------------------------------------------------------------ protobuf
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, object]]:
+    """(field number, wire type, value) of a message: an int for varints, (start, end) for length-delimited
+    fields, raw bytes for fixed32/fixed64."""
+    pos = start
+    end = len(buf) if end is None else end
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, pos = _varint(buf, pos)
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            if pos + n > end:
+                raise ValueError("truncated field")
+            val = (pos, pos + n)
+            pos += n
+        elif wire == 5:
+            val = bytes(buf[pos : pos + 4])
+            pos += 4
+        elif wire == 1:
+            val = bytes(buf[pos : pos + 8])
+            pos += 8
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > end:
+            raise ValueError("truncated message")
+        yield num, wire, val
+
+
+def _int64_list(buf, start: int, end: int) -> list[int]:
+    out: list[int] = []
+    for num, wire, val in _fields(buf, start, end):
+        if num != 1:
+            continue
+        if wire == 2:  # packed
+            a, b = val  # type: ignore[misc]
+            p = a
+            while p < b:
+                v, p = _varint(buf, p)
+                out.append(v - (1 << 64) if v >= 1 << 63 else v)
+        elif wire == 0:
+            v = int(val)  # type: ignore[arg-type]
+            out.append(v - (1 << 64) if v >= 1 << 63 else v)
+    return out
+
+
+def _float_list(buf, start: int, end: int) -> list[float]:
+    out: list[float] = []
+    for num, wire, val in _fields(buf, start, end):
+        if num != 1:
+            continue
+        if wire == 2:
+            a, b = val  # type: ignore[misc]
+            out.extend(np.frombuffer(bytes(buf[a:b]), dtype="<f4").tolist())
+        elif wire == 5:
+            out.append(struct.unpack("<f", val)[0])  # type: ignore[arg-type]
+    return out
+
+
+def _bytes_list(buf, start: int, end: int) -> list[bytes]:
+    return [bytes(buf[v[0] : v[1]]) for num, wire, v in _fields(buf, start, end) if num == 1 and wire == 2]  # type: ignore[index]
+
+
+def parse_example(buf: bytes | memoryview) -> dict[str, list]:
+    """A serialised ``tf.train.Example`` as ``{feature name: list of ints / floats / bytes}``."""
+    feats: dict[str, list] = {}
+    for num, wire, val in _fields(buf):
+        if num != 1 or wire != 2:
+            continue  # Example.features
+        a, b = val  # type: ignore[misc]
+        for fnum, fwire, entry in _fields(buf, a, b):
+            if fnum != 1 or fwire != 2:
+                continue  # Features.feature (map entry)
+            key, value = None, None
+            for enum_, ewire, ev in _fields(buf, *entry):  # type: ignore[misc]
+                if enum_ == 1 and ewire == 2:
+                    key = bytes(buf[ev[0] : ev[1]]).decode("utf-8")  # type: ignore[index]
+                elif enum_ == 2 and ewire == 2:
+                    value = ev
+            if key is None:
+                continue
+            values: list = []
+            if value is not None:
+                for knum, kwire, kv in _fields(buf, *value):  # type: ignore[misc]
+                    if kwire != 2:
+                        continue
+                    if knum == 3:
+                        values = _int64_list(buf, *kv)  # type: ignore[misc]
+                    elif knum == 2:
+                        values = _float_list(buf, *kv)  # type: ignore[misc]
+                    elif knum == 1:
+                        values = _bytes_list(buf, *kv)  # type: ignore[misc]
+            feats[key] = values
+    return feats
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+
+class TFRecordFile:
+    """The records of one TFRecord file, indexed once (every CRC checked) and read on demand.
+
+    ``len(f)`` records; ``f[i]`` is record ``i``'s bytes; ``f.example(i)`` its parsed ``tf.train.Example``.
+    A truncated file or a CRC mismatch raises :class:`~bertkit.errors.UserError` naming the file, the record
+    and its byte offset. Compressed (GZIP/ZLIB) TFRecords are not read: decompress them first.
+    """
+
+    def __init__(self, path: str | os.PathLike, verify: bool = True):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError(f"{self.path}: TFRecord file not found")
+        size = self.path.stat().st_size
+        self._file = open(self.path, "rb")  # noqa: SIM115 - held for the memory map's lifetime
+        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        starts, lengths = [], []
+        pos = 0
+        buf = self._map
+        while pos < size:
+            if pos + 12 > size:
+                self._bad(len(starts), pos, "truncated record header")
+            header = buf[pos : pos + 8]
+            (n,) = struct.unpack("<Q", header)
+            (hcrc,) = struct.unpack("<I", buf[pos + 8 : pos + 12])
+            if verify and masked_crc32c(header) != hcrc:
+                self._bad(len(starts), pos, "length CRC mismatch (not a TFRecord file, or a compressed one?)")
+            if pos + 12 + n + 4 > size:
+                self._bad(len(starts), pos, f"truncated record (needs {n} bytes of data)")
+            if verify:
+                (dcrc,) = struct.unpack("<I", buf[pos + 12 + n : pos + 16 + n])
+                if masked_crc32c(buf[pos + 12 : pos + 12 + n]) != dcrc:
+                    self._bad(len(starts), pos, "data CRC mismatch (the file is corrupt)")
+            starts.append(pos + 12)
+            lengths.append(n)
+            pos += 16 + n
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+
+    def _bad(self, record: int, offset: int, what: str):
+        raise UserError(
+            f"{self.path}: record {record} at byte {offset}: {what}; regenerate the file or drop it from --data"
+        )
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> bytes:
+        a = int(self.starts[i])
+        return self._map[a : a + int(self.lengths[i])]
+
+    def example(self, i: int) -> dict[str, list]:
+        try:
+            return parse_example(self[i])
+        except ValueError as e:
+            raise UserError(f"{self.path}: record {i} is not a tf.train.Example ({e})") from None
+
+    def close(self) -> None:
+        if isinstance(self._map, mmap.mmap):
+            self._map.close()
+        self._file.close()

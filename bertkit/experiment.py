@@ -1,0 +1,416 @@
+"""``bertkit experiment CONFIG.toml``: a matrix of pre-training and fine-tuning runs, resumable cell by cell.
+
+A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands into *cells*::
+
+    vocab                                   WordPiece vocabulary of the corpus (bertkit vocab)
+    prepare                                 token shards (bertkit prepare)
+    pretrain/<model>                        one pre-training run per model (or: random init, an existing
+                                            model, transformers' own pipeline in a subprocess)
+    finetune/<model>/<task>/lr<x>/seed<s>   the learning-rate grid (only when a task lists several rates)
+    finetune/<model>/<task>/seed<s>         every model on every task, each seed (best grid rate on dev)
+    features/<model>/<variant>/seed<s>      the feature-based approach (paper Table 7)
+
+Each finished cell writes one small JSON file ``RESULTS/<cell with / -> __>.json`` (scores, seed, tokens seen,
+wall and CPU time, commit, torch, CPU model; see DESIGN.md "Wave 2 additions"), by default into
+``results/<matrix name>/`` beside the config file, which is committed. A cell whose result file exists is
+skipped; a killed pre-training cell resumes from its newest checkpoint (the Trainer resumes bitwise on CPU);
+a killed fine-tuning cell (minutes) starts again. Run outputs (models, logs) go to ``--out`` (default
+``runs/<name>``). When a pending cell needs the model of a finished cell that is absent from ``--out`` (a
+fresh machine), that cell is run again to rebuild it; its committed result file is kept.
+
+Paths in the config resolve against the config file's directory; ``data_root`` (default
+``../../shared/data`` from ``experiments/``) is where the corpus and task files are looked up.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.io import atomic_write_json
+
+logger = logging.getLogger("bertkit")
+
+TASK_KINDS = ("glue", "ner", "squad")
+
+
+@dataclass
+class Cell:
+    """One unit of work. ``needs``: cells whose outputs it reads; ``cost``: estimated FLOPs (for the ETA)."""
+
+    name: str
+    kind: str  # vocab | prepare | pretrain | finetune | features
+    spec: dict[str, Any]
+    needs: list[str] = field(default_factory=list)
+    cost: float = 0.0
+
+    @property
+    def result_name(self) -> str:
+        return self.name.replace("/", "__").replace("+", "_") + ".json"
+
+
+@dataclass
+class Matrix:
+    name: str
+    path: Path
+    raw: dict[str, Any]
+    cells: list[Cell]
+
+    @property
+    def base(self) -> Path:
+        return self.path.parent
+
+    def cell(self, name: str) -> Cell:
+        for c in self.cells:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+# ------------------------------------------------------------------------------------------------ config
+
+
+def _resolve(base: Path, p: str) -> str:
+    return str(p if os.path.isabs(p) else (base / p))
+
+
+def _check_keys(where: str, table: dict, allowed: set[str]) -> None:
+    unknown = set(table) - allowed
+    if unknown:
+        raise UserError(f"{where}: unknown setting(s) {sorted(unknown)}; known: {sorted(allowed)}")
+
+
+def _nonembedding_params(preset_or_cfg: Any) -> int:
+    """Parameters of the encoder layers (what a token's FLOPs scale with)."""
+    from bertkit.config import BertConfig
+
+    c = BertConfig.preset(preset_or_cfg) if isinstance(preset_or_cfg, str) else preset_or_cfg
+    h, i = c.hidden_size, c.intermediate_size
+    return c.num_hidden_layers * (4 * h * h + 2 * h * i)
+
+
+MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner", "script", "same_cpu_as",
+              "pretrained", "package", "tokens", "model"}  # fmt: skip
+TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
+             "max_train_examples", "epochs", "batch_size", "lr", "max_seq_length", "doc_stride",
+             "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
+             "max_query_length"}  # fmt: skip
+TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
+            "pretrain", "model", "task", "features", "finetune_models"}  # fmt: skip
+
+
+def load_matrix(path: str | os.PathLike) -> Matrix:
+    """Read a matrix TOML and expand it into cells (in run order: data, pre-training, fine-tuning)."""
+    from bertkit.pretrain import load_config_file
+
+    path = Path(path).resolve()
+    raw = load_config_file(path)
+    raw.pop("model_overrides", None)  # load_config_file maps [model] tables; ours are [[model]] lists
+    _check_keys(str(path), raw, TOP_KEYS)
+    name = raw.get("name") or path.stem
+    base = path.parent
+    models = raw.get("model") or []
+    if not isinstance(models, list) or not models:
+        raise UserError(f"{path}: needs at least one [[model]] table")
+    cells: list[Cell] = []
+    uses_corpus = any(not (m.get("pretrained") or m.get("package")) for m in models)
+    if uses_corpus:
+        root = Path(_resolve(base, raw.get("data_root", "../../shared/data")))
+        corpus = [_resolve(root, c) for c in raw.get("corpus", [])]
+        if not corpus:
+            raise UserError(f"{path}: `corpus = [...]` is required to pre-train")
+        cells.append(
+            Cell("vocab", "vocab", {"corpus": corpus, "vocab_size": int(raw.get("vocab_size", 8192))})
+        )
+        cells.append(
+            Cell("prepare", "prepare", {"corpus": corpus, "max_seq_length": int(raw.get("max_seq_length", 128))},
+                 needs=["vocab"])
+        )  # fmt: skip
+    defaults = dict(raw.get("pretrain", {}))
+    names = set()
+    for i, m in enumerate(models):
+        where = f"{path}: [[model]] #{i + 1}"
+        _check_keys(where, m, MODEL_KEYS | set(_pretrain_fields()))
+        if "name" not in m:
+            raise UserError(f"{where}: `name` is required")
+        if m["name"] in names:
+            raise UserError(f"{where}: duplicate model name {m['name']!r}")
+        names.add(m["name"])
+    for m in models:
+        if "from" in m:
+            if m["from"] not in names or "from" in next(x for x in models if x["name"] == m["from"]):
+                raise UserError(
+                    f"{path}: model {m['name']!r}: `from = {m['from']!r}` must name a trained model"
+                )
+            continue
+        spec = {**defaults, **m}
+        if m.get("pretrained") or m.get("package"):
+            cells.append(Cell(f"pretrain/{m['name']}", "pretrained", spec))
+            continue
+        needs = ["prepare"]
+        if m.get("same_cpu_as"):
+            if m["same_cpu_as"] not in names:
+                raise UserError(
+                    f"{path}: model {m['name']!r}: same_cpu_as {m['same_cpu_as']!r} is not a model"
+                )
+            needs.append(f"pretrain/{m['same_cpu_as']}")
+        tokens = int(spec.get("tokens", 0)) if not m.get("random") else 0
+        preset = spec.get("preset", "mini")
+        cost = 6.0 * _nonembedding_params(preset) * tokens
+        cells.append(
+            Cell(f"pretrain/{m['name']}", "random" if m.get("random") else "pretrain", spec, needs, cost)
+        )
+
+    seeds = [int(s) for s in raw.get("seeds", [1, 2, 3])]
+    ft_models = raw.get("finetune_models") or [m["name"] for m in models]
+    by_name = {m["name"]: m for m in models}
+    for i, t in enumerate(raw.get("task", [])):
+        _check_keys(f"{path}: [[task]] #{i + 1}", t, TASK_KEYS)
+        if t.get("kind") not in TASK_KINDS:
+            raise UserError(f"{path}: [[task]] {t.get('name', i + 1)}: kind must be one of {TASK_KINDS}")
+        lrs = t.get("lr", 5e-5)
+        lrs = [float(x) for x in (lrs if isinstance(lrs, list) else [lrs])]
+        for mname in t.get("models", ft_models):
+            if mname not in by_name:
+                raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
+            root = by_name[mname].get("from", mname)
+            mcost = _finetune_cost(t, by_name[root])
+            grid = []
+            if len(lrs) > 1:
+                for lr in lrs:
+                    g = f"finetune/{mname}/{t['name']}/lr{lr:g}/seed{seeds[0]}"
+                    cells.append(Cell(g, "finetune", {"model": mname, "task": t, "lr": lr, "seed": seeds[0]},
+                                      [f"pretrain/{root}"], mcost))  # fmt: skip
+                    grid.append(g)
+            for s in seeds:
+                spec = {"model": mname, "task": t, "seed": s, "grid": grid}
+                if not grid:
+                    spec["lr"] = lrs[0]
+                cost = 0.0 if grid and s == seeds[0] else mcost
+                cells.append(Cell(f"finetune/{mname}/{t['name']}/seed{s}", "finetune", spec,
+                                  [f"pretrain/{root}", *grid], cost))  # fmt: skip
+    for i, f in enumerate(raw.get("features", [])):
+        _check_keys(f"{path}: [[features]] #{i + 1}", f, {"model", "task", "variants", "epochs", "lr",
+                                                          "batch_size", "hidden_size", "max_train_examples"})  # fmt: skip
+        tasks = {t["name"]: t for t in raw.get("task", [])}
+        if f.get("task") not in tasks or tasks[f["task"]]["kind"] != "ner":
+            raise UserError(f"{path}: [[features]] #{i + 1}: `task` must name a [[task]] of kind ner")
+        if f.get("model") not in by_name:
+            raise UserError(f"{path}: [[features]] #{i + 1}: unknown model {f.get('model')!r}")
+        for v in f.get("variants", []):
+            for s in seeds:
+                spec = {**f, "variant": v, "seed": s, "task": tasks[f["task"]]}
+                cost = _finetune_cost(tasks[f["task"]], by_name[f["model"]]) / 3
+                cells.append(Cell(f"features/{f['model']}/{v['name']}/seed{s}", "features", spec,
+                                  [f"pretrain/{f['model']}"], cost))  # fmt: skip
+    return Matrix(name, path, raw, cells)
+
+
+def _pretrain_fields() -> list[str]:
+    import dataclasses
+
+    from bertkit.pretrain import PretrainConfig
+
+    return [f.name for f in dataclasses.fields(PretrainConfig)]
+
+
+def _finetune_cost(task: dict, model: dict) -> float:
+    n = int(task.get("max_train_examples") or 5000)
+    seq = int(task.get("max_seq_length", 128))
+    return (
+        6.0 * _nonembedding_params(model.get("preset", "mini")) * n * float(task.get("epochs", 3)) * seq / 2
+    )
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+def machine_info() -> dict[str, Any]:
+    """commit (of the bertkit code that runs), torch version, CPU model name, cores."""
+    import torch
+
+    here = Path(__file__).resolve().parent
+    commit, dirty = "unknown", None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                                text=True, check=True).stdout.strip()  # fmt: skip
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "."], cwd=here,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+        dirty = bool(st.strip())
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {"commit": commit, "dirty": dirty, "torch": torch.__version__.split("+")[0], "cpu": cpu_model(),
+            "cores": os.cpu_count(), "python": platform.python_version()}  # fmt: skip
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def results_dir(matrix: Matrix, override: str | None = None) -> Path:
+    return Path(override) if override else matrix.base / "results" / matrix.name
+
+
+def read_results(folder: str | os.PathLike) -> dict[str, dict]:
+    """Every result file under ``folder`` by cell name."""
+    out = {}
+    for p in sorted(Path(folder).glob("*.json")):
+        try:
+            r = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(
+                f"{p}: not a readable result file ({e}); delete it to run that cell again"
+            ) from None
+        if isinstance(r, dict) and "cell" in r:
+            out[r["cell"]] = r
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+
+def select(matrix: Matrix, only: str | None) -> list[Cell]:
+    """Cells matching ``only`` (a glob over cell names; a plain word matches as a substring) plus every
+    cell they need, in matrix order."""
+    if not only:
+        return list(matrix.cells)
+    pats = [p.strip() for p in only.split(",") if p.strip()]
+
+    def match(n: str) -> bool:
+        return any(fnmatch.fnmatch(n, p) if any(ch in p for ch in "*?[") else p in n for p in pats)
+
+    chosen = {c.name for c in matrix.cells if match(c.name)}
+    if not chosen:
+        raise UserError(f"--only {only!r} matches no cell; cells look like {matrix.cells[-1].name!r}")
+    stack = list(chosen)
+    while stack:
+        for n in matrix.cell(stack.pop()).needs:
+            if n not in chosen:
+                chosen.add(n)
+                stack.append(n)
+    return [c for c in matrix.cells if c.name in chosen]
+
+
+def plan(matrix: Matrix, cells: list[Cell], done: dict[str, dict], out: Path) -> list[Cell]:
+    """The cells to run: those without a result, plus finished ones whose output a pending cell reads but
+    which is missing under ``out`` (rebuilt)."""
+    from bertkit.experiment_cells import artifact
+
+    todo = {c.name for c in cells if c.name not in done}
+    stack = list(todo)
+    while stack:
+        for n in matrix.cell(stack.pop()).needs:
+            dep = matrix.cell(n)
+            a = artifact(dep, out)
+            if n in done and n not in todo and a is not None and not a.exists():
+                todo.add(n)
+                stack.append(n)
+    return [c for c in cells if c.name in todo]
+
+
+def _fmt_s(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    h, m = divmod(int(s) // 60, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{int(s) % 60:02d}s"
+
+
+def _cpu_now() -> float:
+    """CPU seconds of this process and its finished children (the transformers runner is a subprocess)."""
+    import resource
+
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ch.ru_utime + ch.ru_stime
+
+
+def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]]) -> float:
+    """Estimated seconds for ``cells``: their FLOP estimates times the seconds per FLOP that finished cells of
+    the same kind took (any kind's when none has finished; 30 GFLOP/s before anything has)."""
+
+    def rate(rows: list) -> float | None:
+        return sum(w for _, w, _ in rows) / sum(c for _, _, c in rows) if rows else None
+
+    overall = rate(timed) or 1 / 3e10
+    by_kind = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
+    return sum(c.cost * (by_kind.get(c.kind) or overall) for c in cells)
+
+
+def run_matrix(
+    config: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    only: str | None = None,
+    results: str | os.PathLike | None = None,
+    dry_run: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run every pending cell of the matrix (see the module docstring); returns a summary dict."""
+    import torch
+
+    from bertkit.experiment_cells import run_cell
+
+    matrix = load_matrix(config)
+    out = Path(out) if out else Path("runs") / matrix.name
+    res_dir = results_dir(matrix, results)
+    done = read_results(res_dir) if res_dir.is_dir() else {}
+    cells = select(matrix, only)
+    todo = plan(matrix, cells, done, out)
+    summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
+        [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
+        "results": str(res_dir)}  # fmt: skip
+    if dry_run:
+        return summary
+    threads = int(matrix.raw.get("threads", 0))
+    if threads:
+        torch.set_num_threads(threads)
+    info = machine_info()
+    out.mkdir(parents=True, exist_ok=True)
+    res_dir.mkdir(parents=True, exist_ok=True)
+    # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
+    timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values() if r.get("cost") and r.get("wall_s")]
+    ran = []
+    t_start = time.time()
+    for k, cell in enumerate(todo):
+        left = _seconds_left(todo[k:], timed)
+        print(
+            f"[experiment {matrix.name}] cell {k + 1}/{len(todo)} {cell.name} | done "
+            f"{len(done)}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
+            f"{time.strftime('%H:%M', time.localtime(time.time() + left))}",
+            flush=True,
+        )
+        rebuild = cell.name in done
+        w0, c0 = time.time(), _cpu_now()
+        result = run_cell(matrix, cell, out, done, info, progress=progress)
+        result.setdefault("wall_s", round(time.time() - w0, 1))
+        result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
+        result["cost"] = cell.cost
+        if cell.cost and result["wall_s"]:
+            timed.append((cell.kind, result["wall_s"], cell.cost))
+        if rebuild:
+            logger.info("%s rebuilt (its result file is kept)", cell.name)
+            continue
+        result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
+                  "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        atomic_write_json(res_dir / cell.result_name, result)
+        done[cell.name] = result
+        ran.append(cell.name)
+        print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "
+              f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
+    summary.update({"ran": ran, "seconds": round(time.time() - t_start, 1),
+                    "finished": len([c for c in matrix.cells if c.name in done])})  # fmt: skip
+    return summary

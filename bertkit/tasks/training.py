@@ -1,0 +1,155 @@
+"""Fine-tuning a model on encoded features with the generic :class:`bertkit.train.Trainer`.
+
+:func:`train` is the one entry every task uses (GLUE, classify, NER, SWAG, SQuAD): AdamW (weight decay 0.01,
+none on LayerNorm/bias), linear warm-up over ``warmup_ratio`` of the steps then linear decay, gradient
+clipping, batches of similar lengths (:class:`bertkit.train.LengthGroupedBatches`). At scale: gradient
+accumulation (``grad_accum`` micro-batches per optimizer step), DDP under ``torchrun`` (each rank takes its
+own batches of every step, so N processes equal one process with ``grad_accum = N``), bf16 autocast, fp16 with
+a gradient scaler on CUDA, a step budget (``max_steps``), evaluation every ``eval_every`` steps and the best
+evaluated weights kept (``keep_best``: they end up in the model, and under ``OUT/best/``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bertkit.errors import UserError
+from bertkit.io import atomic_write, atomic_write_json
+from bertkit.tasks.spec import Settings
+from bertkit.train import LengthGroupedBatches, Trainer, build_optimizer, linear_schedule, read_jsonl
+from bertkit.train.distributed import dist_info
+
+BEST_DIR = "best"
+
+
+class BestKeeper:
+    """Keeps the weights of the best evaluation so far under ``DIR/best`` (``model.safetensors`` and
+    ``best.json`` with the step, metric and score; higher is better). Only rank 0 writes; every rank can
+    :meth:`restore` them afterwards. A resumed run continues from the saved best."""
+
+    def __init__(self, out_dir: Path, metric: str, resume: bool, is_main: bool):
+        self.dir = out_dir / BEST_DIR
+        self.metric = metric
+        self.is_main = is_main
+        self.best: dict | None = None
+        if resume and (self.dir / "best.json").is_file():
+            self.best = json.loads((self.dir / "best.json").read_text(encoding="utf-8"))
+        elif is_main and self.dir.exists():
+            shutil.rmtree(self.dir)  # an earlier, unrelated run's best must not win
+
+    def update(self, model: nn.Module, step: int, scores: dict) -> bool:
+        """Record ``scores`` of ``model`` at ``step``; True when they are the best so far (weights saved)."""
+        score = scores.get(self.metric)
+        if score is None or not math.isfinite(score):
+            return False
+        if self.best is not None and score <= self.best["score"]:
+            return False
+        self.best = {"step": step, "metric": self.metric, "score": score}
+        if self.is_main:
+            from safetensors.torch import save
+
+            self.dir.mkdir(parents=True, exist_ok=True)
+            state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+            with atomic_write(self.dir / "model.safetensors", "wb") as f:
+                f.write(save(state))
+            atomic_write_json(self.dir / "best.json", self.best)
+        return True
+
+    def restore(self, model: nn.Module) -> dict | None:
+        """Load the best weights into ``model`` (in place); returns best.json's record (None: nothing kept)."""
+        if self.best is None:
+            return None
+        from safetensors.torch import load_file
+
+        state = load_file(self.dir / "model.safetensors", device=str(next(model.parameters()).device))
+        model.load_state_dict(state)
+        return self.best
+
+
+def train(
+    model: nn.Module,
+    feats: Sequence,
+    collate_fn: Callable[[list], dict],
+    s: Settings,
+    out_dir: str | Path,
+    *,
+    lengths: Sequence[int] | None = None,
+    desc: str = "train",
+    callbacks: Iterable[Callable[[dict], None]] = (),
+    eval_fn: Callable[[nn.Module], dict] | None = None,
+    main_metric: str | None = None,
+) -> list[float]:
+    """Fine-tune ``model`` in place on ``feats`` with :class:`bertkit.train.Trainer`; returns every step's loss.
+
+    ``collate_fn(list of feats) -> batch dict`` whose ``model(**batch).loss`` is trained; ``lengths`` (default
+    ``len(f)``) groups batches by length. ``s.max_steps`` if set, else ``s.epochs`` (may be fractional), sets
+    the number of optimizer steps; each takes ``s.grad_accum`` batches of ``s.batch_size`` on every process.
+    The Trainer's files (``metrics.jsonl``, ``eval.jsonl``, ``curves.png``, ``checkpoints/`` with
+    ``s.checkpoint_every``) go to ``out_dir``; with ``s.resume`` training continues from its newest checkpoint,
+    and the returned losses include the steps before it (read back from ``metrics.jsonl``). ``callbacks`` get
+    each step's log record. ``eval_fn(model) -> {metric: score}`` runs every ``s.eval_every`` steps and at the
+    end; with ``s.keep_best`` the weights best on ``main_metric`` are kept and loaded back at the end.
+    With ``s.freeze_encoder`` the encoder ``model.bert`` is frozen and only the rest (the head) is trained.
+    The caller's global RNG state is left as it was (dropout draws from a fork seeded with ``s.seed``).
+    """
+    out_dir = Path(out_dir)
+    rank, world = dist_info()
+    if (s.eval_every or s.keep_best) and eval_fn is None:
+        raise UserError("--eval-every/--keep-best: this task has no evaluation during training")
+    if s.keep_best and not s.eval_every:
+        raise UserError("--keep-best needs --eval-every N (how often to evaluate on dev)")
+    if s.freeze_encoder:
+        for p in model.bert.parameters():
+            p.requires_grad_(False)
+    if s.gradient_checkpointing:
+        model.bert.gradient_checkpointing_enable()
+    batches = LengthGroupedBatches(
+        feats, s.batch_size, collate_fn, lengths=lengths, seed=s.seed,
+        rank=rank, world_size=world, grad_accum=s.grad_accum,
+    )  # fmt: skip
+    total = s.max_steps or max(1, math.ceil(batches.steps_per_epoch() * s.epochs))
+    lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None
+    opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, lr_by_prefix=lr_by_prefix)
+    sched = linear_schedule(opt, int(round(s.warmup_ratio * total)), total)
+    encoder = model.bert if s.freeze_encoder else None
+
+    def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
+        # `m` may be the DDP wrapper: reach the encoder through `model`. The Trainer sets the whole model to
+        # train mode; frozen features must not get dropout.
+        if encoder is not None:
+            encoder.eval()
+        return m(**batch).loss
+
+    keeper = BestKeeper(out_dir, main_metric or "", s.resume, rank == 0) if s.keep_best else None
+    trainer_eval = None
+    if eval_fn is not None and s.eval_every:
+
+        def trainer_eval(m: nn.Module) -> dict:
+            scores = {k: float(v) for k, v in eval_fn(m).items() if isinstance(v, (int, float))}
+            if keeper is not None:
+                scores["is_best"] = float(keeper.update(m, trainer.step, scores))
+            return scores
+
+    trainer = Trainer(
+        model, opt, sched, train_batches=batches, out_dir=out_dir, max_steps=total, loss_fn=loss_fn,
+        grad_accum=s.grad_accum, clip_norm=s.max_grad_norm or None, precision=s.precision, log_every=1,
+        checkpoint_every=s.checkpoint_every, seed=s.seed, progress=s.progress, callbacks=callbacks, desc=desc,
+        eval_fn=trainer_eval, eval_every=s.eval_every,
+    )  # fmt: skip
+    devices = [trainer.device] if trainer.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        trainer.fit(resume=s.resume)
+    if world > 1:
+        dist.barrier()  # rank 0's files (metrics.jsonl, best/) are complete before anyone reads them
+    if keeper is not None:
+        keeper.restore(model)
+    model.eval()
+    return [r["loss"] for r in read_jsonl(out_dir / "metrics.jsonl")]

@@ -1,0 +1,166 @@
+"""`bertkit experiment`: matrix expansion, resumption, result files; the smoke matrix end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main as cli_main
+from bertkit.errors import UserError
+from bertkit.experiment import load_matrix, plan, read_results, run_matrix, select
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "experiments" / "smoke.toml"
+
+MINIMAL = """
+name = "t"
+corpus = ["c.txt"]
+data_root = "."
+seeds = [1, 2]
+[pretrain]
+preset = "tiny"
+tokens = 1000
+[[model]]
+name = "a"
+objective = "mlm"
+[[model]]
+name = "a+bilstm"
+from = "a"
+head = { head_bilstm = true }
+[[task]]
+name = "SST-2"
+kind = "glue"
+lr = [1e-4, 3e-4]
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "m.toml"
+    p.write_text(text)
+    return p
+
+
+def test_matrix_expands_in_dependency_order(tmp_path):
+    m = load_matrix(_write(tmp_path, MINIMAL))
+    names = [c.name for c in m.cells]
+    assert names[:3] == ["vocab", "prepare", "pretrain/a"]
+    # a derived model (from = ...) has no pre-training cell of its own
+    assert "pretrain/a+bilstm" not in names
+    # a grid of two rates on the first seed, then every seed
+    assert "finetune/a/SST-2/lr0.0001/seed1" in names and "finetune/a/SST-2/lr0.0003/seed1" in names
+    final = m.cell("finetune/a+bilstm/SST-2/seed2")
+    assert final.needs == [
+        "pretrain/a",
+        "finetune/a+bilstm/SST-2/lr0.0001/seed1",
+        "finetune/a+bilstm/SST-2/lr0.0003/seed1",
+    ]
+    for c in m.cells:  # every cell comes after what it needs
+        assert all(names.index(n) < names.index(c.name) for n in c.needs)
+
+
+def test_only_pulls_in_what_a_cell_needs(tmp_path):
+    m = load_matrix(_write(tmp_path, MINIMAL))
+    chosen = [c.name for c in select(m, "finetune/a/*/seed2")]
+    assert chosen == ["vocab", "prepare", "pretrain/a", "finetune/a/SST-2/lr0.0001/seed1",
+                      "finetune/a/SST-2/lr0.0003/seed1", "finetune/a/SST-2/seed2"]  # fmt: skip
+    with pytest.raises(UserError, match="matches no cell"):
+        select(m, "nothing-like-this")
+
+
+def test_finished_cells_are_skipped_and_missing_models_rebuilt(tmp_path):
+    m = load_matrix(_write(tmp_path, MINIMAL))
+    out = tmp_path / "out"
+    done = {n: {"cell": n} for n in ("vocab", "prepare", "pretrain/a")}
+    todo = [c.name for c in plan(m, m.cells, done, out)]
+    # the fine-tuning cells are pending and need pretrain/a's model, absent on this "fresh machine": rebuild
+    assert todo[:3] == ["vocab", "prepare", "pretrain/a"]
+    for f in ("vocab/vocab.txt", "prepare/data/manifest.json", "pretrain/a/model/config.json"):
+        (out / f).parent.mkdir(parents=True, exist_ok=True)
+        (out / f).write_text("{}")
+    todo = [c.name for c in plan(m, m.cells, done, out)]
+    assert "pretrain/a" not in todo and todo[0].startswith("finetune/")
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ('[[model]]\nname = "a"\nobjective = "mlm"\n', "duplicate model name"),
+        ('[[model]]\nname = "b"\nfrom = "nope"\n', "must name a trained model"),
+        ('[[model]]\nname = "b"\ncolour = 1\n', "unknown setting"),
+        ('[[task]]\nname = "X"\nkind = "nope"\n', "kind must be one of"),
+    ],
+)
+def test_bad_matrices_name_the_problem(tmp_path, bad, match):
+    with pytest.raises(UserError, match=match):
+        load_matrix(_write(tmp_path, MINIMAL + bad))
+
+
+def test_cli_reports_a_bad_matrix_in_one_line(tmp_path, capsys):
+    p = _write(tmp_path, MINIMAL + '[[task]]\nname = "X"\nkind = "nope"\n')
+    assert cli_main(["experiment", str(p), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "kind must be one of" in err[0]
+
+
+def test_cpu_clock_charges_only_training_steps(tmp_path, monkeypatch):
+    from bertkit import experiment_cells as ec
+
+    now = iter([10.0, 12.0, 14.0])
+    monkeypatch.setattr(ec.time, "process_time", lambda: next(now))
+    clock = ec._CpuClock(tmp_path)
+    for step in (10, 20, 30):  # 0.2 s per step between records
+        clock({"step": step})
+    assert clock.total() == pytest.approx(0.2 * 30)
+    # a resumed sitting adds to what the file holds
+    now2 = iter([100.0, 101.0])
+    monkeypatch.setattr(ec.time, "process_time", lambda: next(now2))
+    again = ec._CpuClock(tmp_path)
+    again({"step": 40})
+    again({"step": 50})
+    assert again.total() == pytest.approx(6.0 + 0.1 * 20)
+
+
+def test_smoke_matrix_end_to_end(shared_data, tmp_path):
+    out, res = tmp_path / "out", tmp_path / "res"
+    summary = run_matrix(SMOKE, out=out, results=res, progress=False)
+    matrix = load_matrix(SMOKE)
+    results = read_results(res)
+    assert set(results) == {c.name for c in matrix.cells} and summary["finished"] == len(matrix.cells)
+    for r in results.values():
+        for key in ("matrix", "cell", "kind", "commit", "cpu", "torch", "wall_s", "cpu_s", "threads"):
+            assert key in r, (r["cell"], key)
+    pre = results["pretrain/mlm+nsp-tiny"]
+    assert pre["tokens"] == pre["steps"] * 16 * 64 and pre["curve"] and 0 <= pre["primary"] <= 100
+    assert pre["metrics"]["mlm_perplexity"] > 1
+    # same CPU seconds for transformers' pipeline as bertkit's training steps took
+    hf = results["pretrain/transformers-mlm-tiny"]
+    assert hf["cpu_budget_s"] == pre["train_cpu_s"] and hf["tokens"] > 0
+    # the LTR model keeps its causal mask at fine-tuning time; the derived model adds a BiLSTM
+    assert json.loads((out / "pretrain/ltr-tiny/model/config.json").read_text())["causal"] is True
+    view = json.loads((out / "models/ltr+bilstm-tiny/config.json").read_text())
+    assert view["causal"] is True and view["head_bilstm"] is True
+    # every seed uses the grid's best rate; the first seed is the grid run itself
+    s1, s2 = results["finetune/mlm+nsp-tiny/SST-2/seed1"], results["finetune/mlm+nsp-tiny/SST-2/seed2"]
+    best = max(s1["grid"], key=lambda k: s1["grid"][k])
+    assert s1["hyperparameters"]["lr"] == s2["hyperparameters"]["lr"] == float(best)
+    assert s1["from_cell"].startswith("finetune/mlm+nsp-tiny/SST-2/lr")
+    assert results["finetune/ltr+bilstm-tiny/SQuAD-v1.1/seed1"]["metrics"]["f1"] >= 0
+    assert results["features/mlm+nsp-tiny/all-layers-weighted-sum/seed1"]["hyperparameters"]["layers"] == [
+        0,
+        1,
+        2,
+    ]
+
+    # a second run finds everything done; a deleted result re-runs that cell only (its model is still there)
+    assert run_matrix(SMOKE, out=out, results=res, progress=False)["to_run"] == []
+    (res / "finetune__ltr-tiny__SST-2__seed2.json").unlink()
+    again = run_matrix(SMOKE, out=out, results=res, progress=False)
+    assert again["ran"] == ["finetune/ltr-tiny/SST-2/seed2"]
+    # a fresh machine: the pre-trained model is gone, so a pending cell that needs it rebuilds it first
+    shutil.rmtree(out / "pretrain/ltr-tiny")
+    (res / "finetune__ltr-tiny__SST-2__seed2.json").unlink()
+    plan_only = run_matrix(SMOKE, out=out, results=res, dry_run=True)
+    assert plan_only["to_run"] == ["pretrain/ltr-tiny", "finetune/ltr-tiny/SST-2/seed2"]
