@@ -359,6 +359,36 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
     return out + [""]
 
 
+def recipe_table(matrix: Matrix) -> list[str]:
+    """The recipe probes (``experiments/recipe_probe.py`` result files named by ``recipe_results``)."""
+    import json
+
+    folder = matrix.raw.get("recipe_results")
+    rows = []
+    if folder and (matrix.base / folder).is_dir():
+        rows = [json.loads(p.read_text()) for p in sorted((matrix.base / folder).glob("*.json"))]
+    if not rows:
+        return [f"Recipe probes: {NOT_RUN}.", ""]
+    rows.sort(key=lambda r: (r["preset"], r["eval_loss"]))
+    out = ["Short MLM-only probes from scratch on this corpus, one thread, each scored by `bertkit pretrain`'s "
+           "held-out evaluation (20 batches of 64); lower held-out loss for the CPU seconds spent is better. "
+           "Commands: `python experiments/recipe_probe.py --data DATA --preset P --lr LR --warmup W --batch-size B "
+           "--seq S --steps N --results experiments/results/recipe` (each file holds its command, commit and CPU).",
+           "", "| preset | lr | warm-up | batch x seq | steps | tokens | dropout | CPU s | held-out loss | held-out MLM acc |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['preset']} | {r['lr']:g} | {r['warmup']:g} | {r['batch_size']} x {r['seq']} | {r['steps']} | "
+                   f"{r['tokens'] / 1e6:.2f}M | {'0.1' if r.get('dropout', True) else 'off'} | {r['cpu_s']:.0f} | "
+                   f"{r['eval_loss']:.3f} | {100 * r['eval_acc']:.1f} |")  # fmt: skip
+    commits = sorted({f"{r.get('commit')}{'+dirty' if r.get('dirty') else ''}" for r in rows})
+    out += [
+        "",
+        f"Commit(s): {', '.join(commits)}; CPU: {'; '.join(sorted({r.get('cpu', '?') for r in rows}))}.",
+        "",
+    ]
+    return out
+
+
 def base_estimate() -> list[str]:
     """What BERT-Base as published costs: tokens, FLOPs (benchmarks.bench_gpu.training_flops), GPU-hours."""
     from bertkit.config import BertConfig
@@ -452,6 +482,7 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
         results, [m for m in models if m.endswith(f"-{size}")], tasks, doc.parent / f"{stem}-scores.png"
     ):
         lines += [f"![downstream scores]({stem}-scores.png)", ""]
+    lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
     lines += ["## BERT-Base as published, on paper", ""] + base_estimate()
     return "\n".join(lines)
 
