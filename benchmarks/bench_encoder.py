@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .common import check_close, compare, suite_main
+from .common import check_close, compare, encoder_flops, suite_main
 from .inputs import conll_sentences, minilm_dir, sample_batches, sst2_sentences
 
 GOAL = 2.0
@@ -94,7 +94,16 @@ def bench(size: str, dataset: str, n_batches: int, repeats: int, tok=None) -> di
         unit="seq",
         goal=GOAL,
         check=f"max abs diff {worst:.2e} <= {ATOL} (real tokens, pooler)",
-        extra={"padding_fraction": round(1 - real / padded, 3), "batches": n_batches},
+        extra={
+            "padding_fraction": round(1 - real / padded, 3),
+            "batches": n_batches,
+            # the encoder over every real token, plus the pooler
+            "model_flops_per_call": sum(
+                encoder_flops(ours.config, b["attention_mask"].sum(1).tolist())
+                + 2 * len(b["input_ids"]) * ours.config.hidden_size**2
+                for b in batches
+            ),
+        },
     )
 
 

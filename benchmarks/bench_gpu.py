@@ -22,6 +22,8 @@ import json
 
 import torch
 
+from .common import training_flops
+
 # dense (not sparse-structured) bf16 tensor-core peaks, TFLOP/s, by a substring of the device name
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("A100", 312.0), ("L4", 121.0))
 
@@ -32,19 +34,6 @@ def peak_tflops(device_name: str) -> float | None:
         if key in device_name:
             return peak
     return None
-
-
-def training_flops(config, lengths: list[int], masked: int) -> float:
-    """FLOPs of one training step (forward + backward = 3 x forward; a multiply-add is 2 FLOPs).
-
-    config: a BertConfig; lengths: the real length of each sequence; masked: MLM-labelled positions."""
-    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    tokens = sum(lengths)
-    per_token = layers * (2 * h * 3 * h + 2 * h * h + 2 * 2 * h * inter)  # QKV, output, feed-forward
-    attention = layers * sum(4 * n * n * h for n in lengths)  # scores and context, per sequence
-    heads = len(lengths) * (2 * h * h + 2 * h * 2)  # pooler and the NSP classifier
-    mlm = masked * (2 * h * h + 2 * h * config.vocab_size)  # transform and decoder, masked rows only
-    return 3.0 * (tokens * per_token + attention + heads + mlm)
 
 
 def run(args=None) -> list[dict]:

@@ -23,7 +23,7 @@ import tempfile
 
 import torch
 
-from .common import compare
+from .common import compare, training_flops
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -150,6 +150,9 @@ def bench_size(
             "precision": precision,
             "compiled": compile,
             "masked_tokens": int((batch["labels"] != -100).sum()),
+            "model_flops_per_call": training_flops(
+                ours.config, batch["attention_mask"].sum(1).tolist(), int((batch["labels"] != -100).sum())
+            ),
             "lengths": batch["attention_mask"].sum(1).tolist(),
             "sequences": batch_size,
             "seq_len": seq,

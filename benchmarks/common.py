@@ -62,8 +62,11 @@ def environment() -> dict[str, Any]:
                 break
     except OSError:
         pass
+    flags = cpu_flags()
     return {
         "cpu": cpu,
+        "isa_flags": [f for f in ISA_FLAGS if f in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"),
@@ -74,6 +77,87 @@ def environment() -> dict[str, Any]:
         "tokenizers": tokenizers.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def cpu_flags() -> list[str]:
+    """The ISA flags of the CPU (from /proc/cpuinfo), or [] elsewhere."""
+    from bertkit.kernels.choice import cpu_info
+
+    return cpu_info()["flags"]
+
+
+# the flags that decide which GEMM kernels a CPU can run, reported with every run
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU has native bf16 GEMMs (AVX512-BF16 or AMX) that oneDNN uses."""
+    flags = set(cpu_flags())
+    return bool(flags & {"avx512_bf16", "amx_bf16"}) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def gemm_peak(dtype: torch.dtype = torch.float32, n: int = 2048, seconds: float = 1.5) -> dict[str, Any]:
+    """The machine's GEMM peak: FLOP/s of the fastest of repeated n x n x n matmuls (``torch.mm``, the
+    threads as pinned) over about ``seconds``. The ceiling a model's achieved FLOP/s is a fraction of."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(dtype)
+    b = torch.randn(n, n, generator=g).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    torch.mm(a, b, out=out)  # warm-up: kernel selection, page faults
+    best, spent, runs = float("inf"), 0.0, 0
+    while spent < seconds or runs < 3:
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=out)
+        dt = time.perf_counter() - t0
+        best, spent, runs = min(best, dt), spent + dt, runs + 1
+    return {"dtype": str(dtype).replace("torch.", ""), "n": n, "runs": runs, "flops_per_s": 2.0 * n**3 / best}
+
+
+def machine_peaks() -> dict[str, Any]:
+    """fp32 (and bf16 where the CPU has it) GEMM peaks of this machine at the pinned thread count."""
+    peaks = {"fp32": gemm_peak(torch.float32)}
+    if bf16_supported():
+        peaks["bf16"] = gemm_peak(torch.bfloat16, n=4096)
+    return peaks
+
+
+def encoder_flops(config: Any, lengths: list[int]) -> float:
+    """FLOPs of one encoder forward over sequences of these real lengths (a multiply-add is 2 FLOPs): the
+    GEMMs of every real token and attention over each sequence's real length; padding is not model work."""
+    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    per_token = layers * (2 * h * 3 * h + 2 * h * h + 2 * 2 * h * inter)  # QKV, output, feed-forward
+    attention = layers * sum(4 * n * n * h for n in lengths)  # scores and context, per sequence
+    return float(sum(lengths) * per_token + attention)
+
+
+def training_flops(config: Any, lengths: list[int], masked: int) -> float:
+    """FLOPs of one pre-training step (forward + backward = 3 x forward): the encoder, the pooler and the
+    NSP classifier, and the MLM head (transform and decoder) on the ``masked`` labelled positions only.
+
+    config: a BertConfig; lengths: the real length of each sequence. Element-wise work (LayerNorm, GELU,
+    softmax, the optimizer) is not counted, as is usual. Tested against torch's FLOP counter
+    (tests/test_bench_equality.py)."""
+    h = config.hidden_size
+    heads = len(lengths) * (2 * h * h + 2 * h * 2)  # pooler and the NSP classifier
+    mlm = masked * (2 * h * h + 2 * h * config.vocab_size)  # transform and decoder, masked rows only
+    return 3.0 * (encoder_flops(config, lengths) + heads + mlm)
+
+
+def add_fraction_of_peak(row: dict[str, Any], peaks: dict[str, Any] | None) -> None:
+    """Put a row's achieved model FLOP/s (ours and the reference's, from its ``model_flops_per_call``) and
+    their fraction of the machine's GEMM peak (fp32, or bf16 for a bf16 row) into ``row``."""
+    flops_per_call = row.get("model_flops_per_call")
+    if not flops_per_call or not row.get("ours_s") or not row.get("ref_s"):
+        return
+    row["ours_flops_per_s"] = flops_per_call / row["ours_s"]
+    row["ref_flops_per_s"] = flops_per_call / row["ref_s"]
+    dtype = "bf16" if row.get("precision") == "bf16" else "fp32"
+    peak = (peaks or {}).get(dtype)
+    if peak:
+        row["peak_dtype"] = dtype
+        row["peak_flops_per_s"] = peak["flops_per_s"]
+        row["ours_fraction_of_peak"] = row["ours_flops_per_s"] / peak["flops_per_s"]
+        row["ref_fraction_of_peak"] = row["ref_flops_per_s"] / peak["flops_per_s"]
 
 
 # ----------------------------------------------------------------------------------------- checks
@@ -220,6 +304,10 @@ def summary_line(result: dict[str, Any]) -> str:
         )
     if result.get("ours_peak_mb") is not None and result.get("ref_peak_mb") is not None:
         parts.append(f"peak {result['ours_peak_mb']:.0f}/{result['ref_peak_mb']:.0f} MB")
+    if result.get("ours_fraction_of_peak") is not None:
+        parts.append(
+            f"{result['ours_fraction_of_peak']:.0%}/{result['ref_fraction_of_peak']:.0%} of {result['peak_dtype']} peak"
+        )
     if result.get("ours_mfu") is not None:
         parts.append(f"MFU {result['ours_mfu']:.1%}/{result['ref_mfu']:.1%} (goal>={result['goal_mfu']:.0%})")
     if result.get("goal") is not None:

@@ -13,6 +13,8 @@ or ``skipped``/``error`` with a reason):
 - ``data``      benchmarks.bench_data      prepare + instances vs the original algorithm (data engineer)
 - ``gpu``       benchmarks.bench_gpu       BERT-base bf16 pre-training step on CUDA: tokens/s and MFU
                                            (a skipped row on a machine without a CUDA device)
+- ``serve``     benchmarks.bench_serve     ``bertkit serve`` /embed on loopback at concurrency 1/16/64, batching
+                                           on/off, vs sentence-transformers behind FastAPI (serve engineer)
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
@@ -34,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu")
+SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -117,15 +119,23 @@ def main(argv: list[str] | None = None) -> int:
 
     from bertkit.io import atomic_write_json
 
-    from .common import Mismatch, environment, pin_threads
+    from .common import Mismatch, add_fraction_of_peak, environment, machine_peaks, pin_threads
 
     threads = pin_threads(args.threads)
     env = environment()
+    # the ceiling: the machine's GEMM FLOP/s with a large matmul at these threads (each training and
+    # inference row reports its achieved model FLOP/s as a fraction of it)
+    env["gemm_peak"] = machine_peaks()
     print(
         f"bertkit benchmarks: {env['cpu']} ({env['cpu_count']} cpus), torch threads pinned to {threads}, "
         f"RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}, OMP_WAIT_POLICY={env['omp_wait_policy']}, "
         f"load {env['load_average']}, torch {env['torch']}, transformers {env['transformers']}"
         + (" [quick]" if args.quick else ""),
+        flush=True,
+    )
+    print(
+        f"ISA {' '.join(env['isa_flags'])}; GEMM peak "
+        + ", ".join(f"{k} {v['flops_per_s'] / 1e9:.0f} GFLOP/s" for k, v in env["gemm_peak"].items()),
         flush=True,
     )
     results: list[dict[str, Any]] = []
@@ -173,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         pin_threads(args.threads)  # a suite may have changed it
         for row in rows:
             row = _normalise(row, suite)
+            add_fraction_of_peak(row, env["gemm_peak"])
             row.setdefault("suite_seconds", round(time.perf_counter() - t0, 1))
             results.append(row)
             print(summary(row), flush=True)

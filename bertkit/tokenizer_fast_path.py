@@ -202,3 +202,32 @@ def cut_texts(
             out[i] = short
             cut.append(i)
     return (texts if out is None else out), cut
+
+
+def choose_fast_path(full, fast, vocab: Sequence[str]) -> bool:
+    """Whether the plain-text pipeline ``fast`` beats the full one ``full`` (two ``tokenizers.Tokenizer``
+    configured alike) on this machine: measured once on ~300 plain sentences made of ``vocab``'s whole
+    words (deterministic), cached with the other per-machine choices (:mod:`bertkit.tuning`);
+    ``BERTKIT_TOKENIZER_FAST_PATH=0|1`` overrides. Both pipelines give the same output (tested), so
+    the choice is speed only."""
+    import random
+
+    from .tuning import choose, time_alternating
+
+    def measure() -> tuple[str, dict]:
+        words = [w for w in vocab if w.isalpha() and w.isascii() and len(w) > 1] or ["plain", "text"]
+        rng = random.Random(0)
+        texts = [
+            " ".join(rng.choices(words, k=24)).capitalize() + ", " + rng.choice(words) + "."
+            for _ in range(300)
+        ]
+        t = time_alternating(
+            {"fast": lambda: fast.encode_batch(texts), "full": lambda: full.encode_batch(texts)}, rounds=5
+        )
+        choice = "on" if t["fast"] < t["full"] else "off"
+        return choice, {k: round(v * 1e3, 3) for k, v in t.items()} | {"unit": "ms per 300 sentences"}
+
+    values = {"0": "off", "1": "on"}
+    return (
+        choose("tokenizer_fast_path", measure, env="BERTKIT_TOKENIZER_FAST_PATH", env_values=values) == "on"
+    )

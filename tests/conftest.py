@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 # Two cores are shared by everything the suite runs; one thread keeps timings stable and avoids oversubscription.
 torch.set_num_threads(1)
+# bertkit.kernels caches its per-machine choices; the suite (and the CLIs it starts) keeps them out of ~/.cache
+os.environ.setdefault("BERTKIT_CACHE_DIR", tempfile.mkdtemp(prefix="bertkit-test-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,35 @@
+"""bertkit's CPU speed machinery, behind the few named calls :mod:`bertkit.model` makes.
+
+- :func:`linear`: y = act(x W^T + b) on oneDNN's GEMM where that measured faster on this machine
+  (:mod:`.gemm`, chosen per machine, see :mod:`bertkit.tuning`);
+- :func:`qkv_projection`: query, key and value as one GEMM against a cached concatenated weight (:mod:`.qkv`);
+- :func:`dropout` / :class:`Dropout`: inverted dropout with a cheaper random mask (:mod:`.dropout`);
+- :func:`scaled_dot_product_attention`: SDPA, with that dropout on the probabilities in training (:mod:`.attention`);
+- :func:`packing_for` / :class:`Packing` / :func:`packed_attention`: run position-wise work on the real
+  tokens of a padded batch only, and attention per group of equal-length sequences (:mod:`.packing`).
+
+The switch :func:`reference_ops` (or ``BERTKIT_KERNELS=0``, or :func:`set_enabled`) makes every call compute
+the plain PyTorch op instead; tests/test_kernels.py checks both give the same outputs and gradients.
+"""
+
+from .attention import scaled_dot_product_attention
+from .dropout import Dropout, dropout
+from .gemm import linear
+from .packing import Packing, packed_attention, packing_for
+from .qkv import qkv_projection
+from .state import enabled, fast_ok, reference_ops, set_enabled
+
+__all__ = [
+    "Dropout",
+    "Packing",
+    "dropout",
+    "enabled",
+    "fast_ok",
+    "linear",
+    "packed_attention",
+    "packing_for",
+    "qkv_projection",
+    "reference_ops",
+    "scaled_dot_product_attention",
+    "set_enabled",
+]

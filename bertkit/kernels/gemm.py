@@ -1,0 +1,179 @@
+"""``linear``: y = act(x W^T + b), on oneDNN's fp32 GEMM where that measured faster on this machine.
+
+oneDNN (``torch.ops.mkldnn._linear_pointwise``) ran the fp32 GEMMs 2-4x faster than the MKL path
+``F.linear`` takes on AMD EPYC (MKL picks a generic kernel there), and bought nothing on an Intel Xeon;
+which one a process uses is chosen per machine (:func:`choose_linear`, :mod:`bertkit.tuning`; ``BERTKIT_ONEDNN=0|1``
+overrides). Results agree with ``F.linear`` to float rounding (~1e-6 relative).
+
+oneDNN builds and keeps a kernel per GEMM shape; with packed batches the row count changes every batch,
+so rows are padded up to a few bucket sizes (:func:`bucket`); without them the process grew ~2 MB per
+new shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..tuning import choose, time_alternating
+from .state import fast_ok
+
+# activations oneDNN fuses into the GEMM (the ACT2FN names of bertkit.model): (attr, algorithm)
+_ONEDNN_ACTS = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh")}
+
+_ACTS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": F.gelu,
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "tanh": torch.tanh,
+}
+
+_UNSET = object()
+_op = _UNSET  # the oneDNN op once chosen, None for F.linear
+
+
+def onednn_op():
+    """oneDNN's linear op when this build has a working one, else None."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        op = torch.ops.mkldnn._linear_pointwise
+        x = torch.ones(2, 3)
+        if not torch.allclose(
+            op(x, torch.ones(4, 3), torch.zeros(4), "none", [], ""), torch.full((2, 4), 3.0)
+        ):
+            return None
+        return op
+    except Exception:  # no oneDNN kernel on this build/CPU: F.linear it is
+        return None
+
+
+def _backend():
+    """The oneDNN op if this machine's choice is oneDNN, else None (chosen once, at first use)."""
+    global _op
+    if _op is _UNSET:
+        _op = onednn_op() if choose_linear() == "onednn" else None
+    return _op
+
+
+def use_backend(name: str | None) -> None:
+    """Force the GEMM backend for this process: "onednn", "torch", or None to choose again at next use."""
+    global _op
+    _op = _UNSET if name is None else (onednn_op() if name == "onednn" else None)
+
+
+def bucket(rows: int) -> int:
+    """``rows`` rounded up to one of 8 sizes per power of two (at most 12.5% more; powers of two up to 64)."""
+    if rows <= 64:
+        return 1 << max(rows - 1, 0).bit_length()
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
+
+
+def _pad_rows(x: Tensor, rows: int) -> Tensor:
+    return x if x.shape[0] == rows else torch.cat([x, x.new_zeros(rows - x.shape[0], x.shape[1])])
+
+
+def _dnn(op, x: Tensor, weight: Tensor, bias: Tensor | None, attr: str = "none", algo: str = "") -> Tensor:
+    """x [..., in] @ weight[out, in]^T + bias on oneDNN, rows padded to their bucket -> [..., out]."""
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    rows = x2.shape[0]
+    out = op(_pad_rows(x2, bucket(rows)), weight, bias, attr, [], algo)[:rows]
+    return out.view(*shape[:-1], weight.shape[0])
+
+
+class _DnnLinear(torch.autograd.Function):
+    """y = x W^T + b with oneDNN GEMMs forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, op) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        ctx.op = op
+        return _dnn(op, x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        op = ctx.op
+        n = grad.numel() // grad.shape[-1]
+        # the gradient's rows padded to the GEMM bucket once, for both GEMMs (for the MLM decoder it is a
+        # [rows, vocab] tensor: padding it twice cost a second large copy)
+        g2 = _pad_rows(grad.contiguous().view(n, grad.shape[-1]), bucket(n))
+        grad_x = grad_w = grad_b = None
+        if ctx.needs_input_grad[0]:
+            # oneDNN reads the transposed weight in place (a strided view): no [in, out] copy
+            grad_x = op(g2, weight.t(), None, "none", [], "")[:n].view(*grad.shape[:-1], weight.shape[1])
+        if ctx.needs_input_grad[1]:
+            # padded like the gradient: zero rows add nothing to the sum over rows
+            x2 = _pad_rows(x.reshape(n, x.shape[-1]), g2.shape[0])
+            # grad_w = g^T x sums over rows: oneDNN wants its first operand row-major, and reads the second
+            # in place when strided. Copying the narrower of the two transposed (and reading the wider
+            # in place) halves the time on the feed-forward and MLM-decoder shapes against copying both.
+            if g2.shape[1] >= x2.shape[1]:
+                grad_w = op(x2.t().contiguous(), g2.t(), None, "none", [], "").t()
+            else:
+                grad_w = op(g2.t().contiguous(), x2.t(), None, "none", [], "")
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_b = g2.sum(0)  # the padding rows are zeros
+        return grad_x, grad_w, grad_b, None
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
+    """``act(x W^T + b)``: x [..., in], weight [out, in], bias [out] -> [..., out].
+
+    ``act``: None, "gelu", "gelu_new", "gelu_pytorch_tanh", "relu" or "tanh". On oneDNN for fp32 CPU tensors
+    when this machine's choice is oneDNN (the activation fused into the GEMM when no gradient is needed),
+    else ``F.linear``."""
+    op = _backend() if fast_ok(x) and x.numel() > 0 else None
+    if op is not None and (weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu")):
+        op = None
+    if op is None:
+        out = F.linear(x, weight, bias)
+    elif torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        out = _DnnLinear.apply(x.contiguous(), weight, bias, op)
+    elif act in _ONEDNN_ACTS:
+        return _dnn(op, x.contiguous(), weight, bias, *_ONEDNN_ACTS[act])
+    else:
+        out = _dnn(op, x.contiguous(), weight, bias)
+    return out if act is None else _ACTS[act](out)
+
+
+def _measure_linear() -> tuple[str, dict[str, Any]]:
+    # the first use may come inside no_grad / inference_mode, and the measurement needs autograd
+    with torch.inference_mode(False), torch.enable_grad():
+        return _measure_linear_grad()
+
+
+def _measure_linear_grad() -> tuple[str, dict[str, Any]]:
+    """oneDNN vs F.linear on a BERT-small feed-forward GEMM, forward and backward (~0.3 s idle)."""
+    op = onednn_op()
+    if op is None:
+        return "torch", {"reason": "no working oneDNN linear in this torch build"}
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 512, generator=g, requires_grad=True)
+    w = torch.randn(2048, 512, generator=g, requires_grad=True)
+    b = torch.zeros(2048, requires_grad=True)
+    grad = torch.randn(512, 2048, generator=g)
+
+    def dnn() -> None:
+        _DnnLinear.apply(x, w, b, op).backward(grad)
+
+    def plain() -> None:
+        torch.nn.functional.linear(x, w, b).backward(grad)
+
+    t = time_alternating({"onednn": dnn, "torch": plain}, rounds=5, warmup=1)
+    # oneDNN only when clearly faster: F.linear is the plain path (no row padding, no custom autograd)
+    choice = "onednn" if t["onednn"] < 0.95 * t["torch"] else "torch"
+    return choice, {k: round(v * 1e3, 3) for k, v in t.items()} | {"unit": "ms per fwd+bwd 512x512x2048"}
+
+
+def choose_linear() -> str:
+    """The fp32 GEMM backend of :func:`bertkit.kernels.linear` on this machine: "onednn" or "torch"."""
+    return choose("linear", _measure_linear, env="BERTKIT_ONEDNN", env_values={"0": "torch", "1": "onednn"})

@@ -1,0 +1,50 @@
+"""The switch between bertkit's CPU kernels and the plain PyTorch reference ops.
+
+Every named call of :mod:`bertkit.kernels` asks :func:`fast_ok` whether it may take its fast path; when
+the kernels are off (``BERTKIT_KERNELS=0`` in the environment, :func:`set_enabled(False) <set_enabled>`,
+or inside ``with reference_ops():``) each call computes the textbook operation with ``torch.nn.functional``
+instead: separate Q/K/V projections, ``F.linear``, ``F.dropout``, masked SDPA over the padded batch.
+Both give the same outputs and gradients up to float rounding (tests/test_kernels.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+_enabled = os.environ.get("BERTKIT_KERNELS", "1") != "0"
+
+
+def enabled() -> bool:
+    """Whether bertkit's kernels are on (the default) rather than the reference ops."""
+    return _enabled
+
+
+def set_enabled(flag: bool) -> bool:
+    """Turn the kernels on or off for the whole process; returns the previous setting."""
+    global _enabled
+    previous, _enabled = _enabled, bool(flag)
+    return previous
+
+
+@contextmanager
+def reference_ops() -> Iterator[None]:
+    """Run the plain PyTorch reference ops inside the block (the kernels' previous setting after it)."""
+    previous = set_enabled(False)
+    try:
+        yield
+    finally:
+        set_enabled(previous)
+
+
+def fast_ok(x: Tensor) -> bool:
+    """Whether ``x`` may take bertkit's own CPU kernels: the kernels on, float32 on CPU, run eagerly.
+
+    torch.compile and TorchScript tracing (and so the ONNX export) get the plain ops, which they fuse or
+    export. Tracing is checked first, so nothing turns a traced size into a Python value."""
+    tracing = torch.compiler.is_compiling() or torch.jit.is_tracing()
+    return _enabled and not tracing and x.device.type == "cpu" and x.dtype == torch.float32

@@ -1,0 +1,142 @@
+"""Per-machine choice of the CPU-dependent fast paths, measured once and cached.
+
+A fast path that wins on one CPU can lose on another (oneDNN's fp32 GEMM ran 2-4x faster than MKL's on
+AMD EPYC and bought nothing on an Intel Xeon). So each such path is chosen at first use by a short
+side-by-side measurement on the machine at hand (alternating rounds, medians), the choice is logged
+(logger ``bertkit``) and cached in a small JSON file keyed by the CPU (model name and ISA flags), the torch
+version and the thread count:
+
+    $BERTKIT_CACHE_DIR/kernels.json   (default: $XDG_CACHE_HOME/bertkit or ~/.cache/bertkit)
+
+An environment variable overrides each choice without measuring (``BERTKIT_ONEDNN=0|1`` for the GEMM
+backend); ``BERTKIT_CHOICE_CACHE=0`` measures afresh and writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("bertkit")
+
+CACHE_FILE = "kernels.json"
+
+
+def cache_dir() -> Path:
+    """Where the choices are cached: $BERTKIT_CACHE_DIR, else $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit."""
+    if os.environ.get("BERTKIT_CACHE_DIR"):
+        return Path(os.environ["BERTKIT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "bertkit"
+
+
+def cpu_info() -> dict[str, Any]:
+    """CPU model name and ISA flags (from /proc/cpuinfo; the platform's name elsewhere)."""
+    import platform
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())  # the first CPU's lines
+                if "model name" in fields and "flags" in fields:
+                    break
+    except OSError:
+        pass
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = fields.get("flags", "")
+    return {"model": model, "flags": flags.split()}
+
+
+def machine_key() -> str:
+    """What a cached choice holds for: CPU model and flags, torch version, thread count."""
+    import torch
+
+    info = cpu_info()
+    raw = json.dumps([info["model"], sorted(info["flags"]), torch.__version__, torch.get_num_threads()])
+    return (
+        f"{info['model']}|torch {torch.__version__}|{torch.get_num_threads()} threads|"
+        + hashlib.sha256(raw.encode()).hexdigest()[:12]
+    )
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def time_alternating(
+    options: dict[str, Callable[[], Any]], rounds: int = 5, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each option, the options alternating (in turn first) each round."""
+    names = list(options)
+    for _ in range(warmup):
+        for n in names:
+            options[n]()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            options[n]()
+            times[n].append(time.perf_counter() - t0)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+def choose(
+    name: str,
+    measure: Callable[[], tuple[str, dict[str, Any]]],
+    env: str | None = None,
+    env_values: dict[str, str] | None = None,
+) -> str:
+    """The choice ``name`` for this machine: from ``env`` (its value mapped through ``env_values``) if set,
+    else from the cache, else ``measure()`` -> (choice, details), which is logged and cached."""
+    if env and os.environ.get(env, "") != "":
+        value = os.environ[env]
+        choice = (env_values or {}).get(value, value)
+        logger.info("kernel choice %s=%s (from %s=%s)", name, choice, env, value)
+        return choice
+    use_cache = os.environ.get("BERTKIT_CHOICE_CACHE", "1") != "0"
+    path = cache_dir() / CACHE_FILE
+    key = machine_key()
+    if use_cache:
+        cached = _read_cache(path).get(key, {}).get(name)
+        if isinstance(cached, dict) and isinstance(cached.get("choice"), str):
+            logger.debug("kernel choice %s=%s (cached in %s)", name, cached["choice"], path)
+            return cached["choice"]
+    choice, details = measure()
+    logger.info("kernel choice %s=%s (measured on this machine: %s)", name, choice, details)
+    if use_cache:
+        _store(
+            path,
+            key,
+            name,
+            {"choice": choice, "details": details, "date": time.strftime("%Y-%m-%d %H:%M:%S")},
+        )
+    return choice
+
+
+def _store(path: Path, key: str, name: str, entry: dict[str, Any]) -> None:
+    from bertkit.io import atomic_write_json
+
+    data = _read_cache(path)  # re-read: another process may have added its choices meanwhile
+    data.setdefault(key, {})[name] = entry
+    try:
+        atomic_write_json(path, data)
+    except OSError as e:  # a read-only home must not stop the model: the choice holds for this process
+        logger.warning("could not cache kernel choices in %s: %s", path, e)
+
+
+def cached_choices() -> dict[str, Any]:
+    """This machine's cached choices (name -> entry), for reports and ``bertkit info``."""
+    return _read_cache(cache_dir() / CACHE_FILE).get(machine_key(), {})
