@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES = (
     "index",
     "experiment",
     "retrieval",
+    "distill",
 )
 
 
