@@ -111,9 +111,12 @@ def bench_size(
     device: str = "cpu",
     precision: str = "fp32",
     compile: bool = False,
+    ref_precision: str | None = None,
 ) -> dict:
-    """One pre-training step of each side on ``device`` (``precision``: fp32, or bf16 autocast; ``compile``:
-    both models through torch.compile). Outputs are checked equal in fp32 eval mode first."""
+    """One pre-training step of each side on ``device`` (``precision``: fp32, bf16 autocast, or "auto": what
+    ``bertkit.train.precision.choose_precision`` picks on this machine; ``ref_precision``: transformers'
+    side, default the same; ``compile``: both models through torch.compile). Outputs are checked equal in
+    fp32 eval mode first."""
     import transformers
 
     from bertkit.train.optim import build_optimizer
@@ -121,6 +124,13 @@ def bench_size(
     ours, theirs, batch, check = build_pair(size, batch_size, seq, device)
     ours.train()
     theirs.train()
+    ref_precision = ref_precision or precision
+    chosen = None
+    if precision == "auto":  # what a user's `--precision auto` run gets on this machine
+        from bertkit.train.precision import choose_precision
+
+        chosen = choose_precision(ours, batch, lambda m, b: m(**b).loss, torch.device(device))
+        precision = chosen
     opt_ours = build_optimizer(ours, "adamw", lr=1e-4)
     opt_theirs = build_optimizer(theirs, "adamw", lr=1e-4)
     step_ours, step_theirs = ours, theirs
@@ -128,7 +138,11 @@ def bench_size(
         step_ours, step_theirs = torch.compile(ours), torch.compile(theirs)
     tokens = int(batch["attention_mask"].sum())
     label = f"pretrain step BERT-{size} ({batch_size}x{seq}, 15% masked, NSP, AdamW"
-    label += (f", {precision}" if precision != "fp32" else "") + (", compiled" if compile else "") + ")"
+    if chosen is not None:
+        label += f", ours auto->{chosen} vs ref {ref_precision}"
+    elif precision != "fp32" or ref_precision != precision:
+        label += f", {precision}" + (f" vs ref {ref_precision}" if ref_precision != precision else "")
+    label += (", compiled" if compile else "") + ")"
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.cuda.reset_peak_memory_stats()
@@ -136,7 +150,7 @@ def bench_size(
     result = compare(
         label,
         lambda: _step(step_ours, opt_ours, batch, device, precision),
-        lambda: _step(step_theirs, opt_theirs, batch, device, precision),
+        lambda: _step(step_theirs, opt_theirs, batch, device, ref_precision),
         repeats=repeats,
         warmup=warmup,
         items=tokens,
@@ -148,6 +162,8 @@ def bench_size(
             **check,
             "device": device,
             "precision": precision,
+            "ref_precision": ref_precision,
+            "precision_auto": chosen is not None,
             "compiled": compile,
             "masked_tokens": int((batch["labels"] != -100).sum()),
             "model_flops_per_call": training_flops(
@@ -178,7 +194,18 @@ def run(args=None) -> list[dict]:
         return [{"name": "pretrain step", "skipped": "transformers is not installed"}]
     if ns.threads:
         torch.set_num_threads(ns.threads)
-    return [bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq) for s in ns.sizes]
+    rows = [bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq) for s in ns.sizes]
+    from .common import bf16_supported
+
+    if bf16_supported():  # the CPU has native bf16: what `--precision auto` gives, and bf16 on both sides
+        for s in ns.sizes:
+            rows.append(
+                bench_size(
+                    s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
+                )
+            )
+            rows.append(bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16"))
+    return rows
 
 
 def main(argv=None) -> None:

@@ -145,19 +145,22 @@ def training_flops(config: Any, lengths: list[int], masked: int) -> float:
 
 def add_fraction_of_peak(row: dict[str, Any], peaks: dict[str, Any] | None) -> None:
     """Put a row's achieved model FLOP/s (ours and the reference's, from its ``model_flops_per_call``) and
-    their fraction of the machine's GEMM peak (fp32, or bf16 for a bf16 row) into ``row``."""
+    their fraction of the machine's GEMM peak into ``row``: each side against the peak of the precision it
+    ran in (``precision`` / ``ref_precision``: bf16 against the bf16 peak, anything else fp32)."""
     flops_per_call = row.get("model_flops_per_call")
     if not flops_per_call or not row.get("ours_s") or not row.get("ref_s"):
         return
-    row["ours_flops_per_s"] = flops_per_call / row["ours_s"]
-    row["ref_flops_per_s"] = flops_per_call / row["ref_s"]
-    dtype = "bf16" if row.get("precision") == "bf16" else "fp32"
-    peak = (peaks or {}).get(dtype)
-    if peak:
-        row["peak_dtype"] = dtype
-        row["peak_flops_per_s"] = peak["flops_per_s"]
-        row["ours_fraction_of_peak"] = row["ours_flops_per_s"] / peak["flops_per_s"]
-        row["ref_fraction_of_peak"] = row["ref_flops_per_s"] / peak["flops_per_s"]
+    for side, prec in (
+        ("ours", row.get("precision")),
+        ("ref", row.get("ref_precision", row.get("precision"))),
+    ):
+        achieved = flops_per_call / row[f"{side}_s"]
+        row[f"{side}_flops_per_s"] = achieved
+        dtype = "bf16" if prec == "bf16" else "fp32"
+        peak = (peaks or {}).get(dtype)
+        if peak:
+            row[f"{side}_peak_dtype"] = dtype
+            row[f"{side}_fraction_of_peak"] = achieved / peak["flops_per_s"]
 
 
 # ----------------------------------------------------------------------------------------- checks
@@ -306,7 +309,8 @@ def summary_line(result: dict[str, Any]) -> str:
         parts.append(f"peak {result['ours_peak_mb']:.0f}/{result['ref_peak_mb']:.0f} MB")
     if result.get("ours_fraction_of_peak") is not None:
         parts.append(
-            f"{result['ours_fraction_of_peak']:.0%}/{result['ref_fraction_of_peak']:.0%} of {result['peak_dtype']} peak"
+            f"peak {result['ours_fraction_of_peak']:.0%} {result['ours_peak_dtype']}"
+            f"/{result.get('ref_fraction_of_peak', float('nan')):.0%} {result.get('ref_peak_dtype', '')}"
         )
     if result.get("ours_mfu") is not None:
         parts.append(f"MFU {result['ours_mfu']:.1%}/{result['ref_mfu']:.1%} (goal>={result['goal_mfu']:.0%})")
