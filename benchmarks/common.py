@@ -76,12 +76,31 @@ def environment() -> dict[str, Any]:
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": _commit(),
     }
+
+
+def _commit() -> str | None:
+    """The checkout's commit (with "+dirty" when files differ from it), or None outside git."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def cpu_flags() -> list[str]:
     """The ISA flags of the CPU (from /proc/cpuinfo), or [] elsewhere."""
-    from bertkit.kernels.choice import cpu_info
+    from bertkit.tuning import cpu_info
 
     return cpu_info()["flags"]
 

@@ -1,7 +1,12 @@
 """``make bench``: every benchmark side by side with its reference, one summary line each, ending in
 ``ratio=X.XX`` (ours/reference speed, higher is better), and ``bench/results.json`` (written atomically).
 
-    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...]
+    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...] [--doc docs/performance.md]
+
+The run starts by recording the CPU model and ISA flags and measuring the machine's fp32 (and, with native
+bf16, bf16) GEMM peak with a large matmul; each training and inference row then reports its achieved model
+FLOP/s as a fraction of that peak. ``--doc`` rewrites docs/performance.md's results section from the
+output file (``benchmarks/report.py``).
 
 Suites (each a module exposing ``run(args) -> list[dict]``; a dict has at least ``name`` and ``ratio``,
 or ``skipped``/``error`` with a reason):
@@ -45,6 +50,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default per benchmark)")
     p.add_argument("--only", nargs="+", choices=SUITES, default=None, help="run only these suites")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    p.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="also rewrite the results section of this markdown file (docs/performance.md) from --out",
+    )
     return p.parse_args(argv)
 
 
@@ -189,6 +200,13 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - started
     write(complete=True)
     print(f"wrote {args.out} ({len(results)} results, {total:.0f} s)", flush=True)
+    if args.doc is not None:
+        import json
+
+        from .report import update
+
+        update(args.doc, json.loads(args.out.read_text(encoding="utf-8")), str(args.out))
+        print(f"wrote the results section of {args.doc}", flush=True)
     return 1 if failed else 0
 
 
