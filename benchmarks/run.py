@@ -21,7 +21,8 @@ or ``skipped``/``error`` with a reason):
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
-OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``): on a machine shared with other jobs, spinning
+OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, set by ``import bertkit`` for every user, not by the
+bench alone): on a machine shared with other jobs, spinning
 threads that lose their core make every parallel region wait (both sides alike), which made 2-thread
 timings 3x slower and far noisier. Outputs are checked equal before anything is timed; a mismatch is
 reported and makes the exit status 1. Offline: inputs come from ../shared/data and the installed
@@ -111,8 +112,10 @@ def summary(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    # before torch / tokenizers start their thread pools
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # before torch / tokenizers start their thread pools. OMP_WAIT_POLICY is not set here: `import bertkit`
+    # sets it for every user (bertkit.tuning.PROCESS_DEFAULTS), and the bench gets it the same way below.
+    import bertkit  # noqa: F401
+
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
