@@ -39,7 +39,8 @@ def _row(row: dict[str, Any]) -> str:
         return f"| {name} | — | — | **error**: {row['error']} | — | — | — |"
     unit = row.get("unit", "")
     if "ours_per_s" in row:
-        ours, ref = f"{_num(row['ours_per_s'])} {unit}/s", f"{_num(row['ref_per_s'])} {unit}/s"
+        ours = f"{_num(row['ours_per_s'])} {unit}/s"
+        ref = f"{_num(row['ref_per_s'])} {unit}/s" if row.get("ref_per_s") else "— (ours only)"
     else:
         ours = f"{row.get('ours')} {unit}" if row.get("ours") is not None else "—"
         ref = f"{row.get('reference')} {unit}" if row.get("reference") is not None else "—"

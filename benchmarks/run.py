@@ -65,7 +65,7 @@ def _suite_args(name: str, args: argparse.Namespace) -> Any:
     if name == "pretrain":
         d: dict[str, Any] = {"threads": args.threads}
         if args.quick:
-            d.update(sizes=["mini"], repeats=args.repeats or 3, warmup=1)
+            d.update(sizes=["mini"], repeats=args.repeats or 3, warmup=1, ours_only_sizes=[])
         elif args.repeats:
             d["repeats"] = args.repeats
         return argparse.Namespace(**d)
