@@ -510,8 +510,32 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         }
     )
     if rank == 0:
+        _write_card(cfg, model_dir, fmt, phases, results, world)
         atomic_write_json(out / "results.json", results)
     return results
+
+
+def _write_card(
+    cfg: PretrainConfig, model_dir: Path, fmt: str, phases: list, results: dict, world: int
+) -> None:
+    from bertkit.model_card import write_model_card
+
+    held_out = results.get("eval")
+    scores = held_out or results.get("last") or {}
+    write_model_card(
+        model_dir, title=f"A BERT pre-trained with bertkit ({cfg.objective})", kind="pretraining",
+        task=f"pre-training, objective {cfg.objective}",
+        data={"data": cfg.data, "stream": fmt, "held-out documents": cfg.valid_documents},
+        hyperparameters={
+            "model": cfg.model_config or cfg.preset, "steps": results["steps"], "lr": cfg.lr, "warmup": cfg.warmup,
+            "optimizer": cfg.optimizer, "weight_decay": cfg.weight_decay, "precision": cfg.precision,
+            "seed": cfg.seed, "processes": world, "init_from": cfg.init_from,
+            "phases": [{k: p[k] for k in ("steps", "max_seq_length", "batch_size", "grad_accum")} for p in phases],
+        },
+        metrics={k: v for k, v in scores.items() if k != "step" and isinstance(v, (int, float))},
+        metrics_split="held-out" if held_out else "training, last log window",
+        base_model=cfg.init_from,
+    )  # fmt: skip
 
 
 def save_tokenizer(vocab_file: Path, lowercase: bool, model_dir: Path) -> None:

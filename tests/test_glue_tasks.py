@@ -147,9 +147,10 @@ def test_readers_handle_the_real_files_quirks(glue):
     sts = read_glue("STS-B", glue["STS-B"], "test")
     assert sts[2].text_a == _sent(3) and sts[2].text_b == _sent(7)
     # quotes are still literal where the row is not too wide (stray quotes in sentences stay as they are)
-    path = glue["SST-2"] / "train.tsv"
-    path.write_text(path.read_text() + '"quoted" start\t1\n')
-    assert read_glue("SST-2", glue["SST-2"], "train")[-1].text_a == '"quoted" start'
+    quirky = glue["SST-2"].parent / "SST-2-quotes"
+    quirky.mkdir()
+    (quirky / "train.tsv").write_text((glue["SST-2"] / "train.tsv").read_text() + '"quoted" start\t1\n')
+    assert read_glue("SST-2", quirky, "train")[-1].text_a == '"quoted" start'
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +182,12 @@ def test_every_task_end_to_end_with_leaderboard_files(task, glue, tiny_model, tm
     res = json.loads(capsys.readouterr().out)
     assert res["task"] == task and res["steps"] == 2 and res["examples"] == 8
     assert MAIN.get(task, "accuracy") in res["metrics"]
+    card = (out / "model" / "README.md").read_text()  # the model card
+    assert card.startswith("---\nlibrary_name: bertkit\n") and "pipeline_tag: text-classification" in card
+    assert f"Task: **{task}**" in card and "| max_steps | 2 |" in card and "| train examples | 12 |" in card
+    main_metric = MAIN.get(task, "accuracy")
+    assert f"| {main_metric} | {res['metrics'][main_metric]:.4g} |" in card
+    assert f"bertkit finetune glue --task {task} --data-dir {glue[task]}" in card
     if task == "MNLI":
         assert res["dev_mismatched"]["examples"] == 8 and "accuracy" in res["dev_mismatched"]["metrics"]
     t = TASKS[task]

@@ -170,6 +170,9 @@ def test_static_dir_first_step_loss_equals_the_original_formula_by_hand(tmp_path
 
     res, first = _pretrain(capsys, static_dir, tmp_path / "run", static_dir.parent / "cfg.toml")
     assert res["data_format"] == "static"
+    card = (tmp_path / "run" / "model" / "README.md").read_text()  # the model card
+    assert "pipeline_tag: fill-mask" in card and "| stream | static |" in card and "| steps | 1 |" in card
+    assert f"| loss | {first['loss']:.4g} |" in card and "## Results (training, last log window)" in card
     arrays = load_static_instances(static_dir / "static_instances.npz")
     n = len(arrays["input_ids"])
     # the first batch: the same Batches order the run uses (seed 5), over the fixed instances

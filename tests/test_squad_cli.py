@@ -105,6 +105,8 @@ def test_tiny_v11_end_to_end_learns(shared_data, small_qa_model, tmp_path):
     assert sorted(preds) == sorted(qids)
     assert (out / "nbest_predictions.json").is_file() and not (out / "null_odds.json").exists()
     assert (out / "loss.png").is_file()
+    card = (out / "model" / "README.md").read_text()
+    assert "pipeline_tag: question-answering" in card and f"| f1 | {res['metrics']['f1']:.4g} |" in card
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, res["steps"] + 1))  # the generic Trainer's per-step log
     # the saved model dir (weights + tokenizer) reloads and reproduces predictions.json

@@ -74,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     from bertkit.io import resolve_model_dir
+    from bertkit.model_card import set_command
+
+    set_command(["bertkit", *(sys.argv[1:] if argv is None else map(str, argv))])  # for model cards
 
     # A run's output dir (OUT, holding OUT/model) works wherever a model dir is expected.
     for name in ("model_dir", "model"):

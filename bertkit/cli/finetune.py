@@ -116,6 +116,8 @@ def run_classify(args: argparse.Namespace) -> dict:
         args.label_field,
         regression=args.regression,
         name=args.name,
+        multi_label=args.multi_label,
+        label_sep=args.label_sep,
     )
     return _run(task, args)
 
@@ -194,6 +196,13 @@ def register(subparsers) -> None:
     p.add_argument("--pair-field", default="text_pair", help="second text, used when the column exists")
     p.add_argument("--label-field", default="label")
     p.add_argument("--regression", action="store_true", help="numeric labels, one output, MSE loss")
+    p.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="any number of labels per text (a JSON list, or names split by --label-sep): one sigmoid per "
+        "label, BCE loss, per-label thresholds tuned on dev, micro/macro F1",
+    )
+    p.add_argument("--label-sep", default=",", help="--multi-label: separator of the label names (default ,)")
     p.add_argument("--name", default="classify", help="task name written to metrics.json")
     _common(p)
     p.set_defaults(func=run_classify)

@@ -135,6 +135,9 @@ def run_predict(args: argparse.Namespace) -> dict:
         else [f"LABEL_{i}" for i in range(config.num_labels)]  # as transformers names unnamed labels
     )
     regression = config.problem_type == "regression" or (kind == "seq" and config.num_labels == 1)
+    multi_label = config.problem_type == "multi_label_classification"
+    saved = config.extra.get("label_thresholds") or {}
+    thresholds = [float(saved.get(lab, 0.5)) for lab in labels]  # tuned per label by finetune --multi-label
     path = Path(args.input)
     if kind == "seq":
         texts, pairs = _read_texts(path, args.text_field, args.pair_field)
@@ -162,6 +165,12 @@ def run_predict(args: argparse.Namespace) -> dict:
                 row = {"text": e.text_a, "score": r}
             elif kind == "choice":
                 row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
+            elif multi_label:
+                row = {
+                    "text": e.text_a,
+                    "labels": [lab for lab, p, t in zip(labels, r[1], thresholds) if p >= t],
+                    "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
+                }
             else:
                 row = {
                     "text": e.text_a,

@@ -2,7 +2,8 @@
 
 Fields default to ``text``, ``text_pair`` (optional) and ``label``; all names are settable. The format comes
 from the extension (``.csv``, ``.tsv``, ``.jsonl``/``.json``). Labels are kept as strings (classification)
-or parsed as floats (``regression=True``).
+or parsed as floats (``regression=True``). With ``multi_label=True`` a label field holds any number of labels:
+a JSON list, or names separated by ``label_sep`` (default ``,``; an empty field is the empty set).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def read_classify(
     label_field: str | None = "label",
     regression: bool = False,
     require_label: bool = True,
+    multi_label: bool = False,
+    label_sep: str = ",",
 ) -> list[Example]:
     """Read examples; ``pair_field`` is used when present in the file (a missing pair column is fine)."""
     path = Path(path)
@@ -73,7 +76,10 @@ def read_classify(
         label = None
         if has_label:
             raw = r.get(label_field)
-            if raw is None or (isinstance(raw, str) and raw.strip() == ""):
+            if multi_label:
+                names = raw if isinstance(raw, list) else str(raw or "").split(label_sep)
+                label = sorted({str(x).strip() for x in names if str(x).strip()})
+            elif raw is None or (isinstance(raw, str) and raw.strip() == ""):
                 if require_label:
                     raise UserError(f"{path} example {n + 1}: empty {label_field!r}")
             elif regression:
@@ -98,12 +104,30 @@ def classify_task_data(
     label_field: str = "label",
     regression: bool = False,
     name: str = "classify",
+    multi_label: bool = False,
+    label_sep: str = ",",
 ):
     from bertkit.tasks.metrics import classification_metrics, regression_metrics
     from bertkit.tasks.spec import TaskData
 
-    train = read_classify(train_file, text_field, pair_field, label_field, regression)
-    dev = read_classify(dev_file, text_field, pair_field, label_field, regression)
+    if multi_label and regression:
+        raise UserError("--multi-label and --regression exclude each other")
+    train = read_classify(
+        train_file, text_field, pair_field, label_field, regression, True, multi_label, label_sep
+    )
+    dev = read_classify(
+        dev_file, text_field, pair_field, label_field, regression, True, multi_label, label_sep
+    )
+    if multi_label:
+        from bertkit.tasks.multilabel import multilabel_metrics
+
+        labels = sorted({lab for e in train for lab in e.label})
+        if not labels:
+            raise UserError(f"{train_file}: no labels at all in {label_field!r}")
+        return TaskData(
+            name, "seq", train, dev, labels, multilabel_metrics(labels), "micro_f1", dev_file=str(dev_file),
+            multi_label=True,
+        )  # fmt: skip
     if regression:
         return TaskData(name, "seq", train, dev, None, regression_metrics, "spearman", dev_file=str(dev_file))
     labels = sorted(

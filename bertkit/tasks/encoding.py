@@ -59,7 +59,9 @@ def encode_pairs(tok: Tokenizer, a: Sequence[str], b: Sequence[str | None], max_
     has_b = [x is not None for x in b]
     ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)
     it = iter(ids_b_list)
-    return [_pack(tok, ia, next(it) if hb else None, max_len) for ia, hb in zip(ids_a, has_b)]
+    # A second segment without tokens is no second segment, as run_classifier.py (`if tokens_b:`) and
+    # transformers' tok(a, "") encode it: [CLS] a [SEP], not [CLS] a [SEP] [SEP].
+    return [_pack(tok, ia, (next(it) or None) if hb else None, max_len) for ia, hb in zip(ids_a, has_b)]
 
 
 def encode_seq(
@@ -70,6 +72,10 @@ def encode_seq(
     for i, (e, (ids, types)) in enumerate(zip(examples, packed)):
         if e.label is None:
             label = None
+        elif isinstance(e.label, list):  # multi-label: a multi-hot target over label2id's order
+            label = [0.0] * len(label2id or {})
+            for name in e.label:
+                label[label2id[name]] = 1.0
         elif label2id is None:
             label = float(e.label)
         else:
@@ -169,7 +175,7 @@ def collate(feats: Sequence[Feature], kind: str, pad_id: int = 0) -> dict[str, t
             for i, f in enumerate(feats):
                 labels[i, : len(f.label)] = torch.tensor(f.label)
             batch["labels"] = labels
-        elif isinstance(feats[0].label, float):
+        elif isinstance(feats[0].label, (float, list)):  # regression / multi-hot targets
             batch["labels"] = torch.tensor([f.label for f in feats], dtype=torch.float)
         else:
             batch["labels"] = torch.tensor([f.label for f in feats], dtype=torch.long)

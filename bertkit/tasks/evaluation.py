@@ -7,6 +7,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from bertkit.tasks.encoding import Feature, collate, length_batches
+from bertkit.tasks.multilabel import decide
 from bertkit.tasks.spec import Settings, TaskData
 
 
@@ -26,6 +27,7 @@ def predict_features(
     out: list = [None] * len(feats)
     lengths = [len(f) for f in feats]
     regression = getattr(model.config, "problem_type", None) == "regression"
+    multi_label = getattr(model.config, "problem_type", None) == "multi_label_classification"
     for idx in tqdm(length_batches(lengths, batch_size), desc="eval", unit="batch", disable=not progress):
         fs = [feats[i] for i in idx]
         batch = collate(fs, kind, pad_id)
@@ -44,6 +46,10 @@ def predict_features(
         elif regression:
             for r, i in enumerate(idx):
                 out[i] = float(logits[r, 0])
+        elif multi_label:  # each label on its own: sigmoid, predicted at >= 0.5 here
+            probs = logits.float().sigmoid()
+            for r, i in enumerate(idx):
+                out[i] = ((probs[r] >= 0.5).nonzero().flatten().tolist(), probs[r].tolist())
         else:
             probs = logits.float().softmax(-1)
             for r, i in enumerate(idx):
@@ -51,19 +57,24 @@ def predict_features(
     return out
 
 
-def predictions(task: TaskData, examples: list, feats: list[Feature], raw: list) -> list:
-    """Per-example predictions from :func:`predict_features`' output: label names (seq), floats
-    (regression), ending indices (choice), tag lists (token; words past every window stay "O")."""
+def predictions(
+    task: TaskData, examples: list, feats: list[Feature], raw: list, thresholds: list[float] | None = None
+) -> list:
+    """Per-example predictions from :func:`predict_features`' output: label names (seq), lists of label names
+    (multi-label, each at its threshold; default 0.5), floats (regression), ending indices (choice), tag
+    lists (token; words past every window stay "O")."""
+    if task.multi_label:
+        return [decide(r[1], task.labels, thresholds) for r in raw]
     if task.kind == "token":
         preds: list = [["O"] * len(e.words) for e in examples]
         for f, path in zip(feats, raw):
             for j, lab in enumerate(path[: f.n_words]):
                 preds[f.example][f.word_start + j] = task.labels[lab]
         return preds
+    if task.kind == "choice":  # (a choice task has no label names either: test it before regression)
+        return [r[0] for r in raw]
     if task.labels is None:
         return list(raw)
-    if task.kind == "choice":
-        return [r[0] for r in raw]
     return [task.labels[r[0]] for r in raw]
 
 
@@ -75,10 +86,10 @@ def evaluate(
     preds = predictions(task, examples, feats, raw)
     if task.kind == "token":
         gold = [e.tags for e in examples]
+    elif task.kind == "choice" or task.multi_label:
+        gold = [e.label for e in examples]
     elif task.labels is None:
         gold = [float(e.label) for e in examples]
-    elif task.kind == "choice":
-        gold = [e.label for e in examples]
     else:
         gold = [str(e.label) for e in examples]
     return task.metric(preds, gold), preds, raw

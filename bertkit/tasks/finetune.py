@@ -42,6 +42,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
+from bertkit.model_card import write_model_card
 from bertkit.tasks.encoding import (  # noqa: F401  (re-exported: callers import them from here)
     Feature,
     collate,
@@ -54,6 +55,7 @@ from bertkit.tasks.encoding import (  # noqa: F401  (re-exported: callers import
     truncate_pair,
 )
 from bertkit.tasks.evaluation import evaluate, predict_features, predictions  # noqa: F401  (re-exported)
+from bertkit.tasks.multilabel import THRESHOLDS_KEY, decide, tune_thresholds
 from bertkit.tasks.outputs import plot_losses, write_predictions  # noqa: F401  (re-exported)
 from bertkit.tasks.spec import Settings, TaskData  # noqa: F401  (re-exported)
 from bertkit.tasks.training import BEST_DIR, train  # noqa: F401  (re-exported)
@@ -93,6 +95,8 @@ def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn
     else:
         config.id2label = dict(enumerate(task.labels))
         config.problem_type = "single_label_classification" if task.kind == "seq" else None
+        if task.multi_label:
+            config.problem_type = "multi_label_classification"
     if task.kind == "token":
         config.extra["use_crf"] = bool(settings.use_crf)
     cls = model_class(task.kind)
@@ -117,7 +121,7 @@ def check_labels(task: TaskData, train_file: str, dev_file: str) -> None:
     known = set(task.labels)
     for split, exs in [(dev_file, task.dev)] + list(task.extra_eval.items()):
         for e in exs:
-            labs = e.tags if task.kind == "token" else [str(e.label)]
+            labs = e.tags if task.kind == "token" else e.label if task.multi_label else [str(e.label)]
             for lab in labs:
                 if lab not in known:
                     raise UserError(
@@ -229,11 +233,19 @@ def finetune(
         result["best"] = best_eval  # the evaluation whose weights were kept (they are the saved model)
     if len(runs) > 1:
         result["runs"] = history
+    if task.multi_label:  # per-label thresholds tuned on dev, kept in the model's config for predict
+        result["tuned"] = _tune_thresholds(model, task, raw)
     if rank != 0:  # under torchrun rank 0 writes the outputs
         return result
 
     model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
+    write_model_card(
+        out / "model", title=f"{task.name}: a fine-tuned BERT", kind=task.kind, task=task.name,
+        data={"train": train_file, "train examples": len(train_ex), "dev": task.dev_file, "dev examples": len(task.dev)},
+        hyperparameters=result["hyperparameters"], metrics=metrics, base_model=str(model_dir),
+        notes=["per-label thresholds (tuned on dev) are in config.json: label_thresholds"] if task.multi_label else None,
+    )  # fmt: skip
     plot_losses(
         losses, out / "loss.png", f"{task.name}: lr {r.lr:g}, batch {r.batch_size}, {r.epochs:g} epochs"
     )
@@ -280,6 +292,18 @@ def _result(task, metrics, r: Settings, train_ex, train_feats, losses, seconds, 
         "world_size": dist_info()[1],
     }
     return result
+
+
+def _tune_thresholds(model: nn.Module, task: TaskData, raw: list) -> dict:
+    thresholds = tune_thresholds([r[1] for r in raw], [e.label for e in task.dev], task.labels)
+    model.config.extra[THRESHOLDS_KEY] = dict(zip(task.labels, thresholds))
+    preds = [decide(r[1], task.labels, thresholds) for r in raw]
+    return {
+        "thresholds": model.config.extra[THRESHOLDS_KEY],
+        "metrics": task.metric(preds, [e.label for e in task.dev]),
+        "note": "each label's threshold chosen for its F1 on this dev set (so these scores are optimistic); "
+        "`metrics` are at 0.5. The thresholds are saved in model/config.json and used by `bertkit predict`",
+    }
 
 
 def read_best(run_dir: Path) -> dict | None:

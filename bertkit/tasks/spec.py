@@ -57,3 +57,4 @@ class TaskData:
     # as OUT/<name>.tsv (the GLUE leaderboard files)
     predict_sets: dict[str, list] = field(default_factory=dict)
     write_predict_set: Callable[[Path, list, list], None] | None = None
+    multi_label: bool = False  # seq examples whose label is a list of names (BCE; see tasks/multilabel.py)

@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from bertkit.errors import UserError
 from bertkit.io import atomic_dir, atomic_write_json
+from bertkit.model_card import write_model_card
 from bertkit.tasks import squad as S
 from bertkit.tasks import squad_postprocess as P
 from bertkit.tasks.squad_metrics import evaluate
@@ -273,6 +274,16 @@ def run(args: Any) -> dict:
         with atomic_dir(out / "model") as tmp:
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
+            write_model_card(
+                tmp, title=f"SQuAD v{version}: a fine-tuned BERT", kind="qa", task=f"squad-v{version}",
+                data={"train": args.train, "train questions": len(train_ex),
+                      "dev": getattr(args, "dev", None) or f"last {args.dev_articles} articles of {args.train}",
+                      "dev questions": len(dev_ex)},
+                hyperparameters={"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
+                                 "max_seq_length": max_seq_length, "doc_stride": doc_stride,
+                                 "grad_accum": settings.grad_accum, "precision": precision},
+                metrics=metrics, base_model=str(model_dir),
+            )  # fmt: skip
         plot_losses(
             losses, out / "loss.png", f"SQuAD v{version}: lr {lr:g}, batch {batch_size}, {epochs:g} epochs"
         )
