@@ -13,6 +13,8 @@ or ``skipped``/``error`` with a reason):
 - ``data``      benchmarks.bench_data      prepare + instances vs the original algorithm (data engineer)
 - ``gpu``       benchmarks.bench_gpu       BERT-base bf16 pre-training step on CUDA: tokens/s and MFU
                                            (a skipped row on a machine without a CUDA device)
+- ``serve``     benchmarks.bench_serve     ``bertkit serve`` /embed on loopback at concurrency 1/16/64, batching
+                                           on/off, vs sentence-transformers behind FastAPI (serve engineer)
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
@@ -34,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu")
+SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve")
 ROOT = Path(__file__).resolve().parents[1]
 
 

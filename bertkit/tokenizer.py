@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,41 @@ def read_vocab(vocab_file: str | os.PathLike) -> list[str]:
     return tokens
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _check_texts(texts: Sequence[Any], what: str) -> None:
+    """Say which input the tokenizers library rejected: a non-str is a TypeError (a programming error), a
+    str with a lone surrogate (valid JSON, ``"\\ud800"``, but not Unicode text) is a UserError."""
     for i, t in enumerate(texts):
+        if t is None and what == "pairs":
+            continue
         if not isinstance(t, str):
             raise TypeError(f"{what}[{i}] must be a str, got {type(t).__name__}")
+        m = _SURROGATE.search(t)
+        if m:
+            raise UserError(
+                f"{what}[{i}]: lone surrogate U+{ord(m.group()):04X} at character {m.start()} is not valid "
+                "Unicode text; fix the input's encoding"
+            )
+
+
+def _no_empty_pairs(pairs: Sequence[Any]) -> list[Any]:
+    # An empty second segment is no second segment: transformers' tok(a, "") and the original
+    # run_classifier.py (`if example.text_b:`) both encode [CLS] a [SEP], not [CLS] a [SEP] [SEP].
+    return [None if p == "" else p for p in pairs]
+
+
+def _check_max_length(max_length: Any, n_special: int) -> None:
+    if max_length is None:
+        return
+    if isinstance(max_length, bool) or not isinstance(max_length, int):
+        raise UserError(f"max_length must be an integer, got {max_length!r}")
+    if max_length < n_special + 1:
+        raise UserError(
+            f"max_length {max_length} is too small: the special tokens alone take {n_special}; use at least "
+            f"{n_special + 1}"
+        )
 
 
 class Tokenizer:
@@ -331,7 +363,11 @@ class Tokenizer:
         """WordPiece tokens of ``text`` without special tokens."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return self._backend_for(text).encode(text, add_special_tokens=False).tokens
+        try:
+            return self._backend_for(text).encode(text, add_special_tokens=False).tokens
+        except TypeError:
+            _check_texts([text], "texts")
+            raise
 
     def encode_batch_ids(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
         """Token ids of many texts (the fast path for data preparation: no offsets are computed)."""
@@ -380,7 +416,7 @@ class Tokenizer:
         if pairs is None:
             route = [is_plain(t) for t in texts]
         else:
-            route = [is_plain(a) and is_plain(b) for a, b in zip(texts, pairs)]
+            route = [is_plain(a) and (b is None or is_plain(b)) for a, b in zip(texts, pairs)]
         n_plain = sum(route)
         if n_plain == len(inputs):
             return getattr(fast, method)(inputs, add_special_tokens=add_special_tokens)
@@ -410,11 +446,16 @@ class Tokenizer:
         stride: int,
         padding: bool | str,
         pad_to_multiple_of: int | None = None,
+        n_special: int = 2,
     ) -> None:
-        """Set truncation and padding on both pipelines (they must always be configured alike)."""
+        """Set truncation and padding on both pipelines (they must always be configured alike).
+
+        ``n_special``: the special tokens each sequence gets (2 single, 3 pair, 0 without them); a
+        ``max_length`` that leaves no room for text is refused (the library would silently not truncate)."""
         if truncation is None:
             truncation = max_length is not None
         if truncation:
+            _check_max_length(max_length, n_special)
             strategy = "longest_first" if truncation is True else truncation
             if strategy not in TRUNCATION_STRATEGIES:
                 raise ValueError(
@@ -459,9 +500,16 @@ class Tokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if pair is not None and not isinstance(pair, str):
             raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
-        self._configure(max_length, truncation, stride, padding=False)
+        if pair == "":
+            pair = None  # see _no_empty_pairs
+        n_special = (3 if pair is not None else 2) if add_special_tokens else 0
+        self._configure(max_length, truncation, stride, padding=False, n_special=n_special)
         try:
             return self._backend_for(text, pair).encode(text, pair, add_special_tokens=add_special_tokens)
+        except TypeError:
+            _check_texts([text], "texts")
+            _check_texts([pair], "pairs")
+            raise
         except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
             raise ValueError(
                 f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
@@ -480,13 +528,16 @@ class Tokenizer:
         """Many texts (or pairs) at once, in parallel in Rust -> list of ``tokenizers.Encoding``."""
         texts = list(texts)
         if pairs is not None:
-            pairs = list(pairs)
+            pairs = _no_empty_pairs(pairs)
             if len(pairs) != len(texts):
                 raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
-            inputs: list[Any] = list(zip(texts, pairs))
+            inputs: list[Any] = [a if b is None else (a, b) for a, b in zip(texts, pairs)]
         else:
             inputs = texts
-        self._configure(max_length, truncation, stride, padding)
+        n_special = (
+            (3 if pairs is not None and any(b is not None for b in pairs) else 2) if add_special_tokens else 0
+        )
+        self._configure(max_length, truncation, stride, padding, n_special=n_special)
         try:
             return self._encode_routed(inputs, texts, pairs, add_special_tokens)
         except TypeError:
@@ -524,13 +575,33 @@ class Tokenizer:
                 pairs = [pairs]
         elif not isinstance(texts, Sequence):
             raise TypeError(f"texts must be a str or a sequence of str, got {type(texts).__name__}")
+        if pairs is not None:
+            if isinstance(pairs, str) or not isinstance(pairs, Sequence):
+                raise TypeError(f"pairs must be a sequence of str like texts, got {type(pairs).__name__}")
+            if len(pairs) != len(texts):
+                raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
+            pairs = _no_empty_pairs(pairs)
         if return_tensors is not None and return_tensors not in ("pt", "np"):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
         # Tensors padded to the longest are built in numpy from the unpadded ids: cheaper than padding
         # in Rust and reading every padded list back.
         pad_here = return_tensors is not None and padding in (True, "longest")
-        self._configure(max_length, truncation, 0, False if pad_here else padding, pad_to_multiple_of)
-        inputs: Any = texts if pairs is None else list(zip(texts, pairs, strict=True))
+        truncating = truncation is not None or max_length is not None
+        if (
+            pairs is not None
+            and truncating
+            and truncation in (None, True, "longest_first", "only_first", "only_second")
+        ):
+            # Pairs are pre-cut like single texts, so no request hands the library's pair truncation an
+            # unbounded text (it costs ~ the product of the two lengths: 1 MB + 1 MB took 21 GB).
+            pair_limit = self.model_max_length if max_length is None else max_length
+            _check_max_length(pair_limit, 3)
+            texts, pairs = self._precut_pairs(texts, pairs, pair_limit, truncation)
+        n_special = 3 if pairs is not None and any(b is not None for b in pairs) else 2
+        self._configure(
+            max_length, truncation, 0, False if pad_here else padding, pad_to_multiple_of, n_special=n_special
+        )
+        inputs: Any = texts if pairs is None else [a if b is None else (a, b) for a, b in zip(texts, pairs)]
         # Offsets are not returned here, so the batch encoder that skips computing them is used (when the
         # installed tokenizers has it): this keeps the wrapper as fast as the raw library.
         limit = None
@@ -574,6 +645,87 @@ class Tokenizer:
         import torch
 
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
+
+    def _ntokens(self, text: str) -> int:
+        return len(self.encode_batch_ids([text])[0])
+
+    def _count_tokens(self, text: str, words: int = 4096) -> int:
+        """The token count of a long text, counted ``words`` whitespace words at a time (tokens never span
+        whitespace), so memory stays bounded whatever the length."""
+        n, rest = 0, text
+        while rest:
+            parts = rest.split(None, words)
+            rest = parts.pop() if len(parts) > words else ""
+            n += self._ntokens(" ".join(parts))
+        return n
+
+    @staticmethod
+    def _widen(text: str, short: str) -> str:
+        """``text`` cut after twice as many whitespace words as ``short`` holds (``text`` itself if shorter)."""
+        words = 2 * max(len(short.split()), 1)
+        parts = text.split(None, words)
+        return text if len(parts) <= words else " ".join(parts[:words])
+
+    def _precut(self, texts: Sequence[str | None], limit: int) -> tuple[list[str | None], set[int]]:
+        """``texts`` cut where their tail cannot reach a ``limit``-token window, each cut text keeping at
+        least ``limit - 2`` tokens (or left whole), and the indices cut. A text cut at whitespace words (not
+        plain) is checked, since words may vanish in normalisation; while short, it is widened."""
+        idx = [i for i, t in enumerate(texts) if isinstance(t, str)]
+        cut_in, cut = cut_texts([texts[i] for i in idx], limit, self._plain if self.fast_path else None)
+        out, done = list(texts), set()
+        for j in cut:
+            i, text, short = idx[j], texts[idx[j]], cut_in[j]
+            plain_cut = self.fast_path and "[" not in text and self._plain.is_plain(text)
+            while not plain_cut and short != text and self._ntokens(short) < limit - 2:
+                short = self._widen(text, short)
+            out[i] = short
+            if short != text:
+                done.add(i)
+        return out, done
+
+    def _precut_pairs(
+        self, texts: Sequence[str], pairs: Sequence[str | None], limit: int, truncation: Any
+    ) -> tuple[list[str], list[str | None]]:
+        """Pre-cut the sides of pairs so that truncation to ``limit`` gives exactly what the whole texts give.
+
+        Each cut side keeps at least ``limit - 2`` tokens, more than its share. ``longest_first`` also looks at
+        which side is longer (it gives the odd token to it), so a cut side is widened until the order of the
+        two lengths is the whole texts' order; only when both sides are cut are the whole texts counted
+        (single-text tokenization, linear in the length, not the pair truncation's product)."""
+        a, cut_a = self._precut(texts, limit) if truncation != "only_second" else (list(texts), set())
+        b, cut_b = self._precut(pairs, limit) if truncation != "only_first" else (list(pairs), set())
+        if truncation in ("only_first", "only_second"):
+            return a, b  # the other side is whole; the cut side's length beyond its share does not matter
+        for i in cut_a | cut_b:
+            if pairs[i] is None:
+                continue
+            want = None  # sign(n1 - n2) of the whole texts, counted only when both sides stay cut
+            while True:  # every pass widens one side, so this ends (at the latest with both whole)
+                m1, m2 = self._ntokens(a[i]), self._ntokens(b[i])
+                a_cut, b_cut = a[i] != texts[i], b[i] != pairs[i]
+                if not (a_cut or b_cut):
+                    break
+                if a_cut and not b_cut:  # the whole first side has at least m1 tokens
+                    if m1 > m2:
+                        break
+                    a[i] = self._widen(texts[i], a[i])
+                elif b_cut and not a_cut:
+                    if m2 > m1:
+                        break
+                    b[i] = self._widen(pairs[i], b[i])
+                else:
+                    if want is None:
+                        n1, n2 = self._count_tokens(texts[i]), self._count_tokens(pairs[i])
+                        want = (n1 > n2) - (n1 < n2)
+                    if (m1 > m2) - (m1 < m2) == want:
+                        break
+                    if want == 0:
+                        a[i], b[i] = texts[i], pairs[i]
+                    elif want > 0:
+                        a[i] = self._widen(texts[i], a[i])
+                    else:
+                        b[i] = self._widen(pairs[i], b[i])
+        return a, b
 
     def _padded_arrays(self, encodings: list[Encoding], pairs: bool, multiple: int | None) -> dict[str, Any]:
         """Unpadded encodings -> [B, T] int64 arrays padded on the right to the longest (rounded up to

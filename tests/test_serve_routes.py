@@ -279,6 +279,25 @@ def test_long_text_windows(tiny):
     assert not np.allclose(vec[0], svc.embed([text])[0][0], atol=1e-3)  # truncation differs
 
 
+def test_embed_long_text_windows_cli(tiny, tmp_path):
+    text = " ".join(["the cat sat on the mat"] * 12)
+    (tmp_path / "in.txt").write_text(f"{text}\na dog\n", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    args = [
+        "embed",
+        str(tiny["enc"]),
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--out",
+        str(out),
+        "--long-text",
+        "windows",
+    ]
+    assert cli_main(args) == 0
+    want, _ = InferenceService(tiny["enc"]).embed([text, "a dog"], long_text="windows")
+    np.testing.assert_allclose(np.load(out), want, atol=1e-5)
+
+
 def test_predict_long_text_windows_cli(tiny, tmp_path):
     text = " ".join(["the movie was very good"] * 15)
     (tmp_path / "in.txt").write_text(f"{text}\nbad\n", encoding="utf-8")
@@ -362,10 +381,28 @@ def test_small_request_not_starved(tiny):
         done["big"] = time.monotonic()
 
     def small():
-        time.sleep(0.05)
+        deadline = time.monotonic() + 30
+        while svc.batcher.queue_depth() < 30 and time.monotonic() < deadline:  # the big one is queued
+            time.sleep(0.001)
         svc.embed(["a dog"])
         done["small"] = time.monotonic()
+        done["big_done_before_small"] = "big" in done
 
     _concurrent(lambda f: f(), [(big,), (small,)])
-    assert done["small"] < done["big"]
+    assert not done["big_done_before_small"] and done["small"] < done["big"]
     svc.close()
+
+
+def test_int8_close_to_float(tiny):
+    plain = InferenceService(tiny["cls"])
+    q = InferenceService(tiny["cls"], int8=True)
+    assert q.info()["int8"] is True
+    a, _ = plain.embed(TEXTS, normalize=True)
+    b, _ = q.embed(TEXTS, normalize=True)
+    assert float(np.min(np.sum(a * b, axis=1))) > 0.99  # cosine of float vs int8 vectors
+    assert not np.allclose(a, b, atol=1e-6)  # it did run the int8 path
+    pa = [p["probabilities"]["pos"] for p in plain.predict(TEXTS)]
+    pb = [p["probabilities"]["pos"] for p in q.predict(TEXTS)]
+    np.testing.assert_allclose(pa, pb, atol=0.02)
+    plain.close()
+    q.close()

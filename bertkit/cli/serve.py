@@ -82,6 +82,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--no-batching", action="store_true", help="one request per batch (no cross-request merging)"
     )
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="dynamic int8 quantisation of the Linear layers (CPU; docs/serving.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -109,6 +114,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         long_text=args.long_text,
         window_stride=args.window_stride,
         model_id=args.model_id,
+        int8=args.int8,
         batching={
             "max_batch_tokens": args.max_batch_tokens,
             "max_wait_ms": args.max_wait_ms,

@@ -39,6 +39,7 @@ class InferenceService:
         long_text: str = "truncate",
         window_stride: int | None = None,
         model_id: str | None = None,
+        int8: bool = False,
         on_batch: Any = None,
         # kept from the first server's signature
         max_batch_size: int | None = None,
@@ -77,6 +78,16 @@ class InferenceService:
             self.encoder = SentenceEncoder(bert, self.tokenizer, pooling="mean", max_seq_length=max_length)
             self.architecture = type(self.model).__name__
         self.config = self.model.config
+        self.int8 = int8
+        self._int8_encoder = self._int8_head = None
+        if int8:  # int8 copies for the batched model calls (fill-mask keeps the float model)
+            from .quantize import int8_static
+
+            if self.device != "cpu":
+                raise UserError("--int8 runs on the CPU only (dynamic quantisation); drop --device")
+            self._int8_encoder = int8_static(self.encoder.model)
+            if self.architecture not in ("SentenceTransformer", "BertModel"):
+                self._int8_head = int8_static(self.model)
         limit = self.config.max_position_embeddings
         self.max_length = min(max_length or limit, limit)
         self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
@@ -155,6 +166,7 @@ class InferenceService:
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
             "rerank": "cross-encoder" if self.cross_encoder else "cosine",
+            "int8": self.int8,
             "device": str(self.device),
             "endpoints": self.routes(),
         }
@@ -177,6 +189,8 @@ class InferenceService:
             t_types[row, : len(x)] = torch.tensor(t)
             mask[row, : len(x)] = 1
         t_ids, t_types, mask = t_ids.to(self.device), t_types.to(self.device), mask.to(self.device)
+        if self.int8:
+            return self._run_int8(task, ids, t_ids, t_types, mask)
         if task == "embed":
             hidden = self.encoder.model(t_ids, attention_mask=mask).last_hidden_state
             return list(pool(hidden.float(), mask, self.encoder.pooling).cpu().numpy())
@@ -189,6 +203,24 @@ class InferenceService:
         if task == "span":
             s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
             return [(s[i, : len(x)], e[i, : len(x)]) for i, x in enumerate(ids)]
+        raise ValueError(f"unknown task {task!r}")
+
+    def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
+        from ..embed import pool
+
+        if task == "embed":
+            hidden = self._int8_encoder(t_ids, mask, t_types)[0]
+            return list(pool(hidden.float(), mask, self.encoder.pooling).numpy())
+        out = self._int8_head(t_ids, mask, t_types)
+        if task == "classify":
+            return list(out[0].float().numpy())
+        if task == "tokens":
+            return [out[0][i, : len(x)].float().numpy() for i, x in enumerate(ids)]
+        if task == "span":
+            return [
+                (out[0][i, : len(x)].float().numpy(), out[1][i, : len(x)].float().numpy())
+                for i, x in enumerate(ids)
+            ]
         raise ValueError(f"unknown task {task!r}")
 
     # ------------------------------------------------------------ tokenisation

@@ -59,7 +59,9 @@ def encode_pairs(tok: Tokenizer, a: Sequence[str], b: Sequence[str | None], max_
     has_b = [x is not None for x in b]
     ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)
     it = iter(ids_b_list)
-    return [_pack(tok, ia, next(it) if hb else None, max_len) for ia, hb in zip(ids_a, has_b)]
+    # A second segment without tokens is no second segment, as run_classifier.py (`if tokens_b:`) and
+    # transformers' tok(a, "") encode it: [CLS] a [SEP], not [CLS] a [SEP] [SEP].
+    return [_pack(tok, ia, (next(it) or None) if hb else None, max_len) for ia, hb in zip(ids_a, has_b)]
 
 
 def encode_seq(
