@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES = (
     "serve",
     "index",
     "experiment",
+    "retrieval",
 )
 
 
