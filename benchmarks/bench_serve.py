@@ -9,7 +9,8 @@ Three servers, one at a time, each a real uvicorn process on 127.0.0.1 with the 
 - the baseline: sentence-transformers ``SentenceTransformer.encode`` behind the same FastAPI/uvicorn,
   one request at a time (a lock around ``encode``).
 
-Each gets ``POST /embed`` requests of one real STS-B dev sentence each from ``c`` client threads (keep-alive
+All three run at once and are loaded in turn (rotating order, ``--repeats`` rounds), so a change in the
+machine's load hits every side alike. Each gets ``POST /embed`` requests of one real STS-B dev sentence each from ``c`` client threads (keep-alive
 connections) at concurrency 1, 16 and 64. Reported per level: requests/s, p50/p99 latency, errors (non-200)
 and lost requests (no answer); the ratio is ours (batching on) over the baseline's requests/s. Goal: >= 3x at
 c=64 with a p99 no worse. Before timing, the servers' embeddings of the same sentences are checked equal.
@@ -172,6 +173,19 @@ def load(port: int, sentences: list[str], concurrency: int, n_requests: int) -> 
     }
 
 
+def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one server at one level: the median rate, the worst p99, the median p50, summed counts."""
+    return {
+        "rounds": len(rounds),
+        "requests": sum(r["requests"] for r in rounds),
+        "req_per_s": statistics.median(r["req_per_s"] for r in rounds),
+        "p50_ms": statistics.median(r["p50_ms"] for r in rounds),
+        "p99_ms": max(r["p99_ms"] for r in rounds),
+        "errors": sum(r["errors"] for r in rounds),
+        "lost": sum(r["lost"] for r in rounds),
+    }
+
+
 def _embeddings(port: int, texts: list[str]) -> np.ndarray:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
     status, body = _post(conn, "/embed", {"texts": texts})
@@ -196,7 +210,8 @@ def run(args: Any) -> list[dict[str, Any]]:
     random.Random(0).shuffle(sentences)
     threads = getattr(args, "threads", 2)
     quick = getattr(args, "quick", False)
-    per_level = {c: (max(2 * c, 16) if quick else max(6 * c, 48)) for c in LEVELS}
+    per_level = {c: (max(2 * c, 16) if quick else max(4 * c, 32)) for c in LEVELS}
+    repeats = getattr(args, "repeats", None) or (1 if quick else 3)
     servers = {
         "batching": [sys.executable, "-m", "bertkit", "serve", model, "--log-level", "warning"],
         "no_batching": [
@@ -211,24 +226,35 @@ def run(args: Any) -> list[dict[str, Any]]:
         ],
         "baseline": [sys.executable, "-m", "benchmarks.bench_serve", "--baseline-server", model],
     }
-    measured: dict[str, dict[int, dict[str, Any]]] = {}
-    reference: np.ndarray | None = None
-    check = None
-    for name, cmd in servers.items():
-        proc = _Process(cmd, threads)
-        try:
-            vecs = _embeddings(proc.port, sentences[:16])
-            if reference is None:
-                reference = vecs
-            else:
-                diff = float(np.abs(vecs - reference).max())
-                if diff > 1e-4:
-                    return [{"name": "serve embed", "error": f"{name} embeddings differ by {diff:.2e}"}]
-                check = max(check or 0.0, diff)
+    # All three servers run at once (idle when not loaded) and are loaded in turn, level by level, in a
+    # rotating order, repeated: on a shared machine a load change then hits every side alike.
+    procs: dict[str, _Process] = {}
+    rounds: dict[str, dict[int, list[dict[str, Any]]]] = {name: {c: [] for c in LEVELS} for name in servers}
+    check = 0.0
+    try:
+        for name, cmd in servers.items():
+            procs[name] = _Process(cmd, threads)
+        reference = _embeddings(procs["baseline"].port, sentences[:16])
+        for name, proc in procs.items():
+            diff = float(np.abs(_embeddings(proc.port, sentences[:16]) - reference).max())
+            if diff > 1e-4:
+                return [
+                    {
+                        "name": "serve embed",
+                        "error": f"{name} embeddings differ from the baseline's by {diff:.2e}",
+                    }
+                ]
+            check = max(check, diff)
             load(proc.port, sentences, 4, 16)  # warm-up
-            measured[name] = {c: load(proc.port, sentences, c, per_level[c]) for c in LEVELS}
-        finally:
+        order = list(servers)
+        for r in range(repeats):
+            for c in LEVELS:
+                for name in order[r % 3 :] + order[: r % 3]:
+                    rounds[name][c].append(load(procs[name].port, sentences, c, per_level[c]))
+    finally:
+        for proc in procs.values():
             proc.stop()
+    measured = {name: {c: _pool(rounds[name][c]) for c in LEVELS} for name in servers}
     rows = []
     for c in LEVELS:
         ours, plain, base = measured["batching"][c], measured["no_batching"][c], measured["baseline"][c]
@@ -258,6 +284,36 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--port", type=int, required=True)
         a = p.parse_args()
         _serve_baseline(a.baseline_server, a.port)
+        return
+    argv = sys.argv[1:] if argv is None else argv
+    if "--out" in argv:  # a results file for docs/serving.md (environment and commit beside the numbers)
+        i = argv.index("--out")
+        out = Path(argv[i + 1])
+        p = argparse.ArgumentParser()
+        p.add_argument("--quick", action="store_true")
+        p.add_argument("--threads", type=int, default=2)
+        p.add_argument("--repeats", type=int, default=None)
+        args = p.parse_args(argv[:i] + argv[i + 2 :])
+        from bertkit.io import atomic_write_json
+
+        from .common import environment, pin_threads
+
+        pin_threads(args.threads)
+        rows = run(args)
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        env = environment()
+        atomic_write_json(
+            out,
+            {
+                "command": "python -m benchmarks.bench_serve " + " ".join(argv),
+                "commit": commit.stdout.strip(),
+                "environment": {k: env.get(k) for k in ("cpu", "cpu_count", "load_average", "torch")},
+                "rows": rows,
+            },
+        )
+        print(json.dumps(rows, indent=1))
         return
     from .common import suite_main
 

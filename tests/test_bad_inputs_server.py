@@ -17,7 +17,11 @@ pytest.importorskip("prometheus_client", reason="serve extra not installed: pip 
 
 from serving_utils import Server, tiny_dir  # noqa: E402
 
-from bertkit.heads.finetune import BertForSequenceClassification  # noqa: E402
+from bertkit.heads.finetune import (  # noqa: E402
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
 
 LIMITS = ["--max-body-bytes", "65536", "--max-text-chars", "2000", "--max-batch-size", "8"]
@@ -210,15 +214,101 @@ CLS_CASES = [
     ("neither texts nor inputs", "POST", "/predict", j({}), 422, ["texts"]),
 ]
 
+QA_CASES = [
+    ("qa no context", "POST", "/qa", j({"question": "who"}), 422, ["question and context"]),
+    ("qa both shapes", "POST", "/qa", j({"question": "a", "context": "b", "inputs": []}), 422, ["not both"]),
+    ("qa empty inputs", "POST", "/qa", j({"inputs": []}), 422, ["inputs", "at least one"]),
+    (
+        "qa stride zero",
+        "POST",
+        "/qa",
+        j({"question": "a", "context": "b", "doc_stride": 0}),
+        422,
+        ["doc_stride"],
+    ),
+    (
+        "qa stride too big",
+        "POST",
+        "/qa",
+        j({"question": "a", "context": "b", "doc_stride": 999}),
+        422,
+        ["doc_stride"],
+    ),
+    (
+        "qa answer length",
+        "POST",
+        "/qa",
+        j({"question": "a", "context": "b", "max_answer_length": 0}),
+        422,
+        ["max_answer_length"],
+    ),
+    (
+        "qa blank question",
+        "POST",
+        "/qa",
+        j({"question": " ", "context": "the cat"}),
+        422,
+        ["question and context"],
+    ),
+    (
+        "qa context surrogate",
+        "POST",
+        "/qa",
+        with_raw(b'{"question": "a", "context": @}', SURROGATE),
+        422,
+        ["context", "surrogate"],
+    ),
+    (
+        "qa context too long",
+        "POST",
+        "/qa",
+        j({"question": "a", "context": "a" * 2001}),
+        413,
+        ["context", "--max-text-chars"],
+    ),
+    (
+        "qa token budget",
+        "POST",
+        "/qa",
+        j({"question": "a", "context": "the cat " * 200}),
+        413,
+        ["--max-request-tokens"],
+    ),
+    ("qa item not an object", "POST", "/qa", j({"inputs": ["who?"]}), 422, ["inputs[0]"]),
+]
+
+NER_CASES = [
+    ("ner both", "POST", "/ner", j({"text": "a", "words": ["a"]}), 422, ["text", "words"]),
+    ("ner neither", "POST", "/ner", j({"aggregation": "first"}), 422, ["text", "words"]),
+    ("ner no words", "POST", "/ner", j({"words": []}), 422, ["words", "at least one"]),
+    ("ner word with space", "POST", "/ner", j({"words": ["the", "a b"]}), 422, ["words[1]", "whitespace"]),
+    (
+        "ner aggregation",
+        "POST",
+        "/ner",
+        j({"text": "the cat", "aggregation": "average"}),
+        422,
+        ["aggregation"],
+    ),
+    ("ner surrogate", "POST", "/ner", with_raw(b'{"text": @}', SURROGATE), 422, ["text", "surrogate"]),
+    ("ner token budget", "POST", "/ner", j({"text": "the cat " * 200}), 413, ["--max-request-tokens"]),
+    ("ner text too long", "POST", "/ner", j({"text": "a" * 2001}), 413, ["--max-text-chars"]),
+]
+
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-server")
     mlm = tiny_dir(BertForMaskedLM, root / "mlm")
     cls = tiny_dir(BertForSequenceClassification, root / "cls", id2label={0: "neg", 1: "pos"})
-    started = {"mlm": Server(mlm, root, *LIMITS)}
+    qa = tiny_dir(BertForQuestionAnswering, root / "qa")
+    ner = tiny_dir(
+        BertForTokenClassification, root / "ner", num_labels=3, id2label={0: "O", 1: "B-X", 2: "I-X"}
+    )
+    started = {}
     try:
-        started["cls"] = Server(cls, root, *LIMITS)
+        for name, d in (("mlm", mlm), ("cls", cls), ("qa", qa), ("ner", ner)):
+            started[name] = Server(d, root, *LIMITS)
         yield started
     finally:
         for s in started.values():
@@ -247,6 +337,16 @@ def test_bad_request_mlm_server(servers, case):
 @pytest.mark.parametrize("case", CLS_CASES, ids=[c[0] for c in CLS_CASES])
 def test_bad_request_cls_server(servers, case):
     _check(servers["cls"], case)
+
+
+@pytest.mark.parametrize("case", QA_CASES, ids=[c[0] for c in QA_CASES])
+def test_bad_request_qa_server(servers, case):
+    _check(servers["qa"], case)
+
+
+@pytest.mark.parametrize("case", NER_CASES, ids=[c[0] for c in NER_CASES])
+def test_bad_request_ner_server(servers, case):
+    _check(servers["ner"], case)
 
 
 def test_chunked_body_over_limit_is_refused_while_streaming(servers):

@@ -279,6 +279,25 @@ def test_long_text_windows(tiny):
     assert not np.allclose(vec[0], svc.embed([text])[0][0], atol=1e-3)  # truncation differs
 
 
+def test_embed_long_text_windows_cli(tiny, tmp_path):
+    text = " ".join(["the cat sat on the mat"] * 12)
+    (tmp_path / "in.txt").write_text(f"{text}\na dog\n", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    args = [
+        "embed",
+        str(tiny["enc"]),
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--out",
+        str(out),
+        "--long-text",
+        "windows",
+    ]
+    assert cli_main(args) == 0
+    want, _ = InferenceService(tiny["enc"]).embed([text, "a dog"], long_text="windows")
+    np.testing.assert_allclose(np.load(out), want, atol=1e-5)
+
+
 def test_predict_long_text_windows_cli(tiny, tmp_path):
     text = " ".join(["the movie was very good"] * 15)
     (tmp_path / "in.txt").write_text(f"{text}\nbad\n", encoding="utf-8")

@@ -29,6 +29,7 @@ SUBCOMMAND_MODULES = (
     "serve",
     "index",
     "experiment",
+    "retrieval",
 )
 
 

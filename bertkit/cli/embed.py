@@ -29,6 +29,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=A.positive_int, default=32)
     p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=None)
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument(
+        "--long-text",
+        choices=("truncate", "windows"),
+        default="truncate",
+        help="texts over --max-seq-length: cut them, or average overlapping windows' vectors (docs/serving.md)",
+    )
     p.set_defaults(func=embed)
 
     p = subparsers.add_parser("convert", help="convert a checkpoint from another format")
@@ -120,7 +126,14 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
         args.model_dir, pooling=args.pooling, max_seq_length=args.max_seq_length, device=device
     )
     t0 = time.perf_counter()
-    vectors = encoder.encode(texts, batch_size=args.batch_size, normalize=args.normalize, show_progress=True)
+    if getattr(args, "long_text", "truncate") == "windows":
+        from .predict_spans import embed_windows
+
+        vectors = embed_windows(args, texts)
+    else:
+        vectors = encoder.encode(
+            texts, batch_size=args.batch_size, normalize=args.normalize, show_progress=True
+        )
     seconds = time.perf_counter() - t0
     if args.out.suffix == ".npy":
         with atomic_write(args.out, "wb") as f:

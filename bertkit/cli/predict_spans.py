@@ -118,4 +118,20 @@ def predict_windows(args: Any, texts: list[str], out: Any) -> int:
     return len(texts)
 
 
-__all__ = ["predict_ner", "predict_qa", "predict_windows", "read_questions", "service"]
+def embed_windows(args: Any, texts: list[str]) -> Any:
+    """``bertkit embed --long-text windows``: each text's vector is the mean of its windows' pooled vectors
+    (windows of ``--max-seq-length`` tokens, half a window apart), as the server's ``long_text: windows``."""
+    import numpy as np
+
+    svc = service(args.model_dir, args.max_seq_length, device=args.device)
+    if args.pooling:
+        svc.encoder.pooling = args.pooling
+    out = [
+        svc.embed(chunk, normalize=args.normalize, long_text="windows")[0]
+        for chunk in _chunks(texts, "embed")
+    ]
+    svc.close()
+    return np.concatenate(out) if out else np.zeros((0, svc.encoder.dim), dtype=np.float32)
+
+
+__all__ = ["embed_windows", "predict_ner", "predict_qa", "predict_windows", "read_questions", "service"]
