@@ -28,6 +28,8 @@ SUBCOMMAND_MODULES = (
     "serve",
     "index",
     "experiment",
+    "retrieval",
+    "distill",
 )
 
 
