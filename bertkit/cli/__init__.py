@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES = (
     "index",
     "experiment",
     "retrieval",
+    "distill",
 )
 
 
