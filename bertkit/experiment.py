@@ -385,9 +385,14 @@ def run_matrix(
     res_dir.mkdir(parents=True, exist_ok=True)
     # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
     timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values() if r.get("cost") and r.get("wall_s")]
-    ran = []
+    ran: list[str] = []
+    failed: dict[str, str] = {}
     t_start = time.time()
     for k, cell in enumerate(todo):
+        blocked = [n for n in cell.needs if n in failed]
+        if blocked:  # an input failed: this cell cannot run in this sitting
+            failed[cell.name] = f"needs {blocked[0]}, which failed"
+            continue
         left = _seconds_left(todo[k:], timed)
         print(
             f"[experiment {matrix.name}] cell {k + 1}/{len(todo)} {cell.name} | done "
@@ -397,7 +402,14 @@ def run_matrix(
         )
         rebuild = cell.name in done
         w0, c0 = time.time(), _cpu_now()
-        result = run_cell(matrix, cell, out, done, info, progress=progress)
+        try:
+            result = run_cell(matrix, cell, out, done, info, progress=progress)
+        except Exception as e:  # noqa: BLE001 - one broken cell must not stop an unattended matrix
+            failed[cell.name] = f"{type(e).__name__}: {e}"
+            logger.error("cell %s failed", cell.name, exc_info=not isinstance(e, UserError))
+            print(f"[experiment {matrix.name}] {cell.name} FAILED: {failed[cell.name]} (no result written; "
+                  "the cells that need it are skipped; re-run to retry)", flush=True)  # fmt: skip
+            continue
         result.setdefault("wall_s", round(time.time() - w0, 1))
         result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
         result["cost"] = cell.cost
@@ -413,6 +425,6 @@ def run_matrix(
         ran.append(cell.name)
         print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "
               f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
-    summary.update({"ran": ran, "seconds": round(time.time() - t_start, 1),
+    summary.update({"ran": ran, "failed": failed, "seconds": round(time.time() - t_start, 1),
                     "finished": len([c for c in matrix.cells if c.name in done])})  # fmt: skip
     return summary
