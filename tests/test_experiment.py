@@ -110,6 +110,20 @@ def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypa
     assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
 
 
+def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
+    import os
+
+    from bertkit.experiment import _lock
+
+    m = load_matrix(_write(tmp_path, MINIMAL))
+    cell = m.cell("pretrain/a")
+    first = _lock(tmp_path, cell)
+    assert first is not None and first.read_text() == str(os.getpid())
+    assert _lock(tmp_path, cell) is None  # held by a live process (this one)
+    first.write_text("999999999")  # a process that is gone: its lock is taken over
+    assert _lock(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+
+
 @pytest.mark.parametrize(
     "bad, match",
     [
