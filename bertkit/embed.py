@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import UserError
-from .io import atomic_write
+from .io import atomic_write, path_inside
 
 logger = logging.getLogger("bertkit")
 
@@ -69,15 +69,109 @@ def pool(hidden: Tensor, mask: Tensor, mode: str) -> Tensor:
     raise ValueError(f"unknown pooling {mode!r}; choose one of {POOLING_MODES}")
 
 
-def _sentence_transformers_layout(model_dir: Path) -> tuple[Path, str | None, bool, dict[str, Any]]:
-    """(transformer dir, pooling mode or None, normalize, sentence_bert_config) of an ST folder."""
+# sentence-transformers' names of the activations a Dense module may use (nothing else is imported by name)
+DENSE_ACTIVATIONS = {
+    "torch.nn.modules.activation.Tanh": torch.nn.Tanh,
+    "torch.nn.modules.linear.Identity": torch.nn.Identity,
+    "torch.nn.modules.activation.ReLU": torch.nn.ReLU,
+    "torch.nn.modules.activation.GELU": torch.nn.GELU,
+    "torch.nn.modules.activation.Sigmoid": torch.nn.Sigmoid,
+}
+
+
+class Dense(torch.nn.Module):
+    """sentence-transformers' ``Dense`` module: ``activation(linear(x))``, [B, in] -> [B, out].
+
+    Saved as ``config.json`` (``in_features``, ``out_features``, ``bias``, ``activation_function``) and
+    ``model.safetensors`` (``linear.weight`` [out, in], ``linear.bias`` [out]), as sentence-transformers does."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        activation: str = "torch.nn.modules.activation.Tanh",
+    ) -> None:
+        super().__init__()
+        if activation not in DENSE_ACTIVATIONS:
+            raise UserError(
+                f"Dense activation {activation!r} is not supported (supported: {', '.join(DENSE_ACTIVATIONS)})"
+            )
+        self.in_features, self.out_features, self.bias, self.activation = (
+            in_features,
+            out_features,
+            bias,
+            activation,
+        )
+        self.linear = torch.nn.Linear(in_features, out_features, bias=bias)
+        self.activation_function = DENSE_ACTIVATIONS[activation]()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.activation_function(self.linear(x))
+
+    def save(self, path: str | os.PathLike) -> None:
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        cfg = {
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "bias": self.bias,
+            "activation_function": self.activation,
+        }
+        with atomic_write(path / "config.json") as f:
+            json.dump(cfg, f, indent=2)
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        with atomic_write(path / "model.safetensors", "wb") as f:
+            f.write(_safetensors_bytes(tensors))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Dense:
+        """Read a Dense folder (safetensors only: a pickled ``pytorch_model.bin`` is refused)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        cfg = _read_json(path / "config.json") if (path / "config.json").is_file() else None
+        if not isinstance(cfg, dict) or not {"in_features", "out_features"} <= set(cfg):
+            raise UserError(f"{path / 'config.json'}: a Dense module needs in_features and out_features")
+        if not (path / "model.safetensors").is_file():
+            raise UserError(
+                f"{path}: Dense weights must be in model.safetensors (bertkit does not unpickle "
+                "pytorch_model.bin; re-save the model with a recent sentence-transformers)"
+            )
+        dense = cls(
+            int(cfg["in_features"]),
+            int(cfg["out_features"]),
+            bool(cfg.get("bias", True)),
+            cfg.get("activation_function", "torch.nn.modules.activation.Tanh"),
+        )
+        state = load_file(str(path / "model.safetensors"))
+        try:
+            dense.load_state_dict(state)
+        except RuntimeError as e:
+            raise UserError(f"{path / 'model.safetensors'}: weights do not match config.json ({e})") from None
+        return dense
+
+
+def _safetensors_bytes(tensors: dict[str, Tensor]) -> bytes:
+    from safetensors.torch import save
+
+    return save(tensors)
+
+
+def _sentence_transformers_layout(
+    model_dir: Path,
+) -> tuple[Path, str | None, bool, dict[str, Any], list[Dense]]:
+    """(transformer dir, pooling mode or None, normalize, sentence_bert_config, Dense modules) of an ST
+    folder."""
     modules = _read_json(model_dir / "modules.json")
     if not isinstance(modules, list):
         raise UserError(f"{model_dir / 'modules.json'}: expected a list of modules")
     transformer_dir, mode, normalize = model_dir, None, False
+    dense: list[Dense] = []
     for module in sorted(modules, key=lambda m: m.get("idx", 0)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        path = model_dir / module.get("path", "")
+        path = path_inside(model_dir, module.get("path", ""), str(model_dir / "modules.json"))
         if kind == "Transformer":
             transformer_dir = path
         elif kind == "Pooling":
@@ -92,17 +186,23 @@ def _sentence_transformers_layout(model_dir: Path) -> tuple[Path, str | None, bo
                     raise UserError(f"{cfg_file}: no supported pooling mode set (supported: {POOLING_MODES})")
         elif kind == "Normalize":
             normalize = True
+        elif kind == "Dense":
+            if not path.resolve().is_relative_to(model_dir.resolve()):
+                raise UserError(
+                    f"{model_dir / 'modules.json'}: module path {module.get('path')!r} leaves the folder"
+                )
+            dense.append(Dense.load(path))
         else:
             raise UserError(
                 f"{model_dir / 'modules.json'}: module type {module.get('type')!r} is not supported "
-                "(bertkit reads Transformer, Pooling and Normalize modules)"
+                "(bertkit reads Transformer, Pooling, Dense and Normalize modules)"
             )
     st_cfg: dict[str, Any] = {}
     for candidate in (transformer_dir, model_dir):
         if (candidate / "sentence_bert_config.json").is_file():
             st_cfg = _read_json(candidate / "sentence_bert_config.json")
             break
-    return transformer_dir, mode, normalize, st_cfg
+    return transformer_dir, mode, normalize, st_cfg, dense
 
 
 class SentenceEncoder:
@@ -116,6 +216,7 @@ class SentenceEncoder:
         normalize: bool = False,
         max_seq_length: int | None = None,
         lowercase_input: bool = False,
+        dense: Sequence[Dense] = (),
     ) -> None:
         if pooling not in POOLING_MODES:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {POOLING_MODES}")
@@ -126,6 +227,9 @@ class SentenceEncoder:
         limit = model.config.max_position_embeddings
         self.max_seq_length = min(max_seq_length or limit, limit)
         self.lowercase_input = lowercase_input
+        self.dense = list(dense)  # applied after pooling, before normalisation
+        for d in self.dense:
+            d.to(model.device).eval()
 
     @classmethod
     def from_pretrained(
@@ -146,10 +250,10 @@ class SentenceEncoder:
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
             raise UserError(f"{model_dir}: model directory not found")
-        st_mode, st_norm, st_cfg = None, False, {}
+        st_mode, st_norm, st_cfg, dense = None, False, {}, []
         transformer_dir = model_dir
         if (model_dir / "modules.json").is_file():
-            transformer_dir, st_mode, st_norm, st_cfg = _sentence_transformers_layout(model_dir)
+            transformer_dir, st_mode, st_norm, st_cfg, dense = _sentence_transformers_layout(model_dir)
         model = BertModel.from_pretrained(transformer_dir)
         if device is not None:
             model.to(device)
@@ -161,11 +265,12 @@ class SentenceEncoder:
             normalize=st_norm if normalize is None else normalize,
             max_seq_length=max_seq_length or st_cfg.get("max_seq_length") or None,
             lowercase_input=bool(st_cfg.get("do_lower_case", False)),
+            dense=dense,
         )
 
     @property
     def dim(self) -> int:
-        return self.model.config.hidden_size
+        return self.dense[-1].out_features if self.dense else self.model.config.hidden_size
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids (with [CLS]/[SEP]) of each text, truncated to ``max_seq_length``."""
@@ -223,6 +328,8 @@ class SentenceEncoder:
             input_ids, mask = input_ids.to(device), mask.to(device)
             hidden = self.model(input_ids, attention_mask=mask).last_hidden_state
             vec = pool(hidden.float(), mask, self.pooling)
+            for d in self.dense:
+                vec = d(vec)
             if normalize or self.normalize:
                 vec = F.normalize(vec, p=2, dim=1)
             out[idx] = vec.cpu().numpy()

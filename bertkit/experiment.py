@@ -104,9 +104,9 @@ MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner",
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
              "max_train_examples", "epochs", "batch_size", "lr", "max_seq_length", "doc_stride",
              "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
-             "max_query_length"}  # fmt: skip
+             "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric"}  # fmt: skip
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
-            "pretrain", "model", "task", "features", "finetune_models"}  # fmt: skip
+            "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results"}  # fmt: skip
 
 
 def load_matrix(path: str | os.PathLike) -> Matrix:
@@ -180,6 +180,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             raise UserError(f"{path}: [[task]] {t.get('name', i + 1)}: kind must be one of {TASK_KINDS}")
         lrs = t.get("lr", 5e-5)
         lrs = [float(x) for x in (lrs if isinstance(lrs, list) else [lrs])]
+        task_seeds = [int(x) for x in t.get("seeds", seeds)]
         for mname in t.get("models", ft_models):
             if mname not in by_name:
                 raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
@@ -188,27 +189,28 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             grid = []
             if len(lrs) > 1:
                 for lr in lrs:
-                    g = f"finetune/{mname}/{t['name']}/lr{lr:g}/seed{seeds[0]}"
-                    cells.append(Cell(g, "finetune", {"model": mname, "task": t, "lr": lr, "seed": seeds[0]},
+                    g = f"finetune/{mname}/{t['name']}/lr{lr:g}/seed{task_seeds[0]}"
+                    cells.append(Cell(g, "finetune", {"model": mname, "task": t, "lr": lr, "seed": task_seeds[0]},
                                       [f"pretrain/{root}"], mcost))  # fmt: skip
                     grid.append(g)
-            for s in seeds:
+            for s in task_seeds:
                 spec = {"model": mname, "task": t, "seed": s, "grid": grid}
                 if not grid:
                     spec["lr"] = lrs[0]
-                cost = 0.0 if grid and s == seeds[0] else mcost
+                cost = 0.0 if grid and s == task_seeds[0] else mcost
                 cells.append(Cell(f"finetune/{mname}/{t['name']}/seed{s}", "finetune", spec,
                                   [f"pretrain/{root}", *grid], cost))  # fmt: skip
     for i, f in enumerate(raw.get("features", [])):
         _check_keys(f"{path}: [[features]] #{i + 1}", f, {"model", "task", "variants", "epochs", "lr",
-                                                          "batch_size", "hidden_size", "max_train_examples"})  # fmt: skip
+                                                          "batch_size", "hidden_size", "max_train_examples",
+                                                          "seeds"})  # fmt: skip
         tasks = {t["name"]: t for t in raw.get("task", [])}
         if f.get("task") not in tasks or tasks[f["task"]]["kind"] != "ner":
             raise UserError(f"{path}: [[features]] #{i + 1}: `task` must name a [[task]] of kind ner")
         if f.get("model") not in by_name:
             raise UserError(f"{path}: [[features]] #{i + 1}: unknown model {f.get('model')!r}")
         for v in f.get("variants", []):
-            for s in seeds:
+            for s in [int(x) for x in f.get("seeds", seeds)]:
                 spec = {**f, "variant": v, "seed": s, "task": tasks[f["task"]]}
                 cost = _finetune_cost(tasks[f["task"]], by_name[f["model"]]) / 3
                 cells.append(Cell(f"features/{f['model']}/{v['name']}/seed{s}", "features", spec,

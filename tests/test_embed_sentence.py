@@ -124,7 +124,7 @@ def test_sentence_transformers_folder_settings(tiny_dir, tmp_path):
     enc = SentenceEncoder.from_pretrained(st)
     assert (enc.pooling, enc.normalize, enc.max_seq_length) == ("cls", False, 5)
     assert len(enc.tokenize(["the cat sat on the mat good"])[0]) == 5
-    (st / "modules.json").write_text(json.dumps([{"idx": 0, "path": "", "type": "x.models.Dense"}]))
+    (st / "modules.json").write_text(json.dumps([{"idx": 0, "path": "", "type": "x.models.WordWeights"}]))
     with pytest.raises(UserError, match="not supported"):
         SentenceEncoder.from_pretrained(st)
 

@@ -197,3 +197,24 @@ def test_gradient_scaler_path_trains_like_unscaled_and_skips_overflow(tmp_path):
     assert bad.scaler.get_scale() == 2.0**9  # the overflow halved the scale
     assert summary["nonfinite_steps"] == 1 and summary["steps"] == 8  # skipped, counted, run continued
     assert all(torch.isfinite(p).all() for p in bad_model.parameters())
+
+
+def test_best_keeper_saves_resumes_and_restores(tmp_path):
+    from bertkit.tasks.training import BestKeeper
+
+    torch.manual_seed(0)
+    model = _Toy()
+    keeper = BestKeeper(tmp_path, "f1", resume=False, is_main=True)
+    assert keeper.update(model, 3, {"f1": 0.5}) is True
+    best_weight = model.lin.weight.detach().clone()
+    with torch.no_grad():
+        model.lin.weight.add_(1.0)
+    assert keeper.update(model, 6, {"f1": 0.5}) is False  # not better: the first of equal scores stays
+    assert keeper.update(model, 9, {"f1": float("nan")}) is False
+    assert keeper.update(model, 9, {"accuracy": 0.9}) is False  # the metric is absent
+    resumed = BestKeeper(tmp_path, "f1", resume=True, is_main=True)  # a resumed run continues from it
+    assert resumed.best == {"step": 3, "metric": "f1", "score": 0.5}
+    assert resumed.restore(model) == resumed.best
+    torch.testing.assert_close(model.lin.weight, best_weight)
+    BestKeeper(tmp_path, "f1", resume=False, is_main=True)  # a fresh run drops an earlier run's best
+    assert not (tmp_path / "best").exists()

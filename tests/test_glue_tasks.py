@@ -207,3 +207,16 @@ def test_every_task_end_to_end_with_leaderboard_files(task, glue, tiny_model, tm
             else:
                 assert pred in t.labels
         assert res["predicted"][name]["examples"] == len(ids)
+
+
+def test_predict_test_without_a_test_file_is_a_user_error(glue, tmp_path, capsys):
+    d = tmp_path / "RTE"
+    d.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        (d / name).write_text((glue["RTE"] / name).read_text())
+    argv = ["finetune", "glue", "--task", "RTE", "--data-dir", str(d), "--model", str(tmp_path), "--out",
+            str(tmp_path / "o"), "--predict-test"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "RTE test file not found" in err and str(d / "test.tsv") in err
+    assert not (tmp_path / "o").exists()

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from . import args as A
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,19 +38,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             q.add_argument("--input", type=Path, required=True, metavar="F", help=".jsonl or .npy")
         q.add_argument("--model", type=Path, default=None, help="sentence encoder for text inputs")
         q.add_argument("--text-field", default="text")
-        q.add_argument("--batch-size", type=_positive, default=1000, help="entries per commit (default 1000)")
+        q.add_argument(
+            "--batch-size", type=A.positive_int, default=1000, help="entries per commit (default 1000)"
+        )
 
     b = sub.add_parser("build", help="create an index from an input file", description=__doc__)
     common(b, True)
     b.add_argument("--backend", default="hnsw", choices=("exact", "flat", "hnsw", "ivfpq", "qdrant"))
     b.add_argument("--metric", default="cosine", choices=("cosine", "dot"))
-    b.add_argument("--M", type=_positive, default=32, help="hnsw: links per node")
-    b.add_argument("--ef-construction", type=_positive, default=80, help="hnsw: build candidates")
-    b.add_argument("--ef-search", type=_positive, default=64, help="hnsw: search candidates")
-    b.add_argument("--nlist", type=_positive, default=1024, help="ivfpq: k-means cells")
-    b.add_argument("--pq-m", type=_positive, default=48, help="ivfpq: bytes per vector (divides the dim)")
-    b.add_argument("--nprobe", type=_positive, default=32, help="ivfpq: cells visited per query")
-    b.add_argument("--refine", type=float, default=4.0, help="ivfpq: re-score refine*k exactly (0: off)")
+    b.add_argument("--M", type=A.positive_int, default=32, help="hnsw: links per node")
+    b.add_argument("--ef-construction", type=A.positive_int, default=80, help="hnsw: build candidates")
+    b.add_argument("--ef-search", type=A.positive_int, default=64, help="hnsw: search candidates")
+    b.add_argument("--nlist", type=A.positive_int, default=1024, help="ivfpq: k-means cells")
+    b.add_argument(
+        "--pq-m", type=A.positive_int, default=48, help="ivfpq: bytes per vector (divides the dim)"
+    )
+    b.add_argument("--nprobe", type=A.positive_int, default=32, help="ivfpq: cells visited per query")
+    b.add_argument(
+        "--refine", type=A.non_negative_float, default=4.0, help="ivfpq: re-score refine*k exactly (0: off)"
+    )
     b.add_argument("--overwrite", action="store_true", help="replace an existing index")
     b.set_defaults(func=build)
 
@@ -62,9 +69,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument("--query", action="append", default=None, help="a query text (repeatable)")
     src.add_argument("--queries", type=Path, default=None, metavar="F", help="queries as .jsonl or .npy")
-    s.add_argument("-k", type=_positive, default=10)
-    s.add_argument("--out", type=Path, default=None, metavar="F.jsonl", help="write hits here")
-    s.add_argument("--overwrite", action="store_true")
+    s.add_argument("-k", type=A.positive_int, default=10)
+    A.add_output(
+        s,
+        "--out",
+        kind="file",
+        required=False,
+        type=Path,
+        default=None,
+        metavar="F.jsonl",
+        help="write hits here",
+    )
     s.set_defaults(func=search)
 
     d = sub.add_parser("delete", help="delete entries by id")
@@ -75,16 +90,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     i = sub.add_parser("info", help="entries, dimension, backend and parameters")
     i.add_argument("index_dir", type=Path, metavar="INDEX_DIR")
     i.set_defaults(func=info)
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def _parse_id(text: str) -> Any:
@@ -254,8 +259,6 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
     from ..io import atomic_write
 
-    if args.out is not None and args.out.exists() and not args.overwrite:
-        raise UserError(f"{args.out} already exists; pass --overwrite to replace it")
     with VectorStore.open(args.index_dir) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
         embed = _Embedder(model)

@@ -287,7 +287,7 @@ def _result(task, metrics, r: Settings, train_ex, train_feats, losses, seconds, 
         "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "first_loss": sum(losses[:20]) / max(1, len(losses[:20])),
         "seconds": {"encode": round(encode_s, 2), "train": round(train_s, 2), "eval": round(eval_s, 2)},
-        "train_examples_per_second": round(len(train_feats) * r.epochs / max(train_s, 1e-9), 1),
+        "train_examples_per_second": round(_examples_seen(r, train_feats, losses) / max(train_s, 1e-9), 1),
         "model_dir": str(out / "model"),
         "world_size": dist_info()[1],
     }
@@ -304,6 +304,13 @@ def _tune_thresholds(model: nn.Module, task: TaskData, raw: list) -> dict:
         "note": "each label's threshold chosen for its F1 on this dev set (so these scores are optimistic); "
         "`metrics` are at 0.5. The thresholds are saved in model/config.json and used by `bertkit predict`",
     }
+
+
+def _examples_seen(r: Settings, train_feats: list, losses: list) -> float:
+    """Training examples processed: epochs over the features, or (with max_steps) the steps' batches."""
+    if r.max_steps:
+        return len(losses) * r.batch_size * r.grad_accum * dist_info()[1]
+    return len(train_feats) * r.epochs
 
 
 def read_best(run_dir: Path) -> dict | None:

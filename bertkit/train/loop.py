@@ -88,7 +88,7 @@ from bertkit.train.distributed import (
     wrap_model,
 )
 from bertkit.train.logs import plot_curves, truncate_jsonl
-from bertkit.train.precision import PRECISIONS, autocast, check_precision, make_scaler
+from bertkit.train.precision import PRECISIONS, autocast, check_precision, choose_precision, make_scaler
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
@@ -525,6 +525,8 @@ class Trainer:
                 return None
             tokens += self.tokens_fn(batch)
             batch = to_device(batch, self.device)
+            if self.precision == "auto":  # measured on the first batch (bertkit.train.precision)
+                self.precision = choose_precision(self.model, batch, self.loss_fn, self.device)
             sync = m == self.grad_accum - 1 or not hasattr(self.wrapped, "no_sync")
             ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
             with ctx:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def read_sts(path: str | os.PathLike) -> list[tuple[str, str, float]]:
@@ -88,7 +88,7 @@ def evaluate_pair_retrieval(
 ) -> dict[str, float]:
     """For every pair with gold score >= ``min_score``: search its sentence1 among all distinct
     sentence2s (exact cosine index); report how often the partner is ranked top-k, and the MRR."""
-    from .embed import DenseIndex
+    from ..embed import DenseIndex
 
     queries = [(s1, s2) for s1, s2, score in rows if score >= min_score]
     corpus = sorted({r[1] for r in rows})
@@ -111,7 +111,7 @@ def evaluate_pair_retrieval(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .embed import SentenceEncoder
+    from ..embed import SentenceEncoder
 
     p = argparse.ArgumentParser(prog="python -m bertkit.retrieval", description=__doc__)
     p.add_argument("model_dir", type=Path)

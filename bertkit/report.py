@@ -1,0 +1,559 @@
+"""Markdown reports written only from :mod:`bertkit.experiment` result files (never typed by hand).
+
+``bertkit experiment report CONFIG.toml [--results DIR] [--doc FILE]`` reads the matrix (for its layout and
+commands) and every result file, and writes the report named by the config's ``report`` key (or ``--doc``)
+plus its PNG figures beside it. ``report_kind = "paper"`` gives the paper's Tables 5, 6 and 7 in the paper's
+shape, the same-budget comparison with transformers, the pre-training curves, a bar chart and the BERT-Base
+estimate; ``report_kind = "results"`` a table of fine-tuning rows (docs/results.md). A cell without a result
+file shows "not yet run"; each finding says whether it reproduces at this scale.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.experiment import Matrix, load_matrix, read_results, results_dir
+from bertkit.io import atomic_write
+
+NOT_RUN = "not yet run"
+
+# The paper's numbers (Devlin et al. 2019, dev sets), shown for reference beside ours.
+PAPER_TABLE5 = {  # MNLI-m, QNLI, MRPC (F1), SST-2 (acc), SQuAD v1.1 (F1); BERT-Base
+    "columns": ["MNLI-m", "QNLI", "MRPC", "SST-2", "SQuAD"],
+    "rows": {
+        "BERT-Base (MLM + NSP)": [84.4, 88.4, 86.7, 92.7, 88.5],
+        "No NSP": [83.9, 84.9, 86.5, 92.6, 87.9],
+        "LTR & No NSP": [82.1, 84.3, 77.5, 92.1, 77.8],
+        "+ BiLSTM": [82.1, 84.1, 75.7, 91.6, 84.9],
+    },
+}
+PAPER_TABLE6 = [  # L, H, A, held-out MLM perplexity, MNLI-m, MRPC, SST-2
+    (3, 768, 12, 5.84, 77.9, 79.8, 88.4),
+    (6, 768, 3, 5.24, 80.6, 82.2, 90.7),
+    (6, 768, 12, 4.68, 81.9, 84.8, 91.3),
+    (12, 768, 12, 3.99, 84.4, 86.7, 92.9),
+    (12, 1024, 16, 3.54, 85.7, 86.9, 93.3),
+    (24, 1024, 16, 3.23, 86.6, 87.8, 93.7),
+]
+PAPER_TABLE7 = {  # CoNLL-2003 dev F1, BERT-Base features
+    "fine-tuning": 96.4,
+    "embeddings": 91.0,
+    "second-to-last-hidden": 95.6,
+    "last-hidden": 94.9,
+    "weighted-sum-last-four": 95.9,
+    "concat-last-four": 96.1,
+    "weighted-sum-all": 95.5,
+}
+ROW_LABELS = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": "LTR & No NSP",
+              "ltr+bilstm": "LTR & No NSP + BiLSTM", "random": "random init (no pre-training)",
+              "transformers-mlm": "transformers' pipeline, MLM only"}  # fmt: skip
+METRIC_NAMES = {"SST-2": "acc", "CoLA": "MCC", "MRPC": "F1", "STS-B": "Spearman", "CoNLL-2003": "F1",
+                "SQuAD-v1.1": "F1", "SQuAD-v2.0": "F1"}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ numbers
+
+
+def seed_scores(results: dict[str, dict], model: str, task: str) -> list[float]:
+    """The primary score of every finished seed cell ``finetune/<model>/<task>/seed<k>``."""
+    pre = f"finetune/{model}/{task}/seed"
+    return [
+        r["primary"] for n, r in sorted(results.items()) if n.startswith(pre) and r.get("primary") is not None
+    ]
+
+
+def mean_std(xs: list[float]) -> tuple[float, float] | None:
+    if not xs:
+        return None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
+def fmt(ms: tuple[float, float] | None, n: int | None = None, expected: int | None = None) -> str:
+    """``mean ± std`` (with ``(n/N seeds)`` when not all seeds are in), or "not yet run"."""
+    if ms is None:
+        return NOT_RUN
+    s = f"{ms[0]:.1f} ± {ms[1]:.1f}"
+    if n is not None and expected and n < expected:
+        s += f" ({n}/{expected} seeds)"
+    return s
+
+
+def _model_base(name: str) -> tuple[str, str]:
+    """("mlm+nsp", "mini") from "mlm+nsp-mini"."""
+    base, _, size = name.rpartition("-")
+    return base, size
+
+
+# ------------------------------------------------------------------------------------------------ figures
+
+
+def plot_curves(results: dict[str, dict], path: Path) -> bool:
+    """Pre-training curves of every pre-training cell on one PNG (MLM loss, MLM accuracy, NSP accuracy
+    against tokens seen); False when there is nothing to plot."""
+    runs = [
+        (r["model"], r["curve"])
+        for n, r in sorted(results.items())
+        if n.startswith("pretrain/") and r.get("curve")
+    ]
+    if not runs:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("masked_lm_loss", "MLM loss (train; LTR: next-token loss)"), ("masked_lm_accuracy", "MLM accuracy (train)"),
+              ("next_sentence_accuracy", "NSP accuracy (train)")]  # fmt: skip
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, (key, title) in zip(axes, panels):
+        for model, curve in runs:
+            pts = [
+                (p["tokens"] / 1e6, p.get(key, p.get("loss") if key == "masked_lm_loss" else None))
+                for p in curve
+            ]
+            pts = [(x, y) for x, y in pts if y is not None]
+            if pts:
+                ax.plot(*zip(*pts), label=model, lw=1.3)
+        ax.set_xlabel("tokens seen (millions)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=90)
+    plt.close(fig)
+    return True
+
+
+def plot_bars(results: dict[str, dict], models: list[str], tasks: list[str], path: Path) -> bool:
+    """Downstream scores, mean ± std over seeds, one group of bars per task; False when nothing ran."""
+    data = {(m, t): mean_std(seed_scores(results, m, t)) for m in models for t in tasks}
+    if not any(data.values()):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(tasks)), 4.5))
+    width = 0.8 / max(1, len(models))
+    for i, m in enumerate(models):
+        xs, ys, es = [], [], []
+        for j, t in enumerate(tasks):
+            if data[(m, t)] is not None:
+                xs.append(j + i * width)
+                ys.append(data[(m, t)][0])
+                es.append(data[(m, t)][1])
+        ax.bar(xs, ys, width, yerr=es, capsize=2, label=m)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(tasks))])
+    ax.set_xticklabels([f"{t}\n({METRIC_NAMES.get(t, 'score')})" for t in tasks])
+    ax.set_ylabel("dev score (mean ± std over seeds)")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=90)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ sections
+
+
+def _provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder: Path) -> list[str]:
+    commits = sorted(
+        {f"{r['commit']}{'+dirty' if r.get('dirty') else ''}" for r in results.values() if r.get("commit")}
+    )
+    cpus = sorted({r["cpu"] for r in results.values() if r.get("cpu")})
+    torches = sorted({r["torch"] for r in results.values() if r.get("torch")})
+    threads = sorted({str(r["threads"]) for r in results.values() if r.get("threads")})
+    cpu_h = sum(r.get("cpu_s") or 0 for r in results.values()) / 3600
+    return [
+        f"Generated by `bertkit experiment report {config_arg}` from {len(results)} result files "
+        f"(`{os.path.relpath(folder.resolve(), matrix.base.parent)}`) of the "
+        f"{len(matrix.cells)} cells of `{matrix.name}`; {len(matrix.cells) - len(results)} cells not yet run.",
+        "",
+        f"- commands: `bertkit experiment {config_arg} --out runs/{matrix.name}` (resumable: re-run to continue), "
+        f"then `bertkit experiment report {config_arg}`",
+        f"- code commit(s) of the runs: {', '.join(commits) or '—'}; torch {', '.join(torches) or '—'}; "
+        f"threads {', '.join(threads) or '—'}",
+        f"- machine(s): {'; '.join(cpus) or '—'} (`lscpu` model name); the machine was shared, so wall times are "
+        f"contended: compare CPU seconds",
+        f"- CPU time of the finished cells: {cpu_h:.2f} CPU-hours",
+        f"- seeds: {', '.join(str(s) for s in matrix.raw.get('seeds', [1, 2, 3]))} (mean ± sample std over seeds)",
+        "",
+    ]
+
+
+def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
+    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    rows = [f"mlm+nsp-{size}", f"mlm-{size}", f"ltr-{size}", f"ltr+bilstm-{size}", f"random-{size}"]
+    names = {m["name"] for m in matrix.raw["model"]}
+    out = ["| model (BERT-" + size + ") | " + " | ".join(f"{t} ({METRIC_NAMES.get(t, '')})" for t in tasks) + " |",
+           "| --- |" + " --- |" * len(tasks)]  # fmt: skip
+    for m in rows:
+        if m not in names:
+            continue
+        cells = []
+        for t in tasks:
+            xs = seed_scores(results, m, t)
+            cells.append(fmt(mean_std(xs), len(xs), n_seeds))
+        out.append(f"| {ROW_LABELS.get(_model_base(m)[0], m)} | " + " | ".join(cells) + " |")
+    out += ["", "The paper's Table 5 (BERT-Base, dev) for reference:", "",
+            "| | " + " | ".join(PAPER_TABLE5["columns"]) + " |", "| --- |" + " --- |" * len(PAPER_TABLE5["columns"])]  # fmt: skip
+    for k, v in PAPER_TABLE5["rows"].items():
+        out.append(f"| {k} | " + " | ".join(f"{x:.1f}" for x in v) + " |")
+    return out + [""]
+
+
+def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
+    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    sized = [m["name"] for m in matrix.raw["model"] if _model_base(m["name"])[0] == "mlm+nsp"]
+    out = ["| L | H | A | tokens | held-out MLM perplexity | held-out MLM acc | SST-2 (acc) | MRPC (F1) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    rows = []
+    for m in sized:
+        r = results.get(f"pretrain/{m}")
+        shape = (r or {}).get("model_config") or {}
+        key = (shape.get("num_hidden_layers") or 0, shape.get("hidden_size") or 0)
+        scores = [
+            fmt(mean_std(xs), len(xs), n_seeds)
+            for xs in (seed_scores(results, m, "SST-2"), seed_scores(results, m, "MRPC"))
+        ]
+        if r is None:
+            rows.append(((99, 99), f"| {m} | | | | {NOT_RUN} | | " + " | ".join(scores) + " |"))
+            continue
+        met = r["metrics"]
+        rows.append((key, f"| {shape['num_hidden_layers']} | {shape['hidden_size']} | {shape['num_attention_heads']} | "
+                          f"{r['tokens'] / 1e6:.1f}M | {met['mlm_perplexity']:.1f} | {100 * met['mlm_accuracy']:.1f} | "
+                          + " | ".join(scores) + " |"))  # fmt: skip
+    out += [line for _, line in sorted(rows)]
+    out += ["", "The paper's Table 6 (dev; 1M steps of 128k tokens) for reference:", "",
+            "| L | H | A | LM ppl | MNLI-m | MRPC | SST-2 |", "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    out += [
+        f"| {a} | {b} | {c} | {d:.2f} | {e:.1f} | {f:.1f} | {g:.1f} |" for a, b, c, d, e, f, g in PAPER_TABLE6
+    ]
+    return out + [""]
+
+
+def _table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
+    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    out = []
+    for f in matrix.raw.get("features", []):
+        m, task = f["model"], f["task"]
+        out += [f"CoNLL-2003 dev entity F1, `{m}` (features: {f.get('max_train_examples', 'all')} training sentences, "
+                f"a 2-layer BiLSTM of {f.get('hidden_size', 128)} units on the frozen features):", "",
+                "| system | ours | paper (BERT-Base) |", "| --- | --- | --- |"]  # fmt: skip
+        xs = seed_scores(results, m, task)
+        out.append(f"| fine-tuning | {fmt(mean_std(xs), len(xs), n_seeds)} | {PAPER_TABLE7['fine-tuning']} |")
+        for v in f.get("variants", []):
+            ys = [
+                r["primary"]
+                for n, r in sorted(results.items())
+                if n.startswith(f"features/{m}/{v['name']}/seed")
+            ]
+            out.append(f"| feature-based: {v['name']} | {fmt(mean_std(ys), len(ys), n_seeds)} | "
+                       f"{PAPER_TABLE7.get(v['name'], '—')} |")  # fmt: skip
+        out.append("")
+    return out
+
+
+def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
+    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    out = []
+    for spec in matrix.raw["model"]:
+        if spec.get("runner") != "transformers":
+            continue
+        ours, theirs = spec["same_cpu_as"], spec["name"]
+        a, b = results.get(f"pretrain/{ours}"), results.get(f"pretrain/{theirs}")
+        out += ["| | bertkit | transformers |", "| --- | --- | --- |"]
+        if a is None or b is None:
+            out += [f"| pre-training | {'done' if a else NOT_RUN} | {'done' if b else NOT_RUN} |", ""]
+            continue
+        out += [
+            f"| runner | bertkit `{ours}` (commit {a.get('commit')}) | {b.get('runner', 'transformers')} |",
+            f"| training CPU seconds (1 process, {a.get('threads')} thread) | {a['train_cpu_s']:.0f} | {b['train_cpu_s']:.0f} (budget {b['cpu_budget_s']:.0f}) |",
+            f"| optimizer steps | {a['steps']} | {b['steps']} |",
+            f"| tokens seen | {a['tokens'] / 1e6:.2f}M | {b['tokens'] / 1e6:.2f}M |",
+            f"| held-out MLM loss | {a['metrics']['mlm_loss']:.3f} | {b['metrics']['mlm_loss']:.3f} |",
+            f"| held-out MLM perplexity | {a['metrics']['mlm_perplexity']:.1f} | {b['metrics']['mlm_perplexity']:.1f} |",
+            f"| held-out MLM accuracy | {100 * a['metrics']['mlm_accuracy']:.1f} | {100 * b['metrics']['mlm_accuracy']:.1f} |",
+        ]  # fmt: skip
+        for t in tasks:
+            xa, xb = seed_scores(results, ours, t), seed_scores(results, theirs, t)
+            if xa or xb:
+                out.append(f"| {t} ({METRIC_NAMES.get(t, '')}), fine-tuned by bertkit | "
+                           f"{fmt(mean_std(xa), len(xa), n_seeds)} | {fmt(mean_std(xb), len(xb), n_seeds)} |")  # fmt: skip
+        out.append("")
+    return out
+
+
+def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
+    """The issue's "must show" claims, each checked against the result files."""
+    out = []
+
+    def ms(m: str, t: str):
+        return mean_std(seed_scores(results, m, t))
+
+    # pre-trained beats random on every task by more than the seeds' spread
+    base, rnd = f"mlm+nsp-{size}", f"random-{size}"
+    verdicts = []
+    for t in tasks:
+        a, b = ms(base, t), ms(rnd, t)
+        if a is None or b is None:
+            verdicts.append(f"{t}: {NOT_RUN}")
+            continue
+        margin = a[0] - b[0]
+        ok = margin > max(a[1], b[1])
+        verdicts.append(f"{t}: {margin:+.1f} ({'reproduces' if ok else 'does NOT reproduce'})")
+    out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread** ({base} vs {rnd}): "
+               + "; ".join(verdicts) + ".")  # fmt: skip
+    for t in ("SQuAD-v1.1", "CoNLL-2003"):
+        if t not in tasks:
+            continue
+        parts = []
+        for m in (f"mlm+nsp-{size}", f"mlm-{size}"):
+            for ltr in (f"ltr-{size}", f"ltr+bilstm-{size}"):
+                a, b = ms(m, t), ms(ltr, t)
+                if a is None or b is None:
+                    parts.append(f"{m} vs {ltr}: {NOT_RUN}")
+                else:
+                    parts.append(
+                        f"{m} vs {ltr}: {a[0] - b[0]:+.1f} ({'reproduces' if a[0] > b[0] else 'does NOT reproduce'})"
+                    )
+        out.append(f"- **MLM beats left-to-right on {t}**: " + "; ".join(parts) + ".")
+    parts = []
+    for t in tasks:
+        a, b = ms(f"mlm+nsp-{size}", t), ms(f"mlm-{size}", t)
+        parts.append(f"{t}: {NOT_RUN}" if a is None or b is None else f"{t} {a[0] - b[0]:+.1f}")
+    out.append("- **NSP effect** (MLM + NSP minus MLM only; the paper: NSP helps QNLI, MNLI and SQuAD): "
+               + "; ".join(parts) + ".")  # fmt: skip
+    sized = sorted(((r["model_config"]["num_hidden_layers"] * r["model_config"]["hidden_size"] ** 2, r["model"],
+                     r["metrics"]["mlm_perplexity"]) for n, r in results.items()
+                    if n.startswith("pretrain/mlm+nsp-") and r.get("metrics")))  # fmt: skip
+    if len(sized) >= 2:
+        mono = all(sized[i][2] > sized[i + 1][2] for i in range(len(sized) - 1))
+        out.append("- **Size effect** (held-out MLM perplexity, smallest to largest, same tokens): "
+                   + " > ".join(f"{m} {p:.1f}" for _, m, p in sized)
+                   + (" — larger is better, as in the paper." if mono else " — not monotone: does NOT reproduce at this scale."))  # fmt: skip
+    else:
+        out.append(f"- **Size effect**: {NOT_RUN}.")
+    for spec in matrix.raw["model"]:
+        if spec.get("runner") != "transformers":
+            continue
+        a, b = results.get(f"pretrain/{spec['same_cpu_as']}"), results.get(f"pretrain/{spec['name']}")
+        if a is None or b is None:
+            out.append(f"- **bertkit vs transformers on the same CPU budget**: {NOT_RUN}.")
+            continue
+        lower = a["metrics"]["mlm_loss"] < b["metrics"]["mlm_loss"]
+        worse = [t for t in tasks if ms(spec["same_cpu_as"], t) and ms(spec["name"], t)
+                 and ms(spec["same_cpu_as"], t)[0] < ms(spec["name"], t)[0]]  # fmt: skip
+        out.append(f"- **bertkit vs transformers on the same CPU budget**: {a['tokens'] / max(1, b['tokens']):.2f}x the "
+                   f"tokens; held-out MLM loss {a['metrics']['mlm_loss']:.3f} vs {b['metrics']['mlm_loss']:.3f} "
+                   f"({'lower: reproduces' if lower else 'NOT lower'}); downstream "
+                   + (f"below transformers on {', '.join(worse)}" if worse else "at least as good on every finished task") + ".")  # fmt: skip
+    return out + [""]
+
+
+def recipe_table(matrix: Matrix) -> list[str]:
+    """The recipe probes (``experiments/recipe_probe.py`` result files named by ``recipe_results``)."""
+    import json
+
+    folder = matrix.raw.get("recipe_results")
+    rows = []
+    if folder and (matrix.base / folder).is_dir():
+        rows = [json.loads(p.read_text()) for p in sorted((matrix.base / folder).glob("*.json"))]
+    if not rows:
+        return [f"Recipe probes: {NOT_RUN}.", ""]
+    rows.sort(key=lambda r: (r["preset"], r["eval_loss"]))
+    out = ["Short MLM-only probes from scratch on this corpus, one thread, each scored by `bertkit pretrain`'s "
+           "held-out evaluation (20 batches of 64); lower held-out loss for the CPU seconds spent is better. "
+           "Commands: `python experiments/recipe_probe.py --data DATA --preset P --lr LR --warmup W --batch-size B "
+           "--seq S --steps N --results experiments/results/recipe` (each file holds its command, commit and CPU).",
+           "", "| preset | lr | warm-up | batch x seq | steps | tokens | dropout | CPU s | held-out loss | held-out MLM acc |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['preset']} | {r['lr']:g} | {r['warmup']:g} | {r['batch_size']} x {r['seq']} | {r['steps']} | "
+                   f"{r['tokens'] / 1e6:.2f}M | {'0.1' if r.get('dropout', True) else 'off'} | {r['cpu_s']:.0f} | "
+                   f"{r['eval_loss']:.3f} | {100 * r['eval_acc']:.1f} |")  # fmt: skip
+    from bertkit.pretrain import RECIPES
+
+    unprobed = [p for p in RECIPES["cpu"] if p not in {r["preset"] for r in rows}]
+    out += ["", "Rows with another sequence length are scored on held-out sequences of that length (not comparable "
+            "with the 128-token rows)." + (f" Not probed: {', '.join(unprobed)} (its rate in `bertkit.pretrain.RECIPES` "
+            "is set by the rule that wider models want lower rates, not measured)." if unprobed else "")]  # fmt: skip
+    commits = sorted({f"{r.get('commit')}{'+dirty' if r.get('dirty') else ''}" for r in rows})
+    out += [
+        "",
+        f"Commit(s): {', '.join(commits)}; CPU: {'; '.join(sorted({r.get('cpu', '?') for r in rows}))}.",
+        "",
+    ]
+    return out
+
+
+def base_estimate() -> list[str]:
+    """What BERT-Base as published costs: tokens, FLOPs (benchmarks.bench_gpu.training_flops), GPU-hours."""
+    from bertkit.config import BertConfig
+
+    try:
+        from benchmarks.bench_gpu import PEAK_BF16_TFLOPS, training_flops
+    except ImportError:  # outside the repository checkout
+        return ["(needs the repository's `benchmarks/` package for `training_flops`)", ""]
+    c = BertConfig.preset("base")
+    phases = [(900_000, 128, 20), (100_000, 512, 80)]  # steps, sequence length, masked positions per sequence
+    tokens = sum(s * 256 * n for s, n, _ in phases)
+    flops = sum(s * training_flops(c, [n] * 256, 256 * k) for s, n, k in phases)
+    peak = dict(PEAK_BF16_TFLOPS)["H100"] * 1e12
+    mfu = 0.40
+    hours = flops / (peak * mfu) / 3600
+    return [
+        f"- tokens: 900k steps x 256 x 128 + 100k steps x 256 x 512 = **{tokens / 1e9:.1f}B tokens** "
+        "(the paper's 1M steps of 256 sequences, 90% at 128 tokens, 10% at 512)",
+        f"- FLOPs (`training_flops` of `benchmarks/bench_gpu.py`: forward + backward, MLM head on the masked rows "
+        f"only): **{flops:.2e}**",
+        f"- one H100 (dense bf16 peak {peak / 1e12:.0f} TFLOP/s) at {mfu:.0%} MFU — the GPU bench's goal; the bench "
+        f"has not been run on a GPU in this project yet, so this MFU is assumed, not measured: **{hours:,.0f} "
+        f"GPU-hours** ({hours / 8 / 24:.1f} days on 8 GPUs)",
+        "- the same pre-training under `torchrun` on 8 GPUs (global batch 256 = 8 x 32; `bertkit prepare` the "
+        "corpus first):",
+        "",
+        "```",
+        "cat > base.toml <<'EOF'",
+        'preset = "base"',
+        'objective = "mlm+nsp"',
+        'recipe = "paper"      # lr 1e-4, warm-up 1% of the steps',
+        "warmup = 10000",
+        'precision = "bf16"',
+        "[[phases]]",
+        "steps = 900000",
+        "max_seq_length = 128",
+        "batch_size = 256",
+        "[[phases]]",
+        "steps = 100000",
+        "max_seq_length = 512",
+        "batch_size = 256",
+        "max_predictions_per_seq = 80",
+        "EOF",
+        "torchrun --nproc_per_node 8 -m bertkit pretrain --config base.toml --data DATA_DIR --out runs/bert-base",
+        "```",
+        "",
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ documents
+
+
+def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
+    size = matrix.raw.get("report_size", "mini")
+    tasks = [t["name"] for t in matrix.raw.get("task", [])]
+    lines = [f"# {matrix.raw.get('description', matrix.name)}", ""]
+    lines += _provenance(matrix, results, config_arg, folder)
+    prep = results.get("prepare", {}).get("metrics", {})
+    pre = [r for n, r in results.items() if n.startswith("pretrain/") and r.get("tokens")]
+    lines += ["## Set-up", "",
+              f"- corpus: {', '.join(matrix.raw.get('corpus', []))} — {prep.get('documents', '?')} documents, "
+              f"{prep.get('tokens', '?')} WordPiece tokens, vocabulary {results.get('vocab', {}).get('metrics', {}).get('vocab_size', matrix.raw.get('vocab_size'))}",
+              f"- pre-training budget per model: {max((r['tokens'] for r in pre), default=0) / 1e6:.1f}M tokens "
+              "(the same for every objective and size); held-out: the last documents of the corpus, the same "
+              "masks for every model, scored by bertkit's masked-LM head",
+              "- fine-tuning: dev sets; SQuAD v1.1 trains on the first articles of dev-v1.1 and evaluates on the "
+              "last ones (the shared data has no SQuAD training file); the learning rate of SST-2, CoLA and CoNLL "
+              "is picked on dev from a grid on the first seed, then used for every seed (the paper's practice)",
+              ""]  # fmt: skip
+    lines += ["## Findings", ""] + findings(matrix, results, size, tasks)
+    lines += [f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)", ""]
+    lines += _table5(matrix, results, size, tasks)
+    lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + _table6(matrix, results)
+    lines += ["## Table 7 — feature-based vs fine-tuning (CoNLL-2003)", ""] + _table7(matrix, results)
+    lines += ["## Same CPU budget against transformers", "",
+              "Both pre-train the MLM-only model (same corpus documents, vocabulary, shape, batch, learning rate, "
+              "warm-up fraction, weight decay, clipping) for the same process CPU seconds of training at the same "
+              "thread count (CPU seconds, not wall-clock: the machine was shared; on an idle machine with one "
+              "thread the two are equal). transformers' side is its own pipeline (`experiments/transformers_mlm.py`: "
+              "BertTokenizerFast, DataCollatorForLanguageModeling, BertForMaskedLM, Trainer); both models are "
+              "scored on the same held-out masks and fine-tuned by the same bertkit code.", ""]  # fmt: skip
+    lines += _compare(matrix, results, tasks)
+    stem = doc.stem
+    lines += ["## Figures", ""]
+    if plot_curves(results, doc.parent / f"{stem}-curves.png"):
+        lines += [f"![pre-training curves]({stem}-curves.png)", ""]
+    else:
+        lines += [f"Pre-training curves: {NOT_RUN}.", ""]
+    models = [m["name"] for m in matrix.raw["model"] if not m.get("pretrained")]
+    if plot_bars(
+        results, [m for m in models if m.endswith(f"-{size}")], tasks, doc.parent / f"{stem}-scores.png"
+    ):
+        lines += [f"![downstream scores]({stem}-scores.png)", ""]
+    lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
+    lines += ["## BERT-Base as published, on paper", ""] + base_estimate()
+    return "\n".join(lines)
+
+
+def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
+    """One row per fine-tuning task of the matrix: mean ± std of the primary metric and the other metrics."""
+    n_seeds = len(matrix.raw.get("seeds", [1]))
+    lines = [f"# {matrix.raw.get('description', matrix.name)}", ""] + _provenance(
+        matrix, results, config_arg, folder
+    )
+    lines += [
+        "| model | task | metric | result | other metrics (last seed) | settings |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for m in [x["name"] for x in matrix.raw["model"]]:
+        for t in matrix.raw.get("task", []):
+            if m not in t.get("models", matrix.raw.get("finetune_models") or [m]):
+                continue
+            xs = seed_scores(results, m, t["name"])
+            last = next((r for n, r in sorted(results.items(), reverse=True)
+                         if n.startswith(f"finetune/{m}/{t['name']}/seed")), None)  # fmt: skip
+            other = ", ".join(f"{k} {v:.2f}" for k, v in (last or {}).get("metrics", {}).items()
+                              if isinstance(v, (int, float)) and not isinstance(v, bool))  # fmt: skip
+            extra = ", ".join(
+                f"test {k} {v:.2f}"
+                for k, v in (last or {}).get("test", {}).items()
+                if k in ("f1", "accuracy")
+            )
+            settings = ", ".join(f"{k} {v}" for k, v in (last or {}).get("hyperparameters", {}).items())
+            lines.append(f"| {m} | {t['name']} | {METRIC_NAMES.get(t.get('task', t['name']), t.get('metric', 'primary'))} | "
+                         f"{fmt(mean_std(xs), len(xs), n_seeds)} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
+    for f in matrix.raw.get("features", []):
+        for v in f.get("variants", []):
+            rs = [
+                r
+                for n, r in sorted(results.items())
+                if n.startswith(f"features/{f['model']}/{v['name']}/seed")
+            ]
+            ms = mean_std([r["primary"] for r in rs])
+            settings = ", ".join(
+                f"{k} {x}" for k, x in (rs[-1].get("hyperparameters", {}) if rs else {}).items()
+            )
+            lines.append(f"| {f['model']} | {f['task']} feature-based ({v['name']}, BiLSTM on frozen layers) | F1 | "
+                         f"{fmt(ms, len(rs), n_seeds)} | | {settings} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    config: str | os.PathLike, results: str | os.PathLike | None = None, doc: str | os.PathLike | None = None
+) -> dict[str, Any]:
+    """Write the report of the matrix ``config`` from its result files; returns what was written."""
+    matrix = load_matrix(config)
+    folder = results_dir(matrix, str(results) if results else None)
+    res = read_results(folder) if folder.is_dir() else {}
+    target = doc or matrix.raw.get("report")
+    if not target:
+        raise UserError(f'{config}: no `report = "..."` path in the config; pass --doc FILE')
+    path = Path(target) if doc else Path(matrix.base / target)
+    kind = matrix.raw.get("report_kind", "paper")
+    if kind not in ("paper", "results"):
+        raise UserError(f"{config}: report_kind must be 'paper' or 'results', not {kind!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config_arg = os.path.relpath(Path(config).resolve(), matrix.base.parent)
+    text = (paper_report if kind == "paper" else results_report)(matrix, res, path, config_arg, folder)
+    with atomic_write(path) as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    return {"report": str(path), "results": len(res), "cells": len(matrix.cells),
+            "figures": sorted(str(p) for p in path.parent.glob(f"{path.stem}-*.png"))}  # fmt: skip

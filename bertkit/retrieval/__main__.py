@@ -1,0 +1,5 @@
+import sys
+
+from .sts import main
+
+sys.exit(main())

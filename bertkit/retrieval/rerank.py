@@ -1,0 +1,151 @@
+"""``bertkit train-rerank``: a cross-encoder (``[CLS] query [SEP] passage [SEP]`` -> one logit) trained with
+binary cross-entropy on (query, passage, label) triples.
+
+The triples come from labelled pairs as they are, or from (query, positive) pairs plus negatives: the
+pair's own ``negatives``, ``sampled`` ones (passages drawn uniformly from the corpus, never the positive)
+and ``hard`` ones (the best-scoring non-positive passages of a bi-encoder, ``hard_negatives_model``).
+The saved model is a Hugging Face sequence-classification dir with ``num_labels=1``: bertkit's
+``CrossEncoder`` and sentence-transformers' ``CrossEncoder`` both load it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+from ..io import atomic_write_json
+from .data import Pair
+
+
+@dataclass
+class RerankSettings:
+    negatives: int = 3  # sampled negatives per query
+    hard_negatives: int = 0  # mined negatives per query (needs hard_negatives_model)
+    epochs: float = 1.0
+    batch_size: int = 32
+    lr: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_length: int = 256
+    seed: int = 0
+    precision: str = "fp32"
+    log_every: int = 10
+
+
+def build_triples(
+    pairs: Sequence[Pair],
+    corpus: Sequence[str],
+    settings: RerankSettings,
+    rng: random.Random,
+    hard_model: Any = None,
+) -> list[tuple[str, str, float]]:
+    """(query, passage, label) triples (see the module docstring); labelled pairs pass through."""
+    if all(p.score is not None for p in pairs):
+        return [(p.query, p.positive, float(p.score)) for p in pairs]
+    if settings.hard_negatives:
+        if hard_model is None:
+            raise UserError("--hard-negatives needs --hard-negatives-model (a bi-encoder to mine with)")
+        from .train_embed import mine_hard_negatives
+
+        mined = mine_hard_negatives(hard_model, pairs, corpus, settings.hard_negatives)
+    else:
+        mined = [Pair(p.query, p.positive) for p in pairs]
+    pool = list(dict.fromkeys(corpus))
+    if settings.negatives and len(pool) < 2:
+        raise UserError("sampled negatives need a corpus of at least 2 passages (--corpus)")
+    triples = []
+    for p, m in zip(pairs, mined):
+        triples.append((p.query, p.positive, 1.0))
+        negs = list(p.negatives) + list(m.negatives)
+        for _ in range(settings.negatives):
+            for _try in range(10):
+                cand = pool[rng.randrange(len(pool))]
+                if cand != p.positive:
+                    negs.append(cand)
+                    break
+        triples.extend((p.query, n, 0.0) for n in negs)
+    return triples
+
+
+def train_rerank(
+    model_dir: str | Path,
+    triples: list[tuple[str, str, float]],
+    out_dir: str | Path,
+    settings: RerankSettings,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fine-tune ``model_dir`` (any BERT dir; a new one-logit head) on the triples; save ``OUT/model``."""
+    from ..heads.finetune import BertForSequenceClassification
+    from ..tokenizer import Tokenizer
+    from ..train import Batches, Trainer, build_optimizer, linear_schedule
+
+    s = settings
+    if len(triples) < s.batch_size:
+        raise UserError(
+            f"{len(triples)} training pairs are fewer than one batch (--batch-size {s.batch_size})"
+        )
+    out_dir = Path(out_dir)
+    model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=1)
+    tok = Tokenizer.from_pretrained(model_dir)
+
+    def collate(items: list[tuple[str, str, float]]) -> dict[str, torch.Tensor]:
+        enc = tok(
+            [q for q, _, _ in items],
+            [p for _, p, _ in items],
+            max_length=s.max_length,
+            padding=True,
+            truncation=True,
+            return_tensors="pt",
+        )
+        return {**dict(enc), "labels": torch.tensor([y for _, _, y in items], dtype=torch.float32)}
+
+    def loss_fn(m, batch):
+        labels = batch.pop("labels")
+        logits = m(**batch).logits[:, 0]
+        loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
+        acc = ((logits > 0).float() == labels).float().sum()
+        return loss, {"accuracy": (acc, float(len(labels)))}
+
+    steps = max(1, math.ceil(len(triples) // s.batch_size * s.epochs))
+    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
+    trainer = Trainer(
+        model,
+        opt,
+        linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps),
+        train_batches=Batches(triples, s.batch_size, collate, seed=s.seed),
+        out_dir=out_dir,
+        max_steps=steps,
+        loss_fn=loss_fn,
+        precision=s.precision,
+        log_every=s.log_every,
+        seed=s.seed,
+        progress=progress,
+        desc="train-rerank",
+    )
+    t0 = time.perf_counter()
+    summary = trainer.fit()
+    seconds = time.perf_counter() - t0
+    model.eval()
+    model.save_pretrained(out_dir / "model")
+    tok.save_pretrained(out_dir / "model")
+    result = {
+        "steps": steps,
+        "triples": len(triples),
+        "positives": sum(1 for t in triples if t[2] > 0.5),
+        "train_seconds": round(seconds, 2),
+        "pairs_per_second": round(steps * s.batch_size / seconds, 2) if seconds > 0 else None,
+        "final_loss": summary.get("loss"),
+        "settings": s.__dict__,
+        "model": str(out_dir / "model"),
+    }
+    atomic_write_json(out_dir / "train_log.json", result)
+    return result

@@ -1,0 +1,191 @@
+"""``bertkit train-embed``: train a bi-encoder on the generic Trainer.
+
+Losses: ``mnrl`` (query/positive pairs, in-batch negatives plus any hard negatives; ``symmetric`` adds the
+passage->query direction), ``cosine`` and ``cosent`` (scored pairs; cosine wants the scores in [0, 1], so
+a file whose scores exceed 1 is divided by its maximum, e.g. STS-B's 0-5).
+
+Hard negatives (``hard_negatives=N``, mnrl only): before training, the *current* model encodes the corpus
+(``corpus`` texts, default every positive of the training file) and each query's top passages are
+searched exactly; the first N that are not its positive (nor textually equal to it) become its negatives.
+Each batch of B queries then scores B positives + B*N negatives.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import UserError
+from ..io import atomic_write_json
+from .bi_encoder import BiEncoder
+from .data import Pair
+from .losses import cosent, cosine_loss, mnrl
+
+logger = logging.getLogger("bertkit")
+LOSSES = ("mnrl", "cosine", "cosent")
+
+
+@dataclass
+class EmbedSettings:
+    loss: str = "mnrl"
+    symmetric: bool = False
+    scale: float = 20.0
+    hard_negatives: int = 0
+    epochs: float = 1.0
+    batch_size: int = 32
+    lr: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    precision: str = "fp32"
+    log_every: int = 10
+
+
+def mine_hard_negatives(
+    model: BiEncoder, pairs: Sequence[Pair], corpus: Sequence[str], n: int, batch_size: int = 64
+) -> list[Pair]:
+    """Each query's ``n`` best-scoring corpus passages under ``model`` that are not its positive -> the pairs
+    with those as ``negatives`` (given negatives are replaced)."""
+    from ..index import exact_search
+
+    corpus = list(dict.fromkeys(corpus))  # unique, order kept
+    docs = model.encode(corpus, batch_size=batch_size, show_progress=True)
+    queries = model.encode([p.query for p in pairs], batch_size=batch_size, show_progress=True)
+    docs /= np.maximum(np.linalg.norm(docs, axis=1, keepdims=True), 1e-12)
+    queries /= np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    _, top = exact_search(docs, queries, min(n + 5, len(corpus)))
+    out = []
+    for p, row in zip(pairs, top):
+        negs = [corpus[j] for j in row if j >= 0 and corpus[j] != p.positive][:n]
+        out.append(Pair(p.query, p.positive, negs, p.score))
+    return out
+
+
+class _Collate:
+    """Examples -> a batch dict of tokenized texts (``q``, ``p``, optional ``n``) and ``scores``."""
+
+    def __init__(self, model: BiEncoder, scored: bool) -> None:
+        self.model, self.scored = model, scored
+
+    def __call__(self, items: list[Pair]) -> dict[str, Any]:
+        batch: dict[str, Any] = {
+            "q": dict(self.model.tokenize([p.query for p in items])),
+            "p": dict(self.model.tokenize([p.positive for p in items])),
+        }
+        negs = [n for p in items for n in p.negatives]
+        if negs and not self.scored:
+            batch["n"] = dict(self.model.tokenize(negs))
+        if self.scored:
+            batch["scores"] = torch.tensor([p.score for p in items], dtype=torch.float32)
+        return batch
+
+
+def _tokens(batch: dict[str, Any]) -> int:
+    return sum(int(v["attention_mask"].sum()) for k, v in batch.items() if isinstance(v, dict))
+
+
+def make_loss_fn(settings: EmbedSettings):
+    """``loss_fn(model, batch)`` for the Trainer."""
+
+    def embed(model, enc: dict) -> torch.Tensor:
+        return model(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))
+
+    def loss_fn(model, batch):
+        q, p = embed(model, batch["q"]), embed(model, batch["p"])
+        if settings.loss == "mnrl":
+            n = embed(model, batch["n"]) if "n" in batch else None
+            return mnrl(q, p, n, scale=settings.scale, symmetric=settings.symmetric)
+        if settings.loss == "cosine":
+            return cosine_loss(q, p, batch["scores"])
+        return cosent(q, p, batch["scores"], scale=settings.scale)
+
+    return loss_fn
+
+
+def train_embed(
+    model: BiEncoder,
+    pairs: list[Pair],
+    out_dir: str | Path,
+    settings: EmbedSettings,
+    corpus: Sequence[str] | None = None,
+    eval_fn=None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train ``model`` on ``pairs``; save it under ``OUT/model`` (sentence-transformers folder) and write
+    ``OUT/train_log.json``. Returns the summary (steps, final loss, pairs/s)."""
+    from ..train import Batches, Trainer, build_optimizer, linear_schedule
+
+    s = settings
+    if s.loss not in LOSSES:
+        raise UserError(f"unknown --loss {s.loss!r}; choose one of {', '.join(LOSSES)}")
+    scored = s.loss in ("cosine", "cosent")
+    if scored and any(p.score is None for p in pairs):
+        raise UserError(f"--loss {s.loss} needs scored pairs (sentence1, sentence2, score)")
+    if not scored and any(p.score is not None for p in pairs):
+        raise UserError(
+            "--loss mnrl needs (query, positive) pairs; scored pairs go with --loss cosine or cosent"
+        )
+    if s.hard_negatives and scored:
+        raise UserError("--hard-negatives works with --loss mnrl only")
+    if s.batch_size < 2 and s.loss != "cosine":
+        raise UserError(f"--batch-size must be >= 2 for --loss {s.loss} (the batch holds the negatives)")
+    if len(pairs) < s.batch_size:
+        raise UserError(f"{len(pairs)} training pairs are fewer than one batch (--batch-size {s.batch_size})")
+    if s.loss == "cosine":
+        top = max(p.score for p in pairs)
+        if top > 1:
+            pairs = [Pair(p.query, p.positive, p.negatives, p.score / top) for p in pairs]
+    out_dir = Path(out_dir)
+    mined_s = 0.0
+    if s.hard_negatives:
+        t0 = time.perf_counter()
+        pairs = mine_hard_negatives(model, pairs, corpus or [p.positive for p in pairs], s.hard_negatives)
+        mined_s = time.perf_counter() - t0
+    batches = Batches(pairs, s.batch_size, _Collate(model, scored), seed=s.seed)
+    steps = max(1, math.ceil(len(pairs) // s.batch_size * s.epochs))
+    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
+    sched = linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps)
+    trainer = Trainer(
+        model,
+        opt,
+        sched,
+        train_batches=batches,
+        out_dir=out_dir,
+        max_steps=steps,
+        loss_fn=make_loss_fn(s),
+        precision=s.precision,
+        log_every=s.log_every,
+        seed=s.seed,
+        tokens_fn=_tokens,
+        eval_fn=eval_fn,
+        progress=progress,
+        desc="train-embed",
+    )
+    t0 = time.perf_counter()
+    summary = trainer.fit()
+    train_s = time.perf_counter() - t0
+    model.eval()
+    model.save(out_dir / "model")
+    result = {
+        "loss_name": s.loss,
+        "steps": steps,
+        "pairs": len(pairs),
+        "pairs_seen": steps * s.batch_size,
+        "train_seconds": round(train_s, 2),
+        "pairs_per_second": round(steps * s.batch_size / train_s, 2) if train_s > 0 else None,
+        "mining_seconds": round(mined_s, 2),
+        "final_loss": summary.get("loss"),
+        "eval": summary.get("eval"),
+        "settings": s.__dict__,
+        "model": str(out_dir / "model"),
+    }
+    atomic_write_json(out_dir / "train_log.json", result)
+    return result

@@ -1,0 +1,138 @@
+"""The report generator works from result files only: fixture results in, tables and verdicts out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bertkit.report import write_report
+
+CONFIG = """
+name = "fixture"
+description = "fixture matrix"
+report = "doc/paper.md"
+report_kind = "paper"
+report_size = "mini"
+corpus = ["c.txt"]
+data_root = "."
+seeds = [1, 2, 3]
+[pretrain]
+preset = "mini"
+tokens = 1000
+[[model]]
+name = "mlm+nsp-mini"
+objective = "mlm+nsp"
+[[model]]
+name = "mlm-mini"
+objective = "mlm"
+[[model]]
+name = "ltr-mini"
+objective = "ltr"
+[[model]]
+name = "ltr+bilstm-mini"
+from = "ltr-mini"
+head = { head_bilstm = true }
+[[model]]
+name = "random-mini"
+random = true
+[[model]]
+name = "transformers-mlm-mini"
+runner = "transformers"
+same_cpu_as = "mlm-mini"
+[[model]]
+name = "mlm+nsp-tiny"
+objective = "mlm+nsp"
+preset = "tiny"
+[[task]]
+name = "SST-2"
+kind = "glue"
+[[task]]
+name = "SQuAD-v1.1"
+kind = "squad"
+[[features]]
+model = "mlm+nsp-mini"
+task = "CoNLL-2003"
+variants = [{ name = "last-hidden", layers = [-1] }]
+[[task]]
+name = "CoNLL-2003"
+kind = "ner"
+"""
+
+SCORES = {  # (model, task): primary per seed
+    ("mlm+nsp-mini", "SST-2"): [80.0, 81.0, 82.0],
+    ("random-mini", "SST-2"): [60.0, 61.0, 62.0],
+    ("mlm+nsp-mini", "SQuAD-v1.1"): [30.0, 31.0, 29.0],
+    ("random-mini", "SQuAD-v1.1"): [29.0, 30.0, 31.0],  # no better than random: must be called out
+    ("ltr-mini", "SQuAD-v1.1"): [10.0, 11.0, 12.0],
+    ("mlm-mini", "SST-2"): [79.0, 80.0],  # one seed missing
+    ("transformers-mlm-mini", "SST-2"): [75.0, 76.0, 77.0],
+}
+
+
+def _pretrain(model: str, layers: int, hidden: int, ppl: float, tokens: int, **extra) -> dict:
+    return {"cell": f"pretrain/{model}", "kind": "pretrain", "model": model, "tokens": tokens, "steps": 10,
+            "primary": 20.0, "metrics": {"mlm_loss": round(__import__("math").log(ppl), 4), "mlm_perplexity": ppl,
+                                          "mlm_accuracy": 0.2}, "model_config": {"num_hidden_layers": layers,
+            "hidden_size": hidden, "num_attention_heads": 4}, "train_cpu_s": 100.0, "commit": "abc1234",
+            "cpu": "Test CPU", "torch": "2.13.0", "threads": 1, "cpu_s": 120.0,
+            "curve": [{"step": s, "tokens": s * 100, "loss": 9 - s / 10, "masked_lm_loss": 8 - s / 10,
+                       "masked_lm_accuracy": s / 100} for s in (10, 20, 30)], **extra}  # fmt: skip
+
+
+def _fixture(tmp_path: Path) -> tuple[Path, Path]:
+    cfg = tmp_path / "m.toml"
+    cfg.write_text(CONFIG)
+    res = tmp_path / "results"
+    res.mkdir()
+    rows = [
+        _pretrain("mlm+nsp-mini", 4, 256, 200.0, 4000),
+        _pretrain("mlm-mini", 4, 256, 210.0, 4000),
+        _pretrain("mlm+nsp-tiny", 2, 128, 300.0, 4000),
+        _pretrain("transformers-mlm-mini", 4, 256, 250.0, 2000, cpu_budget_s=100.0,
+                  runner="transformers 5 (BertForMaskedLM + DataCollatorForLanguageModeling + Trainer)"),
+    ]  # fmt: skip
+    for (m, t), xs in SCORES.items():
+        for i, x in enumerate(xs, 1):
+            rows.append({"cell": f"finetune/{m}/{t}/seed{i}", "kind": "finetune", "model": m, "task": t,
+                         "seed": i, "primary": x, "metrics": {"f1": x}, "commit": "abc1234", "cpu_s": 10.0})  # fmt: skip
+    rows.append({"cell": "features/mlm+nsp-mini/last-hidden/seed1", "kind": "features", "primary": 70.0})
+    for i, r in enumerate(rows):
+        (res / f"{i}.json").write_text(json.dumps(r))
+    return cfg, res
+
+
+def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    out = write_report(cfg, results=res)
+    text = Path(out["report"]).read_text()
+    assert out["report"] == str(tmp_path / "doc" / "paper.md")
+    # Table 5: mean ± sample std, partial seeds flagged, missing cells say so
+    assert "| MLM + NSP (BERT) | 81.0 ± 1.0 | 30.0 ± 1.0 | not yet run |" in text
+    assert "79.5 ± 0.7 (2/3 seeds)" in text
+    # the verdicts: SST-2 reproduces, SQuAD does not (the margin is inside the seeds' spread)
+    assert "SST-2: +20.0 (reproduces)" in text
+    assert "SQuAD-v1.1: +0.0 (does NOT reproduce)" in text
+    assert "mlm+nsp-mini vs ltr-mini: +19.0 (reproduces)" in text
+    assert "CoNLL-2003: not yet run" in text
+    # Table 6 and the size verdict; Table 7 with the paper's numbers beside ours
+    assert "mlm+nsp-tiny 300.0 > mlm+nsp-mini 200.0" in text and "larger is better" in text
+    assert "| feature-based: last-hidden | 70.0 ± 0.0 (1/3 seeds) | 94.9 |" in text
+    # the same-budget comparison: 2x the tokens, lower loss, downstream at least as good
+    assert "2.00x the tokens" in text and "lower: reproduces" in text
+    assert "| SST-2 (acc), fine-tuned by bertkit | 79.5 ± 0.7 (2/3 seeds) | 76.0 ± 1.0 |" in text
+    # provenance and the BERT-Base estimate
+    assert "abc1234" in text and "Test CPU" in text and "torchrun --nproc_per_node 8" in text
+    for png in out["figures"]:
+        assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert {Path(p).name for p in out["figures"]} == {"paper-curves.png", "paper-scores.png"}
+
+
+def test_report_without_results_says_not_yet_run(tmp_path):
+    cfg, _ = _fixture(tmp_path)
+    empty = tmp_path / "none"
+    empty.mkdir()
+    out = write_report(cfg, results=empty, doc=tmp_path / "r.md")
+    text = Path(out["report"]).read_text()
+    assert out["results"] == 0 and out["figures"] == []
+    table5 = text.split("## Table 5")[1].split("The paper's")[0].split("\n", 1)[1]
+    assert "not yet run" in table5 and "±" not in table5
