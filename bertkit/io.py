@@ -156,6 +156,33 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def path_inside(base: str | os.PathLike, relative: Any, where: str) -> Path:
+    """``base / relative`` for a path read from a file in ``base`` (``modules.json``, a shard index): refused
+    with a UserError naming ``where`` when it is absolute, climbs out with ``..``, or leaves ``base`` through a
+    symbolic link, so a model folder can only point inside itself."""
+    base = Path(base)
+    if not isinstance(relative, str):
+        raise UserError(f"{where}: path {relative!r} must be a string")
+    rel = Path(relative)
+    if (
+        rel.is_absolute()
+        or relative.startswith(("/", "\\"))
+        or ".." in rel.parts
+        or ".." in relative.split("\\")
+    ):
+        raise UserError(
+            f"{where}: path {relative!r} points outside {base}; only paths inside the folder are allowed"
+        )
+    target = base / rel
+    try:
+        inside = target.resolve().is_relative_to(base.resolve())
+    except OSError:
+        inside = False
+    if not inside:
+        raise UserError(f"{where}: path {relative!r} leads outside {base} (through a link); refused")
+    return target
+
+
 def resolve_model_dir(path: str | os.PathLike) -> Path:
     """The model directory meant by ``path``: ``path`` itself, or ``path/model`` when ``path`` is the output
     directory of a run (``bertkit finetune``/``pretrain`` write the model there) and has no config.json."""
