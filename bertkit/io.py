@@ -4,6 +4,7 @@ the permissions the umask asks for), UTF-8 reading with a file:line error, and w
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -77,6 +78,12 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise UserError(
             f"{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start}); re-encode the {what} as UTF-8"
         ) from None
+
+
+def open_text(path: str | os.PathLike, what: str = "file", newline: str | None = None) -> io.StringIO:
+    """A drop-in for ``open(path, encoding="utf-8")`` in readers: the whole file checked by :func:`read_text`
+    (UserError naming ``path:line`` when it is not UTF-8 or missing), as a text stream."""
+    return io.StringIO(read_text(path, what), newline=newline)
 
 
 def decode_line(raw: bytes, path: str | os.PathLike, lineno: int) -> str:
