@@ -20,6 +20,8 @@ or ``skipped``/``error`` with a reason):
                                            (a skipped row on a machine without a CUDA device)
 - ``serve``     benchmarks.bench_serve     ``bertkit serve`` /embed on loopback at concurrency 1/16/64, batching
                                            on/off, vs sentence-transformers behind FastAPI (serve engineer)
+- ``index``     benchmarks.bench_index     1M x 384 vectors: FAISS flat / HNSW / IVF-PQ vs exact search (QPS, recall@10)
+- ``embed_train`` benchmarks.bench_embed_train  train-embed vs sentence-transformers' trainer (pairs/s, quality)
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
@@ -42,7 +44,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve")
+SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve", "index", "embed_train")
 ROOT = Path(__file__).resolve().parents[1]
 
 
