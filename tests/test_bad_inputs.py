@@ -85,6 +85,12 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
     (w / "glue_latin1" / "SST-2" / "dev.tsv").write_text(rows)
     (w / "ner.txt").write_text("EU B-ORG\nrejects O\n\nPeter B-PER\n")
     (w / "ner_latin1.txt").write_bytes(b"caf\xe9 O\nrejects O\n")
+    import torch
+
+    from bertkit.train.checkpoint import rng_state, save_checkpoint
+
+    foreign = {"step": 1, "model": {"other.weight": torch.zeros(3)}, "optimizer": {}, "rng": [rng_state()]}
+    save_checkpoint(w / "foreign_run", 1, foreign)  # a valid checkpoint of another model
     (w / "squad.json").write_text(json.dumps({"version": "1.1", "data": []}))
     return w
 
@@ -190,6 +196,8 @@ CASES = [
                     "--quiet"], ["ner_latin1.txt", "UTF-8"]),
     ("squad-doc-stride-too-large", ["finetune", "squad", "--train", "squad.json", "--dev", "squad.json", "--model", M,
                                     "--out", OUT, "--max-seq-length", "128", "--doc-stride", "100"], ["--doc-stride 100", "61"]),
+    ("classify-resume-foreign-checkpoint", [*CLS, "--out", "foreign_run", "--resume", "--checkpoint-every", "1"],
+     ["foreign_run/checkpoints", "does not fit"]),
     # convert / export
     ("convert-out-exists", ["convert", "tf", "nope_ckpt", EX], [EX, "already exists"]),
     ("export-out-exists", ["export", "onnx", M, "existing.txt"], ["existing.txt", "already exists"]),
@@ -251,3 +259,28 @@ def test_a_failed_command_leaves_no_output_dir(tmp_path, tiny_data):
             "--out", str(tmp_path / "new" / "deep"), "--quiet"]  # fmt: skip
     assert main(argv) == 2
     assert not (tmp_path / "new" / "deep").exists()
+
+
+def test_disk_full_is_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from bertkit.cli import main
+    from bertkit.data import vocab
+
+    def full(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "v.txt"))
+
+    monkeypatch.setattr(vocab, "train_vocab", full)
+    (tmp_path / "c.txt").write_text("a b c\n")
+    argv = [
+        "vocab",
+        "--corpus",
+        str(tmp_path / "c.txt"),
+        "--vocab-size",
+        "50",
+        "--out",
+        str(tmp_path / "v.txt"),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"bertkit vocab: error: {tmp_path / 'v.txt'}: No space left on device"]

@@ -20,6 +20,7 @@ Test splits (no labels) keep each row's id (``index``; ``id`` for QQP) as the ex
 from __future__ import annotations
 
 import csv
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,12 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
             il = task.label
         iid = _col(header, task.test_id, path) if is_test and header and task.test_id in header else None
         need = max(i for i in (ia, ib, il, iid) if i is not None)
+        short = [n for n, row in enumerate(rows) if len(row) <= need]
+        if short:  # as in QQP's train file; said with a count, never dropped silently
+            logging.getLogger("bertkit").warning(
+                "%s: skipped %d malformed row(s) with fewer than %d fields (first at line %d)",
+                path, len(short), need + 1, short[0] + 1 + bool(header),
+            )  # fmt: skip
         for n, row in enumerate(rows):
             if len(row) <= need:
                 continue
