@@ -102,6 +102,14 @@ def build_pair(size: str, batch_size: int = 32, seq: int = 128, device: str = "c
     return ours, theirs, batch, check
 
 
+def reference_work_flops(config, batch_size: int, seq: int) -> float:
+    """FLOPs transformers' step spends (forward + backward = 3 x forward): every position of the padded
+    batch through the encoder and full-length attention, and the MLM head dense over all B x T positions.
+    Against :func:`benchmarks.common.training_flops` (ours: real tokens, masked rows only) this gives the
+    ratio the two would reach at equal FLOP/s: the speed-up from work not done."""
+    return training_flops(config, [seq] * batch_size, batch_size * seq)
+
+
 def bench_size(
     size: str,
     repeats: int = 5,
@@ -169,6 +177,7 @@ def bench_size(
             "model_flops_per_call": training_flops(
                 ours.config, batch["attention_mask"].sum(1).tolist(), int((batch["labels"] != -100).sum())
             ),
+            "ref_work_flops_per_call": reference_work_flops(ours.config, batch_size, seq),
             "lengths": batch["attention_mask"].sum(1).tolist(),
             "sequences": batch_size,
             "seq_len": seq,
@@ -217,6 +226,23 @@ def ours_only(size: str, repeats: int = 2, warmup: int = 1, batch_size: int = 32
     }
 
 
+def work(sizes: list[str], batch_size: int = 32, seq: int = 128) -> dict:
+    """FLOPs per step of each size on the bench's batch: ours (``training_flops``) and transformers'
+    (``reference_work_flops``), and their quotient (the ratio at equal FLOP/s)."""
+    from bertkit.config import BertConfig
+
+    out = {}
+    for size in sizes:
+        cfg = BertConfig.preset(size)
+        batch = make_batch(cfg.vocab_size, batch_size, seq)
+        ours = training_flops(
+            cfg, batch["attention_mask"].sum(1).tolist(), int((batch["labels"] != -100).sum())
+        )
+        ref = reference_work_flops(cfg, batch_size, seq)
+        out[size] = {"ours_flops": ours, "transformers_flops": ref, "work_ratio": ref / ours}
+    return out
+
+
 def run(args=None) -> list[dict]:
     """One row per size. ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq."""
     ns = argparse.Namespace(
@@ -261,7 +287,16 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
-    for row in run(p.parse_args(argv)):
+    p.add_argument(
+        "--work-only",
+        action="store_true",
+        help="print each size's FLOPs per step, ours and transformers', for the bench's batch (no timing)",
+    )
+    args = p.parse_args(argv)
+    if args.work_only:
+        print(json.dumps(work(args.sizes, args.batch_size, args.seq), indent=2))
+        return
+    for row in run(args):
         print(json.dumps(row), flush=True)
 
 

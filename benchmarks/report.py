@@ -88,6 +88,23 @@ def section(report: dict[str, Any], source: str) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [_row(r) for r in report["results"]]
+    work = [
+        r for r in report["results"] if r.get("ref_work_flops_per_call") and r.get("model_flops_per_call")
+    ]
+    if work:
+        lines += [
+            "",
+            "Work each side does per pre-training step (FLOPs, `training_flops`): transformers runs the padding "
+            "and the MLM decoder at every position, bertkit neither; the quotient is the ratio the two would "
+            "reach at equal FLOP/s, so a ratio above it comes from faster kernels or precision:",
+            "",
+        ]
+        for r in work:
+            q = r["ref_work_flops_per_call"] / r["model_flops_per_call"]
+            lines.append(
+                f"- {r['name']}: ours {r['model_flops_per_call'] / 1e9:,.0f} GFLOP, transformers "
+                f"{r['ref_work_flops_per_call'] / 1e9:,.0f} GFLOP: **{q:.2f}×** the work"
+            )
     lines += ["", END]
     return "\n".join(lines)
 
