@@ -73,8 +73,9 @@ def run(args: Any) -> list[dict[str, Any]]:
     quick = bool(getattr(args, "quick", False))
     n = int(getattr(args, "n", None) or (100_000 if quick else 1_000_000))
     threads = int(getattr(args, "threads", 2) or 2)
+    min_s = float(getattr(args, "min_seconds", None) or 2.0)  # timing window per measurement
     faiss.omp_set_num_threads(threads)
-    dim, k, nq = 384, 10, 1000
+    dim, k, nq = int(getattr(args, "dim", None) or 384), 10, 1000
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
     base = make_vectors(n + nq, dim, rng)
@@ -85,12 +86,14 @@ def run(args: Any) -> list[dict[str, Any]]:
     common = {"suite": "index", "n": n, "dim": dim, "queries": nq, "k": k, "threads": threads}
 
     # exact references: numpy (ours) and FAISS flat; the same neighbours
-    qps_np, truth_np = _timed_search(lambda x, kk: exact_search(base, x, kk), q[:200], k, min_seconds=1.0)
+    qps_np, truth_np = _timed_search(
+        lambda x, kk: exact_search(base, x, kk), q[:200], k, min_seconds=min_s / 2
+    )
     flat = faiss.IndexFlatIP(dim)
     t0 = time.perf_counter()
     flat.add(base)
     flat_build = time.perf_counter() - t0
-    qps_flat, truth = _timed_search(flat.search, q, k)
+    qps_flat, truth = _timed_search(flat.search, q, k, min_s)
     agree = _recall(truth_np, truth[:200])
     if agree < 0.999:
         from .common import Mismatch
@@ -126,16 +129,17 @@ def run(args: Any) -> list[dict[str, Any]]:
     del flat
     gc.collect()
 
+    nlist = min(1024 if quick else 4096, max(1, n // 50))  # k-means wants >= 39 points per cell
     configs: list[tuple[str, dict[str, Any], list[dict[str, Any]]]] = [
         ("hnsw", {"M": 32, "ef_construction": 80}, [{"ef_search": e} for e in (32, 64, 128, 256)]),
         (
             "ivfpq",
-            {"nlist": 1024 if quick else 4096, "pq_m": 48, "refine": 4.0, "train_size": 200_000},
+            {"nlist": nlist, "pq_m": dim // 8, "refine": 4.0, "train_size": 200_000},
             [{"nprobe": p} for p in (8, 16, 32, 64)],
         ),
         (
             "ivfpq",
-            {"nlist": 1024 if quick else 4096, "pq_m": 48, "refine": 0, "train_size": 200_000},
+            {"nlist": nlist, "pq_m": dim // 8, "refine": 0, "train_size": 200_000},
             [{"nprobe": p} for p in (16, 64)],
         ),
     ]
@@ -155,7 +159,7 @@ def run(args: Any) -> list[dict[str, Any]]:
         for setting in sweep:
             backend.params.update(setting)
             backend._apply_search_params()
-            qps, found = _timed_search(backend.search, q, k)
+            qps, found = _timed_search(backend.search, q, k, min_s)
             rec = _recall(found, truth)
             rows.append(
                 {

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict:
     from bertkit.serving.limits import Limits
     from bertkit.serving.service import InferenceService
 
-    from .common import environment
+    from .bench_serve import machine
     from .inputs import minilm_dir
 
     rows = read_sts(STS_DEV)
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     out["speedup"] = out["float"]["seconds"] / out["int8"]["seconds"]
     out["spearman_change"] = out["int8"]["sts_b_dev_spearman"] - out["float"]["sts_b_dev_spearman"]
     out["max_abs_diff"] = float(np.abs(vectors["float"] - vectors["int8"]).max())
-    env = environment()
-    out["environment"] = {k: env.get(k) for k in ("cpu", "cpu_count", "load_average", "torch")}
+    out["environment"] = machine()
     out["threads"] = args.threads
     out["commit"] = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True

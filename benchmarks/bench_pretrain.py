@@ -102,6 +102,14 @@ def build_pair(size: str, batch_size: int = 32, seq: int = 128, device: str = "c
     return ours, theirs, batch, check
 
 
+def reference_work_flops(config, batch_size: int, seq: int) -> float:
+    """FLOPs transformers' step spends (forward + backward = 3 x forward): every position of the padded
+    batch through the encoder and full-length attention, and the MLM head dense over all B x T positions.
+    Against :func:`benchmarks.common.training_flops` (ours: real tokens, masked rows only) this gives the
+    ratio the two would reach at equal FLOP/s: the speed-up from work not done."""
+    return training_flops(config, [seq] * batch_size, batch_size * seq)
+
+
 def bench_size(
     size: str,
     repeats: int = 5,
@@ -111,9 +119,12 @@ def bench_size(
     device: str = "cpu",
     precision: str = "fp32",
     compile: bool = False,
+    ref_precision: str | None = None,
 ) -> dict:
-    """One pre-training step of each side on ``device`` (``precision``: fp32, or bf16 autocast; ``compile``:
-    both models through torch.compile). Outputs are checked equal in fp32 eval mode first."""
+    """One pre-training step of each side on ``device`` (``precision``: fp32, bf16 autocast, or "auto": what
+    ``bertkit.train.precision.choose_precision`` picks on this machine; ``ref_precision``: transformers'
+    side, default the same; ``compile``: both models through torch.compile). Outputs are checked equal in
+    fp32 eval mode first."""
     import transformers
 
     from bertkit.train.optim import build_optimizer
@@ -121,6 +132,13 @@ def bench_size(
     ours, theirs, batch, check = build_pair(size, batch_size, seq, device)
     ours.train()
     theirs.train()
+    ref_precision = ref_precision or precision
+    chosen = None
+    if precision == "auto":  # what a user's `--precision auto` run gets on this machine
+        from bertkit.train.precision import choose_precision
+
+        chosen = choose_precision(ours, batch, lambda m, b: m(**b).loss, torch.device(device))
+        precision = chosen
     opt_ours = build_optimizer(ours, "adamw", lr=1e-4)
     opt_theirs = build_optimizer(theirs, "adamw", lr=1e-4)
     step_ours, step_theirs = ours, theirs
@@ -128,7 +146,11 @@ def bench_size(
         step_ours, step_theirs = torch.compile(ours), torch.compile(theirs)
     tokens = int(batch["attention_mask"].sum())
     label = f"pretrain step BERT-{size} ({batch_size}x{seq}, 15% masked, NSP, AdamW"
-    label += (f", {precision}" if precision != "fp32" else "") + (", compiled" if compile else "") + ")"
+    if chosen is not None:
+        label += f", ours auto->{chosen} vs ref {ref_precision}"
+    elif precision != "fp32" or ref_precision != precision:
+        label += f", {precision}" + (f" vs ref {ref_precision}" if ref_precision != precision else "")
+    label += (", compiled" if compile else "") + ")"
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.cuda.reset_peak_memory_stats()
@@ -136,7 +158,7 @@ def bench_size(
     result = compare(
         label,
         lambda: _step(step_ours, opt_ours, batch, device, precision),
-        lambda: _step(step_theirs, opt_theirs, batch, device, precision),
+        lambda: _step(step_theirs, opt_theirs, batch, device, ref_precision),
         repeats=repeats,
         warmup=warmup,
         items=tokens,
@@ -148,11 +170,14 @@ def bench_size(
             **check,
             "device": device,
             "precision": precision,
+            "ref_precision": ref_precision,
+            "precision_auto": chosen is not None,
             "compiled": compile,
             "masked_tokens": int((batch["labels"] != -100).sum()),
             "model_flops_per_call": training_flops(
                 ours.config, batch["attention_mask"].sum(1).tolist(), int((batch["labels"] != -100).sum())
             ),
+            "ref_work_flops_per_call": reference_work_flops(ours.config, batch_size, seq),
             "lengths": batch["attention_mask"].sum(1).tolist(),
             "sequences": batch_size,
             "seq_len": seq,
@@ -163,10 +188,71 @@ def bench_size(
     return result
 
 
+def ours_only(size: str, repeats: int = 2, warmup: int = 1, batch_size: int = 32, seq: int = 128) -> dict:
+    """Our fp32 pre-training step alone (no reference: a BERT-base step of transformers takes minutes on 2
+    cores): tokens/s and, through ``model_flops_per_call``, the fraction of the machine's GEMM peak."""
+    import statistics
+    import time
+
+    from bertkit.config import BertConfig
+    from bertkit.heads.pretraining import BertForPreTraining
+    from bertkit.train.optim import build_optimizer
+
+    torch.manual_seed(0)
+    cfg = BertConfig.preset(size)
+    model = BertForPreTraining(cfg).train()
+    opt = build_optimizer(model, "adamw", lr=1e-4)
+    batch = make_batch(cfg.vocab_size, batch_size, seq)
+    for _ in range(warmup):
+        _step(model, opt, batch)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _step(model, opt, batch)
+        times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    tokens = int(batch["attention_mask"].sum())
+    masked = int((batch["labels"] != -100).sum())
+    return {
+        "name": f"pretrain step BERT-{size} ({batch_size}x{seq}), ours only: fraction of GEMM peak",
+        "ratio": None,
+        "ours_s": t,
+        "ours_per_s": tokens / t,
+        "unit": "tokens",
+        "ours_times": times,
+        "precision": "fp32",
+        "model_flops_per_call": training_flops(cfg, batch["attention_mask"].sum(1).tolist(), masked),
+        "goal": "≥ 50% of fp32 GEMM peak",
+    }
+
+
+def work(sizes: list[str], batch_size: int = 32, seq: int = 128) -> dict:
+    """FLOPs per step of each size on the bench's batch: ours (``training_flops``) and transformers'
+    (``reference_work_flops``), and their quotient (the ratio at equal FLOP/s)."""
+    from bertkit.config import BertConfig
+
+    out = {}
+    for size in sizes:
+        cfg = BertConfig.preset(size)
+        batch = make_batch(cfg.vocab_size, batch_size, seq)
+        ours = training_flops(
+            cfg, batch["attention_mask"].sum(1).tolist(), int((batch["labels"] != -100).sum())
+        )
+        ref = reference_work_flops(cfg, batch_size, seq)
+        out[size] = {"ours_flops": ours, "transformers_flops": ref, "work_ratio": ref / ours}
+    return out
+
+
 def run(args=None) -> list[dict]:
     """One row per size. ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq."""
     ns = argparse.Namespace(
-        sizes=["mini", "small"], repeats=5, warmup=2, threads=None, batch_size=32, seq=128
+        sizes=["mini", "small"],
+        repeats=5,
+        warmup=2,
+        threads=None,
+        batch_size=32,
+        seq=128,
+        ours_only_sizes=["base"],
     )
     if args is not None:
         for k, v in (vars(args) if not isinstance(args, dict) else args).items():
@@ -178,7 +264,19 @@ def run(args=None) -> list[dict]:
         return [{"name": "pretrain step", "skipped": "transformers is not installed"}]
     if ns.threads:
         torch.set_num_threads(ns.threads)
-    return [bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq) for s in ns.sizes]
+    rows = [bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq) for s in ns.sizes]
+    from .common import bf16_supported
+
+    if bf16_supported():  # the CPU has native bf16: what `--precision auto` gives, and bf16 on both sides
+        for s in ns.sizes:
+            rows.append(
+                bench_size(
+                    s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
+                )
+            )
+            rows.append(bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16"))
+    rows += [ours_only(s, batch_size=ns.batch_size, seq=ns.seq) for s in ns.ours_only_sizes]
+    return rows
 
 
 def main(argv=None) -> None:
@@ -189,7 +287,16 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
-    for row in run(p.parse_args(argv)):
+    p.add_argument(
+        "--work-only",
+        action="store_true",
+        help="print each size's FLOPs per step, ours and transformers', for the bench's batch (no timing)",
+    )
+    args = p.parse_args(argv)
+    if args.work_only:
+        print(json.dumps(work(args.sizes, args.batch_size, args.seq), indent=2))
+        return
+    for row in run(args):
         print(json.dumps(row), flush=True)
 
 

@@ -173,6 +173,26 @@ def load(port: int, sentences: list[str], concurrency: int, n_requests: int) -> 
     }
 
 
+def machine() -> dict[str, Any]:
+    """CPU model, cores, load and torch version, read directly (kept independent of common.environment)."""
+    import torch
+
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "torch": torch.__version__,
+    }
+
+
 def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """Rounds of one server at one level: the median rate, the worst p99, the median p50, summed counts."""
     return {
@@ -296,20 +316,20 @@ def main(argv: list[str] | None = None) -> None:
         args = p.parse_args(argv[:i] + argv[i + 2 :])
         from bertkit.io import atomic_write_json
 
-        from .common import environment, pin_threads
+        from .common import pin_threads
 
         pin_threads(args.threads)
+        load_before = os.getloadavg()
         rows = run(args)
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
         )
-        env = environment()
         atomic_write_json(
             out,
             {
                 "command": "python -m benchmarks.bench_serve " + " ".join(argv),
                 "commit": commit.stdout.strip(),
-                "environment": {k: env.get(k) for k in ("cpu", "cpu_count", "load_average", "torch")},
+                "environment": {**machine(), "load_average_before": load_before},
                 "rows": rows,
             },
         )

@@ -76,12 +76,31 @@ def environment() -> dict[str, Any]:
         "transformers": transformers.__version__,
         "tokenizers": tokenizers.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "commit": _commit(),
     }
+
+
+def _commit() -> str | None:
+    """The checkout's commit (with "+dirty" when files differ from it), or None outside git."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def cpu_flags() -> list[str]:
     """The ISA flags of the CPU (from /proc/cpuinfo), or [] elsewhere."""
-    from bertkit.kernels.choice import cpu_info
+    from bertkit.tuning import cpu_info
 
     return cpu_info()["flags"]
 
@@ -145,19 +164,24 @@ def training_flops(config: Any, lengths: list[int], masked: int) -> float:
 
 def add_fraction_of_peak(row: dict[str, Any], peaks: dict[str, Any] | None) -> None:
     """Put a row's achieved model FLOP/s (ours and the reference's, from its ``model_flops_per_call``) and
-    their fraction of the machine's GEMM peak (fp32, or bf16 for a bf16 row) into ``row``."""
+    their fraction of the machine's GEMM peak into ``row``: each side against the peak of the precision it
+    ran in (``precision`` / ``ref_precision``: bf16 against the bf16 peak, anything else fp32)."""
     flops_per_call = row.get("model_flops_per_call")
-    if not flops_per_call or not row.get("ours_s") or not row.get("ref_s"):
+    if not flops_per_call:
         return
-    row["ours_flops_per_s"] = flops_per_call / row["ours_s"]
-    row["ref_flops_per_s"] = flops_per_call / row["ref_s"]
-    dtype = "bf16" if row.get("precision") == "bf16" else "fp32"
-    peak = (peaks or {}).get(dtype)
-    if peak:
-        row["peak_dtype"] = dtype
-        row["peak_flops_per_s"] = peak["flops_per_s"]
-        row["ours_fraction_of_peak"] = row["ours_flops_per_s"] / peak["flops_per_s"]
-        row["ref_fraction_of_peak"] = row["ref_flops_per_s"] / peak["flops_per_s"]
+    for side, prec in (
+        ("ours", row.get("precision")),
+        ("ref", row.get("ref_precision", row.get("precision"))),
+    ):
+        if not row.get(f"{side}_s"):
+            continue  # a row timing ours alone
+        achieved = flops_per_call / row[f"{side}_s"]
+        row[f"{side}_flops_per_s"] = achieved
+        dtype = "bf16" if prec == "bf16" else "fp32"
+        peak = (peaks or {}).get(dtype)
+        if peak:
+            row[f"{side}_peak_dtype"] = dtype
+            row[f"{side}_fraction_of_peak"] = achieved / peak["flops_per_s"]
 
 
 # ----------------------------------------------------------------------------------------- checks
@@ -299,22 +323,28 @@ def summary_line(result: dict[str, Any]) -> str:
     parts = [f"{result['name']:<34}"]
     if "ours_per_s" in result:
         unit = result.get("unit", "items")
-        parts.append(
-            f"ours {result['ours_per_s']:>10.1f} {unit}/s  ref {result['ref_per_s']:>10.1f} {unit}/s"
-        )
+        ref = f"{result['ref_per_s']:>10.1f} {unit}/s" if result.get("ref_per_s") else "n/a"
+        parts.append(f"ours {result['ours_per_s']:>10.1f} {unit}/s  ref {ref}")
     if result.get("ours_peak_mb") is not None and result.get("ref_peak_mb") is not None:
         parts.append(f"peak {result['ours_peak_mb']:.0f}/{result['ref_peak_mb']:.0f} MB")
     if result.get("ours_fraction_of_peak") is not None:
         parts.append(
-            f"{result['ours_fraction_of_peak']:.0%}/{result['ref_fraction_of_peak']:.0%} of {result['peak_dtype']} peak"
+            f"peak {result['ours_fraction_of_peak']:.0%} {result['ours_peak_dtype']}"
+            + (
+                f"/{result['ref_fraction_of_peak']:.0%} {result['ref_peak_dtype']}"
+                if result.get("ref_fraction_of_peak") is not None
+                else ""
+            )
         )
     if result.get("ours_mfu") is not None:
         parts.append(f"MFU {result['ours_mfu']:.1%}/{result['ref_mfu']:.1%} (goal>={result['goal_mfu']:.0%})")
     if result.get("goal") is not None:
-        parts.append(f"goal>={result['goal']:.1f}")
+        goal = result["goal"]
+        parts.append(f"goal>={goal:.1f}" if isinstance(goal, (int, float)) else f"goal {goal}")
     if result.get("error"):
         parts.append(f"ERROR {result['error']}")
-    parts.append(f"ratio={result.get('ratio', float('nan')):.2f}")
+    ratio = result.get("ratio")
+    parts.append(f"ratio={ratio:.2f}" if isinstance(ratio, (int, float)) else "ratio=n/a (ours only)")
     return "  ".join(parts)
 
 

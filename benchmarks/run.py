@@ -1,7 +1,12 @@
 """``make bench``: every benchmark side by side with its reference, one summary line each, ending in
 ``ratio=X.XX`` (ours/reference speed, higher is better), and ``bench/results.json`` (written atomically).
 
-    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...]
+    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...] [--doc docs/performance.md]
+
+The run starts by recording the CPU model and ISA flags and measuring the machine's fp32 (and, with native
+bf16, bf16) GEMM peak with a large matmul; each training and inference row then reports its achieved model
+FLOP/s as a fraction of that peak. ``--doc`` rewrites docs/performance.md's results section from the
+output file (``benchmarks/report.py``).
 
 Suites (each a module exposing ``run(args) -> list[dict]``; a dict has at least ``name`` and ``ratio``,
 or ``skipped``/``error`` with a reason):
@@ -15,10 +20,13 @@ or ``skipped``/``error`` with a reason):
                                            (a skipped row on a machine without a CUDA device)
 - ``serve``     benchmarks.bench_serve     ``bertkit serve`` /embed on loopback at concurrency 1/16/64, batching
                                            on/off, vs sentence-transformers behind FastAPI (serve engineer)
+- ``index``     benchmarks.bench_index     1M x 384 vectors: FAISS flat / HNSW / IVF-PQ vs exact search (QPS, recall@10)
+- ``embed_train`` benchmarks.bench_embed_train  train-embed vs sentence-transformers' trainer (pairs/s, quality)
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
-OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``): on a machine shared with other jobs, spinning
+OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, set by ``import bertkit`` for every user, not by the
+bench alone): on a machine shared with other jobs, spinning
 threads that lose their core make every parallel region wait (both sides alike), which made 2-thread
 timings 3x slower and far noisier. Outputs are checked equal before anything is timed; a mismatch is
 reported and makes the exit status 1. Offline: inputs come from ../shared/data and the installed
@@ -36,7 +44,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve")
+SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve", "index", "embed_train")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,6 +55,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None, help="timed rounds per side (default per benchmark)")
     p.add_argument("--only", nargs="+", choices=SUITES, default=None, help="run only these suites")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    p.add_argument(
+        "--doc",
+        type=Path,
+        default=None,
+        help="also rewrite the results section of this markdown file (docs/performance.md) from --out",
+    )
     return p.parse_args(argv)
 
 
@@ -55,7 +69,7 @@ def _suite_args(name: str, args: argparse.Namespace) -> Any:
     if name == "pretrain":
         d: dict[str, Any] = {"threads": args.threads}
         if args.quick:
-            d.update(sizes=["mini"], repeats=args.repeats or 3, warmup=1)
+            d.update(sizes=["mini"], repeats=args.repeats or 3, warmup=1, ours_only_sizes=[])
         elif args.repeats:
             d["repeats"] = args.repeats
         return argparse.Namespace(**d)
@@ -102,8 +116,10 @@ def summary(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    # before torch / tokenizers start their thread pools
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # before torch / tokenizers start their thread pools. OMP_WAIT_POLICY is not set here: `import bertkit`
+    # sets it for every user (bertkit.tuning.PROCESS_DEFAULTS), and the bench gets it the same way below.
+    import bertkit  # noqa: F401
+
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -191,6 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - started
     write(complete=True)
     print(f"wrote {args.out} ({len(results)} results, {total:.0f} s)", flush=True)
+    if args.doc is not None:
+        import json
+
+        from .report import update
+
+        update(args.doc, json.loads(args.out.read_text(encoding="utf-8")), str(args.out))
+        print(f"wrote the results section of {args.doc}", flush=True)
     return 1 if failed else 0
 
 

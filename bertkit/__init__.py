@@ -10,6 +10,11 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+# thread settings that must precede torch's start (the same for users as for `make bench`): bertkit.tuning
+from .tuning import apply_process_defaults as _apply_process_defaults
+
+_apply_process_defaults()
+
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
     "BertConfig": "bertkit.config",

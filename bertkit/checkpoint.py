@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save
 
 from .errors import UserError
-from .io import atomic_write
+from .io import atomic_write, path_inside
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -60,7 +60,7 @@ def load_state_dict(model_dir: str | os.PathLike) -> dict[str, torch.Tensor]:
             index = json.loads(path.read_text(encoding="utf-8"))
             state = {}
             for shard in sorted(set(index["weight_map"].values())):
-                state.update(load_file(str(path.parent / shard)))
+                state.update(load_file(str(path_inside(path.parent, shard, str(path)))))
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except UserError:

@@ -1,15 +1,22 @@
-"""``python -m bertkit.demo`` (what ``make run`` runs): BERT pre-training end to end, offline, in minutes on a CPU.
+"""``python -m bertkit.demo`` (what ``make run`` runs): BERT pre-training end to end, offline, in minutes on a CPU,
+and proof that the model learned.
 
-1. **Corpus.** By default the English documentation that ships with Python itself: the docstrings of
-   the standard library's modules, classes and functions, read from the installation's ``.py`` sources
-   with :mod:`ast` (nothing is imported or downloaded; no text is stored in this repository). One
-   document per module, the original release's format (one sentence per line, blank line between
-   documents). ``--corpus PATH...`` uses your own text files instead (any format ``bertkit prepare`` reads).
+1. **Corpus.** The shared corpora (``../shared/data/corpus``: Gutenberg books + WikiText-2) when they are
+   there, else the English documentation that ships with Python itself: the docstrings of the standard
+   library, read from the installation's ``.py`` sources with :mod:`ast` (nothing imported or downloaded;
+   no text stored in this repository). ``--corpus PATH...`` uses your own text files.
 2. **Vocabulary** (WordPiece, ``bertkit vocab``) and **data** (token shards, ``bertkit prepare``).
-3. **Pre-training** of a small BERT from scratch with MLM + NSP (``bertkit pretrain``), printing the
-   masked-LM accuracy as it rises and evaluating on held-out documents.
-4. **Fill-mask** predictions for a few sentences, and a **report** in ``--out`` (default ``runs/demo``):
-   ``report.json`` (metrics, timings, predictions), ``curves.png``, ``metrics.jsonl``, ``model/``.
+3. **Pre-training** of a small BERT from scratch with MLM + NSP and the small-preset recipe (lr 1e-3, 6%
+   warm-up, batch 16: see :data:`bertkit.pretrain.RECIPES`), for about ``--train-seconds``.
+4. **Did it learn?** Fill-mask accuracy on held-out documents next to the unigram baseline (always the most
+   frequent masked token: what a model that fills every blank with "the" scores), and how many distinct
+   tokens it predicts; fill-mask predictions for a few sentences.
+5. **Does it transfer?** Fine-tunes the pre-trained model and the same model from random initialisation on
+   SST-2 (a 2,000-sentence subset of ``../shared/data/glue/SST-2``; skipped with the reason when absent)
+   and prints both dev accuracies.
+
+The report goes to ``--out`` (default ``runs/demo``): ``report.json`` (metrics, timings, predictions),
+``curves.png``, ``metrics.jsonl``, ``model/``.
 """
 
 from __future__ import annotations
@@ -209,25 +216,76 @@ def tiny_data(
 # -------------------------------------------------------------------------------------------------- main
 
 
+def shared_data() -> Path | None:
+    """``../shared/data`` beside the repository or the working directory, if there."""
+    for base in (Path(__file__).resolve().parents[1], Path.cwd()):
+        cand = base.parent / "shared" / "data"
+        if (cand / "corpus").is_dir():
+            return cand
+    return None
+
+
+def random_model(model_dir: Path, like: Path, seed: int) -> Path:
+    """A model of the same shape and vocabulary as ``like``, randomly initialised (the transfer baseline)."""
+    import shutil
+
+    import torch
+
+    from bertkit.config import BertConfig
+    from bertkit.heads.pretraining import BertForPreTraining
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    BertForPreTraining(BertConfig.from_pretrained(like)).save_pretrained(model_dir)
+    torch.random.set_rng_state(state)
+    for f in like.iterdir():
+        if f.name not in ("config.json", "model.safetensors") and f.is_file():
+            shutil.copyfile(f, model_dir / f.name)
+    return model_dir
+
+
+def transfer(model_dir: Path, random_dir: Path, glue_dir: Path, out: Path, args) -> dict:
+    """SST-2 dev accuracy of the pre-trained and the random model, fine-tuned alike."""
+    from bertkit.tasks.finetune import Settings, finetune
+    from bertkit.tasks.glue import glue_task_data
+
+    task = glue_task_data("SST-2", glue_dir)
+    res = {}
+    for name, d in (("pretrained", model_dir), ("random init", random_dir)):
+        s = Settings(epochs=2, batch_size=32, lr=args.finetune_lr, max_seq_length=64, seed=args.seed,
+                     max_train_examples=args.finetune_examples, progress=not args.quiet)  # fmt: skip
+        r = finetune(task, d, out / f"sst2-{name.split()[0]}", s)
+        res[name] = round(100 * r["metrics"]["accuracy"], 2)
+        print(f"      SST-2 dev accuracy, {name:11s}: {res[name]:.2f}  ({r['train_examples']} training "
+              f"sentences, 2 epochs, {r['seconds']['train']:.0f} s)", flush=True)  # fmt: skip
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bertkit.demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", nargs="+", help="your own text files/directories (default: Python's docs)")
+    ap.add_argument("--corpus", nargs="+", help="your own text files/directories (default: the shared corpora, "
+                    "else Python's docs)")  # fmt: skip
     ap.add_argument("--out", default="runs/demo", help="report directory (default runs/demo)")
     ap.add_argument("--steps", type=int, default=None, help="training steps (default: fit --train-seconds)")
     ap.add_argument(
         "--train-seconds",
         type=float,
-        default=330.0,  # with set-up, `make run` stays well under 10 minutes on 2 cores
-        help="without --steps: time a few steps first and train about this long (clamped to 200..3000 steps)",
+        default=300.0,  # with set-up and two short fine-tunings, `make run` stays under 10 minutes on 2 cores
+        help="without --steps: time a few steps first and train about this long (clamped to 200..6000 steps)",
     )
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the recipe's (16)")
     ap.add_argument("--max-seq-length", type=int, default=64)
-    ap.add_argument("--vocab-size", type=int, default=4000)
+    ap.add_argument("--vocab-size", type=int, default=8000)
     ap.add_argument("--preset", default="mini", help="model size (tiny, mini, small, ...)")
     ap.add_argument(
         "--layers", type=int, default=2, help="override the preset's number of layers (default 2)"
     )
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=None, help="default: the recipe's (1e-3 for mini)")
+    ap.add_argument(
+        "--finetune-examples", type=int, default=2000, help="SST-2 training sentences (default 2000)"
+    )
+    ap.add_argument("--finetune-lr", type=float, default=1e-4)
+    ap.add_argument("--no-finetune", action="store_true", help="skip step 5")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true")
@@ -241,14 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     import shutil
 
-    shutil.rmtree(out / "run", ignore_errors=True)  # the demo always trains afresh
+    for d in ("run", "random-model", "sst2-pretrained", "sst2-random"):
+        shutil.rmtree(out / d, ignore_errors=True)  # the demo always trains afresh
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    shared = shared_data()
 
-    print(f"[1/4] corpus -> {out}", flush=True)
+    print(f"[1/5] corpus -> {out}", flush=True)
     if args.corpus:
         corpus = list(args.corpus)
         corpus_info = {"source": "user", "paths": corpus}
+        probes = corpus_probes(corpus)
+    elif shared is not None:
+        corpus = [str(shared / "corpus" / "gutenberg"), str(shared / "corpus" / "wikitext-2" / "valid.txt")]
+        corpus_info = {"source": "shared corpora (Gutenberg books + WikiText-2 valid)", "paths": corpus}
         probes = corpus_probes(corpus)
     else:
         cfile = out / "corpus" / "python-docs.txt"
@@ -258,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"      {json.dumps({k: v for k, v in corpus_info.items() if k != 'paths'})}", flush=True)
     timings["corpus_s"] = round(time.perf_counter() - t_start, 2)
 
-    print("[2/4] WordPiece vocabulary and token shards", flush=True)
+    print("[2/5] WordPiece vocabulary and token shards", flush=True)
     data_dir, data_info = build_data(
         corpus, out, args.vocab_size, args.max_seq_length, progress=not args.quiet
     )
@@ -267,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bertkit.pretrain import PretrainConfig, pretrain
 
-    # short from-scratch training on a small corpus: dropout only slows it down
+    # short from-scratch training: dropout only slows it down (Cramming); the random baseline shares the config
     overrides = {
         "max_position_embeddings": max(128, args.max_seq_length),
         "hidden_dropout_prob": 0.0,
@@ -275,39 +339,46 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.layers:
         overrides["num_hidden_layers"] = args.layers
+    recipe = PretrainConfig(preset=args.preset, lr=args.lr, batch_size=args.batch_size).with_recipe()
     if args.steps is None:
         per_step = time_one_step(
-            data_dir, args.preset, overrides, args.batch_size, args.max_seq_length, args.lr
+            data_dir, args.preset, overrides, recipe.batch_size, args.max_seq_length, recipe.lr
         )
-        args.steps = int(min(3000, max(200, args.train_seconds / per_step)))
+        args.steps = int(min(6000, max(200, args.train_seconds / per_step)))
         print(
             f"      {per_step * 1000:.0f} ms per step here: {args.steps} steps fit in ~{args.train_seconds:.0f} s"
         )
+    log_every = max(args.steps // 40, 1)
+    # hold out ~10% of the documents (at most 50): enough masked tokens for a fill-mask score that means something
+    n_docs = int(json.loads((data_dir / "manifest.json").read_text())["documents"])
+    valid_documents = min(50, max(1, n_docs // 10))
     cfg = PretrainConfig(
+        valid_documents=valid_documents,
         data=str(data_dir),
         out=str(out / "run"),
         preset=args.preset,
         model_overrides=overrides,
         objective="mlm+nsp",
         steps=args.steps,
-        batch_size=args.batch_size,
+        batch_size=recipe.batch_size,
         max_seq_length=args.max_seq_length,
-        lr=args.lr,
-        warmup=0.06,
+        lr=recipe.lr,
+        warmup=recipe.warmup,
         seed=args.seed,
-        log_every=max(args.steps // 40, 1),
+        log_every=log_every,
         checkpoint_every=max(args.steps // 3, 1),
         eval_every=max(args.steps // 4, 1),
         eval_batches=8,
         progress=not args.quiet,
     )
     print(
-        f"[3/4] pre-training BERT-{args.preset} ({args.layers or 'preset'} layers, MLM + NSP) for {args.steps} steps of "
-        f"{args.batch_size} x {args.max_seq_length} tokens on {torch.get_num_threads()} CPU thread(s)",
+        f"[3/5] pre-training BERT-{args.preset} ({args.layers or 'preset'} layers, MLM + NSP) for {args.steps} steps of "
+        f"{cfg.batch_size} x {args.max_seq_length} tokens, lr {cfg.lr:g} with {cfg.warmup:.0%} warm-up, on "
+        f"{torch.get_num_threads()} CPU thread(s)",
         flush=True,
     )
 
-    every = max(args.steps // 10, 1)
+    every = 4 * log_every  # a line for every 4th log record (steps that are logged)
 
     def show(rec: dict) -> None:
         if rec["step"] % every and rec["step"] != args.steps:
@@ -325,27 +396,31 @@ def main(argv: list[str] | None = None) -> int:
     timings["pretrain_s"] = round(time.perf_counter() - t0, 2)
     rows = [json.loads(ln) for ln in (out / "run" / "metrics.jsonl").read_text().splitlines() if ln.strip()]
     evals = [json.loads(ln) for ln in (out / "run" / "eval.jsonl").read_text().splitlines() if ln.strip()]
-    print("      MLM accuracy by step (train):")
-    for r in rows[:: max(len(rows) // 8, 1)] + (
-        [rows[-1]] if len(rows) % max(len(rows) // 8, 1) != 1 else []
-    ):
-        bar = "#" * int(round(40 * r.get("masked_lm_accuracy", 0)))
-        print(f"      {r['step']:5d} {r.get('masked_lm_accuracy', 0):.3f} {bar}")
     for e in evals:
         print(
             f"      eval @ {e['step']:5d}: MLM acc {e.get('masked_lm_accuracy', float('nan')):.3f}  "
             f"NSP acc {e.get('next_sentence_accuracy', float('nan')):.3f}  loss {e['loss']:.3f}"
         )
 
-    print("[4/4] fill-mask with the pre-trained model", flush=True)
+    print("[4/5] did it learn? fill-mask on held-out documents", flush=True)
     from bertkit.heads.pretraining import BertForMaskedLM, fill_mask
+    from bertkit.mlm_eval import heldout_mlm
     from bertkit.tokenizer import Tokenizer
 
     model_dir = Path(res["model_dir"])
+    t0 = time.perf_counter()
+    held = heldout_mlm(model_dir, data_dir, args.max_seq_length, valid_documents)
+    timings["heldout_s"] = round(time.perf_counter() - t0, 2)
+    learned = held["mlm_accuracy"] > held["unigram_accuracy"] and held["distinct_predictions"] > 1
+    print(
+        f"      held-out fill-mask accuracy {100 * held['mlm_accuracy']:.1f}% vs {100 * held['unigram_accuracy']:.1f}% "
+        f"for the unigram guess (always the most frequent token) on {held['masked_tokens']} masked tokens; "
+        f"{held['distinct_predictions']} distinct tokens predicted; perplexity {held['mlm_perplexity']:.0f}"
+        f" -> {'it learned more than word frequencies' if learned else 'NOT better than the unigram guess'}",
+        flush=True,
+    )
     mlm = BertForMaskedLM.from_pretrained(model_dir)
-    tok = Tokenizer.from_pretrained(model_dir) if hasattr(Tokenizer, "from_pretrained") else None
-    if tok is None:
-        tok = Tokenizer(str(model_dir / "vocab.txt"))
+    tok = Tokenizer.from_pretrained(model_dir)
     predictions = []
     for text in probes:
         preds = fill_mask(mlm, tok, text, top_k=5)
@@ -355,6 +430,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"      {text}\n        -> {tops}")
         predictions.append({"text": text, "predictions": preds[0]})
 
+    glue = shared / "glue" / "SST-2" if shared is not None else None
+    sst2: dict | str
+    if args.no_finetune:
+        sst2 = "skipped (--no-finetune)"
+    elif glue is None or not glue.is_dir():
+        sst2 = "skipped: ../shared/data/glue/SST-2 not found"
+    else:
+        print("[5/5] does it transfer? SST-2, the pre-trained model next to the same model from random init",
+              flush=True)  # fmt: skip
+        t0 = time.perf_counter()
+        rnd = random_model(out / "random-model", model_dir, args.seed)
+        sst2 = transfer(model_dir, rnd, glue, out, args)
+        timings["finetune_s"] = round(time.perf_counter() - t0, 2)
+    if isinstance(sst2, str):
+        print(f"[5/5] {sst2}", flush=True)
+
     timings["total_s"] = round(time.perf_counter() - t_start, 2)
     first, last = rows[0], rows[-1]
     report = {
@@ -363,15 +454,17 @@ def main(argv: list[str] | None = None) -> int:
         "model": {"preset": args.preset, **overrides, "dir": str(model_dir)},
         "train": {
             "steps": args.steps,
-            "batch_size": args.batch_size,
+            "batch_size": cfg.batch_size,
             "max_seq_length": args.max_seq_length,
+            "lr": cfg.lr,
+            "warmup": cfg.warmup,
             "first": first,
             "last": last,
-            "masked_lm_accuracy_rise": round(
-                last.get("masked_lm_accuracy", 0) - first.get("masked_lm_accuracy", 0), 4
-            ),
         },
         "eval": evals,
+        "heldout": held,
+        "learned_beyond_unigram": learned,
+        "sst2_dev_accuracy": sst2,
         "fill_mask": predictions,
         "timings": timings,
         "files": {
@@ -381,14 +474,16 @@ def main(argv: list[str] | None = None) -> int:
     }
     atomic_write_json(out / "report.json", report)
     try:
-        import shutil
-
         shutil.copyfile(out / "run" / "curves.png", out / "curves.png")
     except OSError:
         pass
+    transfer_line = (
+        f"; SST-2 {sst2['pretrained']:.1f} pre-trained vs {sst2['random init']:.1f} random init"
+        if isinstance(sst2, dict) else ""
+    )  # fmt: skip
     print(
-        f"done in {timings['total_s']:.0f} s: MLM accuracy {first.get('masked_lm_accuracy', 0):.3f} -> "
-        f"{last.get('masked_lm_accuracy', 0):.3f}; report {out / 'report.json'}, curves {out / 'curves.png'}",
+        f"done in {timings['total_s']:.0f} s: held-out fill-mask {100 * held['mlm_accuracy']:.1f}% "
+        f"(unigram {100 * held['unigram_accuracy']:.1f}%){transfer_line}; report {out / 'report.json'}",
         flush=True,
     )
     return 0

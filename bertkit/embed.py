@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import UserError
-from .io import atomic_write
+from .io import atomic_write, path_inside
 
 logger = logging.getLogger("bertkit")
 
@@ -171,7 +171,7 @@ def _sentence_transformers_layout(
     dense: list[Dense] = []
     for module in sorted(modules, key=lambda m: m.get("idx", 0)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
-        path = model_dir / module.get("path", "")
+        path = path_inside(model_dir, module.get("path", ""), str(model_dir / "modules.json"))
         if kind == "Transformer":
             transformer_dir = path
         elif kind == "Pooling":

@@ -4,6 +4,7 @@ the permissions the umask asks for), UTF-8 reading with a file:line error, and w
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import os
@@ -77,6 +78,12 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         raise UserError(
             f"{path}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start}); re-encode the {what} as UTF-8"
         ) from None
+
+
+def open_text(path: str | os.PathLike, what: str = "file", newline: str | None = None) -> io.StringIO:
+    """A drop-in for ``open(path, encoding="utf-8")`` in readers: the whole file checked by :func:`read_text`
+    (UserError naming ``path:line`` when it is not UTF-8 or missing), as a text stream."""
+    return io.StringIO(read_text(path, what), newline=newline)
 
 
 def decode_line(raw: bytes, path: str | os.PathLike, lineno: int) -> str:
@@ -154,6 +161,33 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         _fsync_dir(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def path_inside(base: str | os.PathLike, relative: Any, where: str) -> Path:
+    """``base / relative`` for a path read from a file in ``base`` (``modules.json``, a shard index): refused
+    with a UserError naming ``where`` when it is absolute, climbs out with ``..``, or leaves ``base`` through a
+    symbolic link, so a model folder can only point inside itself."""
+    base = Path(base)
+    if not isinstance(relative, str):
+        raise UserError(f"{where}: path {relative!r} must be a string")
+    rel = Path(relative)
+    if (
+        rel.is_absolute()
+        or relative.startswith(("/", "\\"))
+        or ".." in rel.parts
+        or ".." in relative.split("\\")
+    ):
+        raise UserError(
+            f"{where}: path {relative!r} points outside {base}; only paths inside the folder are allowed"
+        )
+    target = base / rel
+    try:
+        inside = target.resolve().is_relative_to(base.resolve())
+    except OSError:
+        inside = False
+    if not inside:
+        raise UserError(f"{where}: path {relative!r} leads outside {base} (through a link); refused")
+    return target
 
 
 def resolve_model_dir(path: str | os.PathLike) -> Path:

@@ -50,7 +50,7 @@ from bertkit.config import BertConfig
 from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
-from bertkit.io import atomic_write_json
+from bertkit.io import atomic_write_json, read_text
 from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
@@ -204,7 +204,7 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: config file not found")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, "config file")
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             import yaml
@@ -376,9 +376,18 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         raise UserError(
             f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
         )
-    vocab_words = vocab_file.read_text(encoding="utf-8").splitlines()
+    vocab_words = read_text(vocab_file, "vocabulary").splitlines()
     manifest_file = data_dir / "manifest.json"
-    manifest = json.loads(manifest_file.read_text(encoding="utf-8")) if manifest_file.is_file() else {}
+    manifest = {}
+    if manifest_file.is_file():
+        try:
+            manifest = json.loads(read_text(manifest_file, "manifest"))
+        except json.JSONDecodeError as e:
+            raise UserError(
+                f"{manifest_file}:{e.lineno}: not valid JSON ({e.msg}); re-run `bertkit prepare --resume`"
+            ) from None
+        if not isinstance(manifest, dict):
+            raise UserError(f"{manifest_file}: expected a JSON object; re-run `bertkit prepare`")
     if cfg.lowercase is not None:
         manifest["lowercase"] = cfg.lowercase
     pad_id = vocab_words.index("[PAD]") if "[PAD]" in vocab_words else 0

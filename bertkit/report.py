@@ -232,6 +232,11 @@ def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
                           f"{r['tokens'] / 1e6:.1f}M | {met['mlm_perplexity']:.1f} | {100 * met['mlm_accuracy']:.1f} | "
                           + " | ".join(scores) + " |"))  # fmt: skip
     out += [line for _, line in sorted(rows)]
+    sample = next((results[f"pretrain/{m}"]["metrics"] for m in sized if f"pretrain/{m}" in results), None)
+    if sample and "masked_tokens" in sample:
+        out += ["", f"Held-out sample: {sample['masked_tokens']} masked tokens in {sample['sequences']} sequences, "
+                "the same masks for every model (a small sample: differences of a few percent in perplexity are "
+                "within its noise)."]  # fmt: skip
     out += ["", "The paper's Table 6 (dev; 1M steps of 128k tokens) for reference:", "",
             "| L | H | A | LM ppl | MNLI-m | MRPC | SST-2 |", "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     out += [
@@ -380,6 +385,12 @@ def recipe_table(matrix: Matrix) -> list[str]:
         out.append(f"| {r['preset']} | {r['lr']:g} | {r['warmup']:g} | {r['batch_size']} x {r['seq']} | {r['steps']} | "
                    f"{r['tokens'] / 1e6:.2f}M | {'0.1' if r.get('dropout', True) else 'off'} | {r['cpu_s']:.0f} | "
                    f"{r['eval_loss']:.3f} | {100 * r['eval_acc']:.1f} |")  # fmt: skip
+    from bertkit.pretrain import RECIPES
+
+    unprobed = [p for p in RECIPES["cpu"] if p not in {r["preset"] for r in rows}]
+    out += ["", "Rows with another sequence length are scored on held-out sequences of that length (not comparable "
+            "with the 128-token rows)." + (f" Not probed: {', '.join(unprobed)} (its rate in `bertkit.pretrain.RECIPES` "
+            "is set by the rule that wider models want lower rates, not measured)." if unprobed else "")]  # fmt: skip
     commits = sorted({f"{r.get('commit')}{'+dirty' if r.get('dirty') else ''}" for r in rows})
     out += [
         "",

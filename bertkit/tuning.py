@@ -26,6 +26,25 @@ from typing import Any
 
 logger = logging.getLogger("bertkit")
 
+# Process settings that must be in place before torch starts its OpenMP pool: `import bertkit` (and so the
+# CLI and `make bench`) sets them unless the user already did. PASSIVE: an idle OpenMP thread sleeps rather
+# than spins. On a machine shared with other jobs, spinning threads that lose their core stall every
+# parallel region: with 2 threads on a shared 2-core machine both bertkit and transformers ran 2-3x slower
+# and far noisier (docs/notes-perf.md). OMP_WAIT_POLICY=ACTIVE in the environment keeps spinning.
+PROCESS_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def apply_process_defaults() -> dict[str, str]:
+    """Set :data:`PROCESS_DEFAULTS` in ``os.environ`` where unset, if torch has not started yet; returns
+    what is in effect (logged at debug level)."""
+    import sys
+
+    if "torch" not in sys.modules:
+        for key, value in PROCESS_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+    return {k: os.environ.get(k, "(unset)") for k in PROCESS_DEFAULTS}
+
+
 CACHE_FILE = "kernels.json"
 
 

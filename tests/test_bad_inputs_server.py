@@ -371,5 +371,16 @@ def test_good_requests_still_work_and_info_has_no_path(servers):
     status, info, _ = server.request("GET", "/info")
     assert status == 200
     assert "/" not in json.dumps({k: v for k, v in info.items() if k != "endpoints"}), info
+    assert server.request("POST", "/embed", {"texts": []})[0] == 422
+    assert server.request("POST", "/embed", {"texts": ["a" * 2001]})[0] == 413
     status, text, _ = server.request("GET", "/metrics")
     assert status == 200 and 'bertkit_errors_total{error_type="validation",status="422"}' in text
+    for name in (
+        'bertkit_requests_total{route="/embed"}',
+        'bertkit_errors_total{error_type="payload_too_large",status="413"}',
+        'bertkit_request_seconds_bucket{le="0.1",route="/embed"}',
+        'bertkit_batch_size_bucket{le="1.0",task="embed"}',
+        'bertkit_tokens_total{task="embed"}',
+        "bertkit_queue_depth 0.0",
+    ):
+        assert name in text, name

@@ -217,3 +217,22 @@ def test_first_use_inside_inference_mode_measures_with_autograd(cache, monkeypat
     finally:
         gemm.use_backend(None)
     assert out.last_hidden_state.shape == (2, 6, 128) and "linear" in tuning.cached_choices()
+
+
+def test_import_bertkit_sets_the_benchs_thread_settings_for_users():
+    import os
+    import subprocess
+    import sys
+
+    code = "import {first}, os; print(os.environ.get('OMP_WAIT_POLICY'))"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+
+    def run(first: str, **extra: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", code.format(first=first)], env=env | extra, capture_output=True, text=True
+        )
+        return out.stdout.strip()
+
+    assert run("bertkit") == "PASSIVE"  # before torch starts: the same setting `make bench` runs with
+    assert run("bertkit", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's own setting wins
+    assert run("torch, bertkit") == "None"  # too late once torch runs: left alone

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import io
 import json
 import logging
 import sys
@@ -29,6 +30,7 @@ SUBCOMMAND_MODULES = (
     "index",
     "experiment",
     "retrieval",
+    "distill",
 )
 
 
@@ -45,6 +47,21 @@ def _fail(command: str | None, message: str) -> int:
     line = " ".join(str(message).split())  # one line, whatever the message held
     print(f"bertkit {command}: error: {line}" if command else f"bertkit: error: {line}", file=sys.stderr)
     return 2
+
+
+def _file_in_traceback(tb) -> str | None:
+    """The name of the file being read where an error was raised: the innermost frame holding an open file
+    (``with open(path) as f``) or a ``path``."""
+    found = None
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, io.IOBase) and isinstance(getattr(value, "name", None), str):
+                found = value.name
+        local_path = tb.tb_frame.f_locals.get("path")
+        if isinstance(local_path, (str, Path)):
+            found = str(local_path)
+        tb = tb.tb_next
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +107,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = args.func(args)
     except UserError as e:
         return _fail(args.command, str(e))
+    except UnicodeDecodeError as e:  # a reader that did not use bertkit.io.read_text: still one line
+        name = _file_in_traceback(e.__traceback__)
+        return _fail(
+            args.command,
+            f"{name or 'input'}: not UTF-8 (byte {e.object[e.start]:#04x}); re-encode it as UTF-8",
+        )
     except OSError as e:
         if e.errno not in _USER_ERRNOS:
             raise

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from . import args as A
 
 
@@ -32,8 +33,11 @@ def info(args: argparse.Namespace) -> dict[str, Any]:
     config = BertConfig.from_pretrained(args.model_dir)
     weights = checkpoint_file(args.model_dir)
     if weights.name == SAFETENSORS:  # count without loading the tensors
-        with safe_open(str(weights), "pt") as f:
-            shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+        try:
+            with safe_open(str(weights), "pt") as f:
+                shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+        except Exception as e:  # noqa: BLE001 - truncated/corrupt headers surface as several error types
+            raise UserError(f"{weights}: cannot read the weights ({type(e).__name__}: {e})") from None
     else:
         shapes = {k: list(v.shape) for k, v in load_state_dict(args.model_dir).items()}
     n_params = 0

@@ -78,7 +78,7 @@ def register(subparsers) -> None:
     p.add_argument("--weight-decay", type=A.non_negative_float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
     p.add_argument("--clip-norm", type=A.non_negative_float)
-    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16", "auto"])
     p.add_argument(
         "--gradient-checkpointing", action="store_true", default=None,
         help="recompute encoder layers in the backward pass (less memory for 512-token phases)",

@@ -39,9 +39,10 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--precision",
-        choices=["fp32", "bf16", "fp16"],
+        choices=["fp32", "bf16", "fp16", "auto"],
         default="fp32",
-        help="bf16: autocast (CPU or GPU); fp16: autocast with a gradient scaler, CUDA only (default fp32)",
+        help="bf16: autocast (CPU or GPU); fp16: autocast with a gradient scaler, CUDA only; auto: bf16 where "
+        "it measured faster on this CPU and its loss agreed, else fp32 (default fp32)",
     )
     p.add_argument(
         "--grad-accum",

@@ -34,7 +34,7 @@ import numpy as np
 
 from bertkit.data.corpus import CorpusStats, expand_paths, iter_documents
 from bertkit.errors import UserError
-from bertkit.io import atomic_write, atomic_write_json
+from bertkit.io import atomic_write, atomic_write_json, path_inside, read_text
 
 __all__ = [
     "prepare",
@@ -69,8 +69,7 @@ def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
 def _read_vocab(vocab_file: Path) -> list[str]:
     if not vocab_file.is_file():
         raise UserError(f"{vocab_file}: vocabulary file not found (train one with `bertkit vocab`)")
-    with open(vocab_file, encoding="utf-8") as f:
-        words = [line.rstrip("\n").rstrip("\r") for line in f]
+    words = [line.rstrip("\r") for line in read_text(vocab_file, "vocabulary").split("\n")]
     while words and not words[-1]:
         words.pop()
     missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in set(words)]
@@ -414,11 +413,15 @@ class ShardSet:
             self.manifest = json.loads(mpath.read_text(encoding="utf-8"))
         except ValueError as e:
             raise UserError(f"{mpath}: corrupted manifest ({e}); re-run `bertkit prepare`") from None
-        if self.manifest.get("format") != "bertkit-shards" or self.manifest.get("version") != FORMAT_VERSION:
+        if (
+            not isinstance(self.manifest, dict)
+            or self.manifest.get("format") != "bertkit-shards"
+            or self.manifest.get("version") != FORMAT_VERSION
+        ):
             raise UserError(
                 f"{mpath}: not a bertkit shard manifest of version {FORMAT_VERSION}; re-run `bertkit prepare`"
             )
-        self.vocab_file = self.data_dir / self.manifest["vocab_file"]
+        self.vocab_file = path_inside(self.data_dir, self.manifest.get("vocab_file"), str(mpath))
         self.vocab_size = int(self.manifest["vocab_size"])
         self.lowercase = bool(self.manifest.get("lowercase", True))
         self._arrays: list[dict[str, np.ndarray]] | None = None
@@ -457,7 +460,9 @@ class ShardSet:
         for rec in self.manifest["shards"]:
             shard = {}
             for key in _ARRAYS:
-                path = self.data_dir / f"{rec['name']}.{key}.npy"
+                path = path_inside(
+                    self.data_dir, f"{rec['name']}.{key}.npy", str(self.data_dir / "manifest.json")
+                )
                 info = rec["files"][key]
                 if not path.is_file():
                     raise UserError(

@@ -1,8 +1,10 @@
 """Cross-request dynamic batching: one queue, N model workers.
 
 A request hands the batcher its sequences (token ids, already tokenised and checked) and blocks until all
-have come back. Each worker waits until the queue holds ``max_batch_tokens`` worth of work or the oldest
-sequence has waited ``max_wait_ms``, then takes a batch:
+have come back. A free worker takes what is queued at once (``max_wait_ms=0``, the default: requests that
+arrive while a batch runs form the next batch, so a busy server batches and an idle one adds no latency),
+or waits until the queue holds ``max_batch_tokens`` worth of work or the oldest sequence has waited
+``max_wait_ms``. A batch holds:
 
 - only sequences of one task (one kind of model call), the task of the oldest waiting request;
 - round-robin over the waiting requests, one sequence from each in turn, so a request with many or long
@@ -46,7 +48,7 @@ class Batcher:
         self,
         run: RunFn,
         max_batch_tokens: int = 16_384,
-        max_wait_ms: float = 5.0,
+        max_wait_ms: float = 0.0,
         workers: int = 1,
         enabled: bool = True,
         on_batch: Callable[[str, int, int], None] | None = None,

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.io import open_text
 from bertkit.tasks.glue import Example
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -23,7 +24,7 @@ def _rows(path: Path) -> tuple[list[dict], list[str]]:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
         rows = []
-        with open(path, encoding="utf-8") as f:
+        with open_text(path, "input file") as f:
             for lineno, line in enumerate(f, 1):
                 if not line.strip():
                     continue
@@ -39,7 +40,7 @@ def _rows(path: Path) -> tuple[list[dict], list[str]]:
         fields = sorted({k for r in rows for k in r})
         return rows, fields
     delimiter = "\t" if suffix == ".tsv" else ","
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, "input file", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         rows = list(reader)
         return rows, list(reader.fieldnames or [])

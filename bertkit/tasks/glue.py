@@ -20,11 +20,13 @@ Test splits (no labels) keep each row's id (``index``; ``id`` for QQP) as the ex
 from __future__ import annotations
 
 import csv
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.io import open_text
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -118,7 +120,7 @@ def get_task(name: str) -> GlueTask:
 def _read_tsv(path: Path) -> list[list[str]]:
     """Rows split on tabs with quotes taken literally; a row with more fields than the first (the header)
     is split again honouring quotes (a quoted field holding a tab) when that gives the header's width."""
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, "GLUE file", newline="") as f:
         lines = f.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -126,11 +128,14 @@ def _read_tsv(path: Path) -> list[list[str]]:
     width = None
     for line in lines:
         line = line.rstrip("\r")
-        row = next(csv.reader([line], delimiter="\t", quoting=csv.QUOTE_NONE), [])
+        row = line.split("\t") if line else []  # what csv's QUOTE_NONE gives, also with a stray \r inside
         if width is None:
             width = len(row)
         elif len(row) > width and '"' in line:
-            quoted = next(csv.reader([line], delimiter="\t", quotechar='"'), [])
+            try:
+                quoted = next(csv.reader([line], delimiter="\t", quotechar='"'), [])
+            except csv.Error:  # e.g. a carriage return inside the line: keep the literal split
+                quoted = []
             if len(quoted) == width:
                 row = quoted
         rows.append(row)
@@ -189,6 +194,12 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
             il = task.label
         iid = _col(header, task.test_id, path) if is_test and header and task.test_id in header else None
         need = max(i for i in (ia, ib, il, iid) if i is not None)
+        short = [n for n, row in enumerate(rows) if len(row) <= need]
+        if short:  # as in QQP's train file; said with a count, never dropped silently
+            logging.getLogger("bertkit").warning(
+                "%s: skipped %d malformed row(s) with fewer than %d fields (first at line %d)",
+                path, len(short), need + 1, short[0] + 1 + bool(header),
+            )  # fmt: skip
         for n, row in enumerate(rows):
             if len(row) <= need:
                 continue

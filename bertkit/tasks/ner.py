@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.io import open_text
 
 
 @dataclass
@@ -37,7 +38,7 @@ def read_conll(path: str | Path, tag_column: int = -1, require_tags: bool = True
             words.clear()
             tags.clear()
 
-    with open(path, encoding="utf-8") as f:
+    with open_text(path, "CoNLL file") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip()
             if not line:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.io import open_text
 
 log = logging.getLogger("bertkit")
 
@@ -142,7 +143,7 @@ def load_squad_json(path_or_data: Any) -> dict:
     else:
         name = os.fspath(path_or_data)
         try:
-            with open(name, encoding="utf-8") as f:
+            with open_text(name, "SQuAD file") as f:
                 data = json.load(f)
         except FileNotFoundError:
             raise UserError(f"{name}: SQuAD file not found") from None

@@ -161,6 +161,12 @@ def _check_settings(**v: Any) -> None:
             f"--max-seq-length {v['max_seq_length']} leaves no room for the context after "
             f"--max-query-length {v['max_query_length']} and 3 special tokens"
         )
+    window = v["max_seq_length"] - min(v["max_query_length"], v["max_seq_length"]) - 3
+    if v["doc_stride"] > window:  # windows that start further apart than they are long skip context
+        raise UserError(
+            f"--doc-stride {v['doc_stride']} is larger than the context window of {window} tokens "
+            "(--max-seq-length - --max-query-length - 3): text between windows would be skipped"
+        )
     if not 0 <= v["warmup_ratio"] < 1:
         raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
 

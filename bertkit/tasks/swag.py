@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.io import open_text
 
 N_CHOICES = 4
 
@@ -27,7 +28,7 @@ def read_swag(path: str | Path, require_label: bool = True) -> list[ChoiceExampl
     path = Path(path)
     if not path.is_file():
         raise UserError(f"SWAG file not found: {path}")
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with open_text(path, "SWAG file", newline="") as f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
         if not fields:

@@ -88,7 +88,7 @@ from bertkit.train.distributed import (
     wrap_model,
 )
 from bertkit.train.logs import plot_curves, truncate_jsonl
-from bertkit.train.precision import PRECISIONS, autocast, check_precision, make_scaler
+from bertkit.train.precision import PRECISIONS, autocast, check_precision, choose_precision, make_scaler
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
@@ -278,7 +278,14 @@ class Trainer:
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
         """Restore a :meth:`state_dict`; ``data=False`` keeps the batch source where it is (a new phase)."""
-        load_full_state(self.model, self.optimizer, state, self._fsdp)
+        try:
+            load_full_state(self.model, self.optimizer, state, self._fsdp)
+        except (RuntimeError, KeyError, ValueError) as e:  # e.g. "size mismatch for ..." from another model
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise UserError(
+                f"the checkpoint in {self.out_dir / 'checkpoints'} does not fit this run's model or optimizer "
+                f"({first}); resume with the settings it was written with, or start a new --out"
+            ) from None
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
@@ -525,6 +532,8 @@ class Trainer:
                 return None
             tokens += self.tokens_fn(batch)
             batch = to_device(batch, self.device)
+            if self.precision == "auto":  # measured on the first batch (bertkit.train.precision)
+                self.precision = choose_precision(self.model, batch, self.loss_fn, self.device)
             sync = m == self.grad_accum - 1 or not hasattr(self.wrapped, "no_sync")
             ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
             with ctx:

@@ -1,0 +1,347 @@
+"""Distillation: a fine-tuned teacher -> a smaller student (``bertkit distill``).
+
+Students: ``layers`` of the teacher (DistilBERT's recipe: the embeddings, the chosen Transformer layers, the
+pooler and the head are copied; e.g. layers 0, 2, 4 of six), or a smaller ``preset`` trained from a random
+start (same vocabulary and labels).
+
+Losses: sequence and token classification use Hinton et al.'s soft targets plus the hard labels,
+``alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE(student, labels)``
+(token tasks over the labelled positions only); sentence embeddings regress the teacher's vectors (MSE, as
+sentence-transformers' MSELoss for model distillation; a Dense layer maps the student to the teacher's
+dimension when they differ).
+
+The report (``OUT/metrics.json``) sets teacher against student: parameters, size on disk, CPU latency at
+batch 1 and throughput at batch 32 on dev examples, and the dev metric.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .errors import UserError
+from .io import atomic_write_json
+
+logger = logging.getLogger("bertkit")
+
+
+@dataclass
+class DistillSettings:
+    temperature: float = 2.0
+    alpha: float = 0.5  # weight of the soft-target loss (1 - alpha: the hard labels)
+    epochs: float = 3.0
+    batch_size: int = 32
+    lr: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    max_seq_length: int = 128
+    seed: int = 0
+    precision: str = "fp32"
+    log_every: int = 10
+    progress: bool = True
+
+
+def parse_student(spec: str) -> tuple[list[int] | None, str | None]:
+    """``"layers:0,2,4"`` -> ([0, 2, 4], None); ``"mini"`` -> (None, "mini")."""
+    from .config import PRESETS
+
+    if spec.startswith("layers:"):
+        try:
+            layers = [int(x) for x in spec.split(":", 1)[1].split(",") if x.strip()]
+        except ValueError:
+            raise UserError(f"--student {spec!r}: expected layers:I,J,K (teacher layer numbers)") from None
+        if not layers:
+            raise UserError(f"--student {spec!r}: name at least one teacher layer")
+        return layers, None
+    if spec not in PRESETS:
+        raise UserError(f"--student {spec!r}: expected layers:I,J,K or a preset ({', '.join(PRESETS)})")
+    return None, spec
+
+
+def student_from_teacher(teacher: nn.Module, layers: Sequence[int]) -> nn.Module:
+    """A copy of ``teacher`` keeping only Transformer ``layers`` (in the given order); every other weight
+    (embeddings, pooler, head) is the teacher's."""
+    n = teacher.config.num_hidden_layers
+    bad = [i for i in layers if not 0 <= i < n]
+    if bad:
+        raise UserError(f"teacher has layers 0..{n - 1}; cannot take {bad}")
+    student = copy.deepcopy(teacher)
+    bert = student.bert if hasattr(student, "bert") else student
+    bert.encoder.layer = nn.ModuleList([bert.encoder.layer[i] for i in layers])
+    student.config.num_hidden_layers = len(layers)
+    if student.config is not bert.config:
+        bert.config.num_hidden_layers = len(layers)
+    return student
+
+
+def student_from_preset(teacher: nn.Module, preset: str, seed: int) -> nn.Module:
+    """The teacher's class at a smaller preset size, randomly initialised from ``seed`` (the global RNG is
+    left as it was), with the teacher's vocabulary size and label set."""
+    from .config import BertConfig
+
+    keep = ("vocab_size", "id2label", "problem_type", "type_vocab_size")
+    extra = {k: getattr(teacher.config, k) for k in keep if hasattr(teacher.config, k)}
+    extra["max_position_embeddings"] = teacher.config.max_position_embeddings
+    cfg = BertConfig.preset(preset, **extra)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return type(teacher)(cfg)
+
+
+def soft_target_loss(
+    student: Tensor, teacher: Tensor, labels: Tensor, temperature: float, alpha: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(total, soft, hard) for logits [N, C] (rows already restricted to the labelled positions).
+
+    soft = T^2 * KL(softmax(teacher/T) || softmax(student/T)) averaged over rows (the T^2 keeps its
+    gradient scale independent of T); hard = cross-entropy with ``labels`` [N]."""
+    t = temperature
+    soft = F.kl_div(
+        F.log_softmax(student / t, -1), F.log_softmax(teacher / t, -1), reduction="batchmean", log_target=True
+    )
+    soft = soft * t * t
+    hard = F.cross_entropy(student, labels)
+    return alpha * soft + (1 - alpha) * hard, soft, hard
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def speed(model: nn.Module, batches: Sequence[dict[str, Tensor]], repeats: int = 1) -> float:
+    """Examples per second of ``model`` over ``batches`` (eval mode, best of ``repeats``)."""
+    model.eval()
+    best = 0.0
+    for _ in range(repeats):
+        t0, n = time.perf_counter(), 0
+        for b in batches:
+            model(**b)
+            n += b["input_ids"].shape[0]
+        best = max(best, n / (time.perf_counter() - t0))
+    return best
+
+
+def _timing_batches(feats: list, kind: str, size: int, count: int, pad_id: int) -> list[dict[str, Tensor]]:
+    from .tasks.encoding import collate
+
+    out = []
+    for i in range(0, min(len(feats), size * count), size):
+        b = collate(feats[i : i + size], kind, pad_id)
+        b.pop("labels", None)
+        out.append(b)
+    return out
+
+
+def distill_task(
+    teacher_dir: str | os.PathLike,
+    student: str,
+    task: Any,
+    out_dir: str | os.PathLike,
+    settings: DistillSettings,
+    max_train_examples: int | None = None,
+) -> dict[str, Any]:
+    """Distil a fine-tuned sequence- or token-classification teacher into ``student`` (see
+    :func:`parse_student`) on ``task`` (a :class:`bertkit.tasks.spec.TaskData`); writes ``OUT/model``,
+    ``OUT/metrics.json``."""
+    from .tasks.encoding import collate, encode
+    from .tasks.evaluation import evaluate
+    from .tasks.finetune import model_class
+    from .tasks.spec import Settings
+    from .tokenizer import Tokenizer
+    from .train import Batches, Trainer, build_optimizer, linear_schedule
+
+    s = settings
+    if task.kind not in ("seq", "token") or task.labels is None or task.multi_label:
+        raise UserError(
+            f"distillation supports single-label sequence and token classification, not {task.name}"
+        )
+    if not 0 <= s.alpha <= 1 or not s.temperature > 0:
+        raise UserError("--alpha must be in [0, 1] and --temperature > 0")
+    out_dir = Path(out_dir)
+    cls = model_class(task.kind)
+    teacher = cls.from_pretrained(teacher_dir).eval()
+    if getattr(teacher, "crf", None) is not None:
+        raise UserError(f"{teacher_dir}: a CRF teacher cannot be distilled yet; fine-tune it without --crf")
+    if teacher.config.num_labels != len(task.labels):
+        raise UserError(
+            f"{teacher_dir}: the teacher has {teacher.config.num_labels} labels, the task {len(task.labels)}"
+        )
+    tok = Tokenizer.from_pretrained(teacher_dir)
+    layers, preset = parse_student(student)
+    model = student_from_teacher(teacher, layers) if layers else student_from_preset(teacher, preset, s.seed)
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+
+    train = task.train
+    if max_train_examples and len(train) > max_train_examples:
+        rng = np.random.default_rng(s.seed)
+        train = [train[i] for i in sorted(rng.choice(len(train), max_train_examples, replace=False))]
+    train_feats = encode(task, tok, train, s.max_seq_length)
+    dev_feats = encode(task, tok, task.dev, s.max_seq_length)
+    pad = tok.pad_token_id
+
+    def loss_fn(m, batch):
+        labels = batch.pop("labels")
+        with torch.no_grad():
+            t_logits = teacher(**batch).logits.float()
+        s_logits = m(**batch).logits.float()
+        if task.kind == "token":
+            keep = labels != -100
+            s_logits, t_logits, labels = s_logits[keep], t_logits[keep], labels[keep]
+        loss, soft, hard = soft_target_loss(s_logits, t_logits, labels, s.temperature, s.alpha)
+        agree = (s_logits.argmax(-1) == t_logits.argmax(-1)).float().sum()
+        return loss, {"soft": soft.detach(), "hard": hard.detach(), "agreement": (agree, float(len(labels)))}
+
+    steps = max(1, math.ceil(len(train_feats) // s.batch_size * s.epochs))
+    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
+    trainer = Trainer(
+        model,
+        opt,
+        linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps),
+        train_batches=Batches(train_feats, s.batch_size, lambda fs: collate(fs, task.kind, pad), seed=s.seed),
+        out_dir=out_dir,
+        max_steps=steps,
+        loss_fn=loss_fn,
+        precision=s.precision,
+        log_every=s.log_every,
+        seed=s.seed,
+        progress=s.progress,
+        desc="distill",
+    )
+    teacher.to(trainer.device)
+    t0 = time.perf_counter()
+    summary = trainer.fit()
+    train_s = time.perf_counter() - t0
+    model.eval()
+    model.save_pretrained(out_dir / "model")
+    tok.save_pretrained(out_dir / "model")
+
+    eval_settings = Settings(max_seq_length=s.max_seq_length, progress=False)
+    report: dict[str, Any] = {"task": task.name, "student": student, "settings": asdict(s), "steps": steps}
+    timing = sorted(dev_feats, key=len)[len(dev_feats) // 4 :]  # skip the shortest quarter: typical lengths
+    one, many = _timing_batches(timing, task.kind, 1, 64, pad), _timing_batches(timing, task.kind, 32, 8, pad)
+    for name, m, path in (("teacher", teacher, Path(teacher_dir)), ("student", model, out_dir / "model")):
+        metrics, _, _ = evaluate(m.cpu(), task, task.dev, dev_feats, eval_settings, pad)
+        weights = path / "model.safetensors"
+        report[name] = {
+            "metrics": metrics,
+            "main": metrics[task.main_metric],
+            "parameters": count_parameters(m),
+            "disk_bytes": weights.stat().st_size if weights.is_file() else None,
+            "layers": m.config.num_hidden_layers,
+            "latency_ms_batch1": round(1000 / speed(m, one), 2),
+            "throughput_batch32": round(speed(m, many), 1),
+        }
+    t, st = report["teacher"], report["student"]
+    report["kept"] = st["main"] / t["main"] if t["main"] else None
+    report["speedup_batch32"] = st["throughput_batch32"] / t["throughput_batch32"]
+    report["speedup_batch1"] = t["latency_ms_batch1"] / st["latency_ms_batch1"]
+    report["train_seconds"] = round(train_s, 1)
+    report["final_loss"] = summary.get("loss")
+    report["torch_threads"] = torch.get_num_threads()
+    atomic_write_json(out_dir / "metrics.json", report)
+    return report
+
+
+def distill_embeddings(
+    teacher_dir: str | os.PathLike,
+    student: str,
+    texts: Sequence[str],
+    out_dir: str | os.PathLike,
+    settings: DistillSettings,
+) -> dict[str, Any]:
+    """A sentence encoder whose vectors regress the teacher's (MSE); ``OUT/model`` is a sentence-transformers
+    folder. The teacher's vectors are computed once, before training."""
+    from .embed import Dense, SentenceEncoder
+    from .model import BertModel
+    from .retrieval.bi_encoder import BiEncoder
+    from .train import Batches, Trainer, build_optimizer, linear_schedule
+
+    s = settings
+    teacher = SentenceEncoder.from_pretrained(teacher_dir)
+    layers, preset = parse_student(student)
+    if layers:
+        bert = student_from_teacher(teacher.model, layers)
+    else:
+        from .config import BertConfig
+
+        cfg = BertConfig.preset(preset, vocab_size=teacher.model.config.vocab_size)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s.seed)
+            bert = BertModel(cfg)
+    dense = [copy.deepcopy(d) for d in teacher.dense]
+    if not dense and bert.config.hidden_size != teacher.dim:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(s.seed)
+            dense = [
+                Dense(bert.config.hidden_size, teacher.dim, activation="torch.nn.modules.linear.Identity")
+            ]
+    model = BiEncoder(
+        bert,
+        teacher.tokenizer,
+        teacher.pooling,
+        dense,
+        teacher.normalize,
+        s.max_seq_length,
+        teacher.lowercase_input,
+    )
+    texts = list(dict.fromkeys(texts))
+    if len(texts) < s.batch_size:
+        raise UserError(f"{len(texts)} texts are fewer than one batch (--batch-size {s.batch_size})")
+    targets = torch.from_numpy(teacher.encode(texts, batch_size=64, show_progress=s.progress))
+    items = list(range(len(texts)))
+
+    def collate(idx: list[int]) -> dict[str, Any]:
+        return {"x": dict(model.tokenize([texts[i] for i in idx])), "y": targets[idx]}
+
+    def loss_fn(m, batch):
+        x = batch["x"]
+        return F.mse_loss(m(x["input_ids"], x["attention_mask"], x.get("token_type_ids")), batch["y"])
+
+    steps = max(1, math.ceil(len(items) // s.batch_size * s.epochs))
+    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
+    trainer = Trainer(
+        model,
+        opt,
+        linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps),
+        train_batches=Batches(items, s.batch_size, collate, seed=s.seed),
+        out_dir=out_dir,
+        max_steps=steps,
+        loss_fn=loss_fn,
+        tokens_fn=lambda b: int(b["x"]["attention_mask"].sum()),
+        log_every=s.log_every,
+        seed=s.seed,
+        progress=s.progress,
+        desc="distill-embed",
+    )
+    summary = trainer.fit()
+    model.eval()
+    model.save(Path(out_dir) / "model")
+    got = model.encode(texts[:256])
+    want = targets[:256].numpy()
+    cos = (got * want).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1), 1e-12)
+    report = {
+        "student": student,
+        "texts": len(texts),
+        "steps": steps,
+        "final_loss": summary.get("loss"),
+        "mean_cosine_to_teacher": float(cos.mean()),
+        "teacher_parameters": count_parameters(teacher.model),
+        "student_parameters": count_parameters(model),
+        "settings": asdict(s),
+    }
+    atomic_write_json(Path(out_dir) / "metrics.json", report)
+    return report

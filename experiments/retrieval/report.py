@@ -1,0 +1,132 @@
+"""Write docs/retrieval-results.md from the result JSONs under experiments/results/retrieval/ (never retype
+a number: rerun this).
+
+    python experiments/retrieval/report.py [--results experiments/results/retrieval] [--out docs/retrieval-results.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _metrics_row(name: str, m: dict) -> str:
+    cells = [f"{m[k]:.1f}" for k in ("recall@1", "recall@5", "recall@10", "mrr@10", "ndcg@10")]
+    return f"| {name} | {m['queries']} | " + " | ".join(cells) + " |"
+
+
+def squad_section(d: Path) -> list[str]:
+    env = _load(d / "env.json") or {}
+    out = ["## SQuAD v1.1 retrieval (train 40 articles, evaluate 8 against all 2,067 paragraphs)", ""]
+    out.append(
+        f"Command: `{env.get('command', 'experiments/retrieval/squad.sh OUT')}`; commit {env.get('commit', '?')}; "
+        f"CPU: {env.get('cpu', '?')}; {env.get('contention', '')}"
+    )
+    out.append("")
+    untrained, trained = _load(d / "eval-untrained.json"), _load(d / "eval-trained.json")
+    out += [
+        "| model | queries | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    if untrained:
+        out.append(_metrics_row("all-MiniLM-L6-v2, untrained (bi-encoder)", untrained["bi_encoder"]))
+    if trained:
+        out.append(_metrics_row("after `bertkit train-embed` (bi-encoder)", trained["bi_encoder"]))
+        if "bi_encoder_reranked_queries" in trained:
+            out.append(
+                _metrics_row(
+                    "after train-embed, the re-ranked queries only", trained["bi_encoder_reranked_queries"]
+                )
+            )
+        if "reranked" in trained:
+            out.append(
+                _metrics_row(
+                    f"+ `bertkit train-rerank` cross-encoder on the top {trained.get('rerank_top')}",
+                    trained["reranked"],
+                )
+            )
+    else:
+        out.append("| after train-embed / re-ranked | (not finished in the session: see below) | | | | | |")
+    te, tr = _load(d / "train-embed.json"), _load(d / "train-rerank.json")
+    out.append("")
+    if te:
+        out.append(
+            f"train-embed: {te['pairs']} pairs, {te['steps']} steps of {te['settings']['batch_size']}, "
+            f"final loss {te['final_loss']:.4f}, {te['pairs_per_second']} pairs/s (contended)."
+        )
+    if tr:
+        out.append(
+            f"train-rerank: {tr['triples']} (query, passage, label) triples ({tr['positives']} positive), "
+            f"{tr['steps']} steps, final loss {tr['final_loss']:.4f}, {tr['pairs_per_second']} pairs/s (contended)."
+        )
+    return out + [""]
+
+
+def index_section(path: Path) -> list[str]:
+    data = _load(path)
+    out = ["## Vector index: 1,000,000 x 384 random-projection vectors", ""]
+    if not data:
+        return out + ["(no result file: the benchmark did not finish in the session)", ""]
+    env = data.get("environment", {})
+    out.append(
+        f"Command: `{data.get('command')}`; CPU: {env.get('cpu')}; load average at start "
+        f"{env.get('load_average')} (contended when > 2)."
+    )
+    out += [
+        "",
+        "| index | params | build s | memory MB | QPS | recall@10 | x exact QPS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in data["results"]:
+        out.append(
+            f"| {r['name']} | {json.dumps(r.get('params', {}))} | {r.get('build_s', '')} | "
+            f"{r.get('memory_mb', '')} | {r['ours']} | {r['recall@10']} | {r['ratio']:.2f} |"
+        )
+    return out + [""]
+
+
+def embed_train_section(path: Path) -> list[str]:
+    data = _load(path)
+    out = ["## train-embed vs sentence-transformers' trainer", ""]
+    if not data:
+        return out + ["(no result file)", ""]
+    env = data.get("environment", {})
+    out.append(
+        f"Command: `{data.get('command')}`; CPU: {env.get('cpu')}; load average {env.get('load_average')}."
+    )
+    out.append("")
+    for r in data["results"]:
+        out.append(
+            f"- {r['name']}: bertkit {r['ours']} pairs/s, sentence-transformers {r['reference']} pairs/s "
+            f"(ratio {r['ratio']:.2f}); quality on {r['eval_queries']} held-out questions x "
+            f"{r['eval_corpus']} paragraphs: bertkit {r['quality_ours']}, sentence-transformers "
+            f"{r['quality_reference']}, untrained {r['quality_untrained']}."
+        )
+    return out + [""]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--results", type=Path, default=ROOT / "experiments" / "results" / "retrieval")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "retrieval-results.md")
+    a = p.parse_args()
+    lines = ["# Retrieval results (generated by experiments/retrieval/report.py; do not edit)", ""]
+    lines += squad_section(a.results / "squad")
+    lines += index_section(a.results / "index-1m.json")
+    lines += embed_train_section(a.results / "embed-train.json")
+    a.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(a.out)
+
+
+if __name__ == "__main__":
+    main()

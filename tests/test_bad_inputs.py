@@ -1,0 +1,286 @@
+"""The command line's bad-input battery: every case is a real `bertkit` process (forked after one import, see
+tests/badinput.py) given one bad argument, file or folder; each must exit 2 with one line naming the
+file/field/limit, print no traceback, and leave the workspace exactly as it was (no output created, nothing
+overwritten). The server's cases are in tests/test_bad_inputs_server.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from badinput import assert_refused, run_forked, snapshot
+
+LATIN1 = "Café naïve déjà vu\n\nsecond document here\n".encode("latin-1")
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
+    """A workspace holding every input the cases need, good and bad."""
+    w = tmp_path_factory.mktemp("bad_inputs")
+    shutil.copytree(tiny_data, w / "data")
+    shutil.copytree(tiny_model, w / "model")
+    (w / "corpus.txt").write_text("The first sentence.\nA second one.\n\nAnother document.\nIt ends.\n")
+    (w / "latin1.txt").write_bytes(LATIN1)
+    shutil.copy(tiny_data / "vocab.txt", w / "vocab.txt")
+    (w / "vocab_latin1.txt").write_bytes(
+        (tiny_data / "vocab.txt").read_bytes() + "caf\xe9\n".encode("latin-1")
+    )
+    (w / "existing.txt").write_text("keep me\n")
+    (w / "existing_out").mkdir()
+    (w / "existing_out" / "metrics.json").write_text('{"keep": true}\n')
+    (w / "badtype.toml").write_text('steps = "many"\n')
+    (w / "invalid.toml").write_text("steps = = 3\n")
+    (w / "unknown.toml").write_text("stepz = 3\n")
+    (w / "neglr.toml").write_text("lr = -1.0\n")
+    (w / "badphase.toml").write_text("[[phases]]\nsteps = 0\n")
+    (w / "corrupt_data").mkdir()
+    (w / "corrupt_data" / "manifest.json").write_text('{"format": "bertkit-shards", "shards": [')
+    shutil.copy(tiny_data / "vocab.txt", w / "corrupt_data" / "vocab.txt")
+    (w / "novocab_data").mkdir()
+    shutil.copy(tiny_data / "manifest.json", w / "novocab_data" / "manifest.json")
+    (w / "trunc_model").mkdir()
+    shutil.copy(tiny_model / "config.json", w / "trunc_model" / "config.json")
+    data = (tiny_model / "model.safetensors").read_bytes()
+    (w / "trunc_model" / "model.safetensors").write_bytes(data[: len(data) // 3])
+    (w / "escape_st").mkdir()
+    (w / "escape_st" / "modules.json").write_text(
+        json.dumps(
+            [{"idx": 0, "name": "0", "path": "../model", "type": "sentence_transformers.models.Transformer"}]
+        )
+    )
+    (w / "abs_st").mkdir()
+    (w / "abs_st" / "modules.json").write_text(
+        json.dumps(
+            [
+                {
+                    "idx": 0,
+                    "name": "0",
+                    "path": str(w / "model"),
+                    "type": "sentence_transformers.models.Transformer",
+                }
+            ]
+        )
+    )
+    (w / "escape_shards").mkdir()
+    shutil.copy(tiny_model / "config.json", w / "escape_shards" / "config.json")
+    (w / "escape_shards" / "model.safetensors.index.json").write_text(
+        json.dumps(
+            {
+                "metadata": {},
+                "weight_map": {"embeddings.word_embeddings.weight": "../model/model.safetensors"},
+            }
+        )
+    )
+    (w / "surrogate.jsonl").write_text('{"text": "ok"}\n{"text": "bad \\ud800 here"}\n')
+    (w / "texts.txt").write_text("one text\nanother text\n")
+    (w / "train.csv").write_text("text,label\n" + "good fine,1\nbad poor,0\n" * 4)
+    (w / "glue" / "SST-2").mkdir(parents=True)
+    rows = "sentence\tlabel\ngood movie\t1\nbad movie\t0\n"
+    (w / "glue" / "SST-2" / "train.tsv").write_text(rows)
+    (w / "glue" / "SST-2" / "dev.tsv").write_text(rows + "odd movie\t7\n")
+    (w / "glue_latin1" / "SST-2").mkdir(parents=True)
+    (w / "glue_latin1" / "SST-2" / "train.tsv").write_bytes(b"sentence\tlabel\ncaf\xe9 movie\t1\nbad\t0\n")
+    (w / "glue_latin1" / "SST-2" / "dev.tsv").write_text(rows)
+    (w / "ner.txt").write_text("EU B-ORG\nrejects O\n\nPeter B-PER\n")
+    (w / "ner_latin1.txt").write_bytes(b"caf\xe9 O\nrejects O\n")
+    import torch
+
+    from bertkit.train.checkpoint import rng_state, save_checkpoint
+
+    foreign = {"step": 1, "model": {"other.weight": torch.zeros(3)}, "optimizer": {}, "rng": [rng_state()]}
+    save_checkpoint(w / "foreign_run", 1, foreign)  # a valid checkpoint of another model
+    (w / "squad.json").write_text(json.dumps({"version": "1.1", "data": []}))
+    return w
+
+
+M, D, OUT, EX = "model", "data", "new_out", "existing_out"  # paths relative to the workspace
+CLS = ["finetune", "classify", "--train", "train.csv", "--dev", "train.csv", "--model", M, "--quiet"]
+PRE = ["pretrain", "--data", D, "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--quiet",
+       "--max-seq-length", "64"]  # fmt: skip
+PREP = ["prepare", "--corpus", "corpus.txt", "--vocab", "vocab.txt", "--quiet"]
+VOC = ["vocab", "--corpus", "corpus.txt", "--quiet"]
+
+# (case id, argv, words the one error line must contain)
+CASES = [
+    # vocab
+    ("vocab-size-negative", [*VOC, "--vocab-size", "-5", "--out", "v.txt"], ["--vocab-size", "-5"]),
+    ("vocab-size-not-int", [*VOC, "--vocab-size", "many", "--out", "v.txt"], ["--vocab-size", "many"]),
+    ("vocab-min-frequency-0", [*VOC, "--vocab-size", "50", "--min-frequency", "0", "--out", "v.txt"],
+     ["--min-frequency"]),
+    ("vocab-out-exists", [*VOC, "--vocab-size", "50", "--out", "existing.txt"], ["existing.txt", "already exists"]),
+    ("vocab-corpus-missing", ["vocab", "--corpus", "nope.txt", "--vocab-size", "50", "--out", "v.txt"], ["nope.txt"]),
+    ("vocab-corpus-latin1", ["vocab", "--corpus", "latin1.txt", "--vocab-size", "50", "--out", "v.txt"],
+     ["latin1.txt", "UTF-8"]),
+    ("vocab-size-tiny", [*VOC, "--vocab-size", "2", "--out", "v.txt"], ["--vocab-size"]),
+    # prepare
+    ("prepare-max-seq-negative", [*PREP, "--out", OUT, "--max-seq-length", "-1"], ["--max-seq-length", "-1"]),
+    ("prepare-shard-size-negative", [*PREP, "--out", OUT, "--shard-size-mb", "-1"], ["--shard-size-mb"]),
+    ("prepare-shard-size-nan", [*PREP, "--out", OUT, "--shard-size-mb", "nan"], ["--shard-size-mb", "finite"]),
+    ("prepare-mlm-prob-2", [*PREP, "--out", OUT, "--masked-lm-prob", "2"], ["--masked-lm-prob", "probability"]),
+    ("prepare-short-seq-prob-negative", [*PREP, "--out", OUT, "--short-seq-prob", "-0.1"], ["--short-seq-prob"]),
+    ("prepare-workers-0", [*PREP, "--out", OUT, "--workers", "0"], ["--workers"]),
+    ("prepare-dupe-factor-0", [*PREP, "--out", OUT, "--dupe-factor", "0"], ["--dupe-factor"]),
+    ("prepare-max-predictions-0", [*PREP, "--out", OUT, "--max-predictions-per-seq", "0"],
+     ["--max-predictions-per-seq"]),
+    ("prepare-out-is-file", [*PREP, "--out", "existing.txt"], ["existing.txt", "is a file"]),
+    ("prepare-out-exists", [*PREP, "--out", EX], [EX, "already exists"]),
+    ("prepare-vocab-latin1", ["prepare", "--corpus", "corpus.txt", "--vocab", "vocab_latin1.txt", "--out", OUT],
+     ["vocab_latin1.txt", "UTF-8"]),
+    ("prepare-vocab-missing", ["prepare", "--corpus", "corpus.txt", "--vocab", "nope.txt", "--out", OUT],
+     ["nope.txt"]),
+    ("prepare-corpus-latin1", ["prepare", "--corpus", "latin1.txt", "--vocab", "vocab.txt", "--out", OUT],
+     ["latin1.txt", "UTF-8"]),
+    ("prepare-resume-nothing", [*PREP, "--out", OUT, "--resume"], ["--resume", "nothing to resume"]),
+    # pretrain
+    ("pretrain-lr-negative", [*PRE, "--out", OUT, "--lr", "-1"], ["--lr", "-1"]),
+    ("pretrain-lr-nan", [*PRE, "--out", OUT, "--lr", "nan"], ["--lr", "finite"]),
+    ("pretrain-steps-0", [*PRE, "--out", OUT, "--steps", "0"], ["--steps"]),
+    ("pretrain-batch-negative", [*PRE, "--out", OUT, "--batch-size", "-2"], ["--batch-size"]),
+    ("pretrain-warmup-negative", [*PRE, "--out", OUT, "--warmup", "-1"], ["--warmup"]),
+    ("pretrain-mlm-prob-0", [*PRE, "--out", OUT, "--masked-lm-prob", "0"], ["--masked-lm-prob"]),
+    ("pretrain-toml-wrong-type", ["pretrain", "--data", D, "--out", OUT, "--config", "badtype.toml"],
+     ["badtype.toml", "steps", "integer"]),
+    ("pretrain-toml-invalid", [*PRE, "--out", OUT, "--config", "invalid.toml"], ["invalid.toml", "TOML"]),
+    ("pretrain-toml-unknown", [*PRE, "--out", OUT, "--config", "unknown.toml"], ["unknown.toml", "stepz"]),
+    ("pretrain-toml-negative-lr", ["pretrain", "--data", D, "--out", OUT, "--config", "neglr.toml"],
+     ["neglr.toml", "lr"]),
+    ("pretrain-toml-bad-phase", ["pretrain", "--data", D, "--out", OUT, "--config", "badphase.toml"],
+     ["badphase.toml", "phase 1", "steps"]),
+    ("pretrain-config-missing", [*PRE, "--out", OUT, "--config", "nope.toml"], ["nope.toml"]),
+    ("pretrain-corrupt-manifest", ["pretrain", "--data", "corrupt_data", "--out", OUT, "--preset", "tiny"],
+     ["corrupt_data", "manifest.json"]),
+    ("pretrain-no-vocab", ["pretrain", "--data", "novocab_data", "--out", OUT, "--preset", "tiny"],
+     ["novocab_data", "vocab"]),
+    ("pretrain-data-missing", ["pretrain", "--data", "nope_dir", "--out", OUT], ["nope_dir"]),
+    ("pretrain-out-exists", [*PRE, "--out", EX], [EX, "already exists"]),
+    ("pretrain-out-is-file", [*PRE, "--out", "existing.txt"], ["existing.txt", "is a file"]),
+    ("pretrain-resume-nothing", [*PRE, "--out", OUT, "--resume"], ["nothing to resume"]),
+    # info / tokenize
+    ("tokenize-max-length-negative", ["tokenize", M, "hello world", "--max-length", "-3"], ["--max-length", "-3"]),
+    ("tokenize-max-length-too-small", ["tokenize", M, "hello world", "--max-length", "1"], ["max_length 1", "too small"]),
+    ("tokenize-pair-max-length-too-small", ["tokenize", M, "a b", "c d", "--max-length", "3"], ["max_length 3"]),
+    ("info-truncated-weights", ["info", "trunc_model"], ["trunc_model", "model.safetensors"]),
+    ("info-missing-dir", ["info", "nope_model"], ["nope_model"]),
+    ("info-shard-index-escapes", ["info", "escape_shards"], ["escape_shards", "outside"]),
+    # embed / features / predict
+    ("embed-input-latin1", ["embed", M, "--input", "latin1.txt", "--out", "e.npy"], ["latin1.txt", "UTF-8"]),
+    ("embed-input-surrogate", ["embed", M, "--input", "surrogate.jsonl", "--out", "e.npy"], ["surrogate"]),
+    ("embed-out-exists", ["embed", M, "--input", "texts.txt", "--out", "existing.txt"], ["existing.txt", "already exists"]),
+    ("embed-batch-size-0", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--batch-size", "0"], ["--batch-size"]),
+    ("embed-input-missing", ["embed", M, "--input", "nope.txt", "--out", "e.npy"], ["nope.txt"]),
+    ("embed-modules-json-climbs-out", ["embed", "escape_st", "--input", "texts.txt", "--out", "e.npy"],
+     ["modules.json", "outside"]),
+    ("embed-modules-json-absolute", ["embed", "abs_st", "--input", "texts.txt", "--out", "e.npy"],
+     ["modules.json", "outside"]),
+    ("features-input-latin1", ["features", M, "--input", "latin1.txt", "--out", "f.jsonl"], ["latin1.txt", "UTF-8"]),
+    ("features-out-exists", ["features", M, "--input", "texts.txt", "--out", "existing.txt"], ["already exists"]),
+    ("predict-max-seq-length-2", ["predict", M, "--input", "texts.txt", "--out", "p.jsonl", "--max-seq-length", "2"],
+     ["--max-seq-length"]),
+    ("predict-out-exists", ["predict", M, "--input", "texts.txt", "--out", "existing.txt"], ["already exists"]),
+    # finetune
+    ("classify-out-exists", [*CLS, "--out", EX], [EX, "already exists"]),
+    ("classify-resume-nothing", [*CLS, "--out", OUT, "--resume"], ["nothing to resume"]),
+    ("classify-epochs-0", [*CLS, "--out", OUT, "--epochs", "0"], ["--epochs"]),
+    ("classify-lr-negative", [*CLS, "--out", OUT, "--lr", "-1"], ["--lr"]),
+    ("classify-max-seq-length-1000", [*CLS, "--out", OUT, "--max-seq-length", "1000"], ["--max-seq-length"]),
+    ("classify-checkpoint-every-negative", [*CLS, "--out", OUT, "--checkpoint-every", "-1"], ["--checkpoint-every"]),
+    ("classify-train-missing", ["finetune", "classify", "--train", "nope.csv", "--dev", "train.csv", "--model", M,
+                                "--out", OUT], ["nope.csv"]),
+    ("glue-label-outside-set", ["finetune", "glue", "--task", "SST-2", "--data-dir", "glue/SST-2", "--model", M,
+                                "--out", OUT, "--quiet"], ["dev.tsv", "7"]),
+    ("glue-latin1", ["finetune", "glue", "--task", "SST-2", "--data-dir", "glue_latin1/SST-2", "--model", M,
+                     "--out", OUT, "--quiet"], ["train.tsv", "UTF-8"]),
+    ("ner-latin1", ["finetune", "ner", "--train", "ner_latin1.txt", "--dev", "ner.txt", "--model", M, "--out", OUT,
+                    "--quiet"], ["ner_latin1.txt", "UTF-8"]),
+    ("squad-doc-stride-too-large", ["finetune", "squad", "--train", "squad.json", "--dev", "squad.json", "--model", M,
+                                    "--out", OUT, "--max-seq-length", "128", "--doc-stride", "100"], ["--doc-stride 100", "61"]),
+    ("classify-resume-foreign-checkpoint", [*CLS, "--out", "foreign_run", "--resume", "--checkpoint-every", "1"],
+     ["foreign_run/checkpoints", "does not fit"]),
+    # convert / export
+    ("convert-out-exists", ["convert", "tf", "nope_ckpt", EX], [EX, "already exists"]),
+    ("export-out-exists", ["export", "onnx", M, "existing.txt"], ["existing.txt", "already exists"]),
+]  # fmt: skip
+
+
+def test_battery_has_enough_cases():
+    assert len(CASES) >= 55 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.fixture(scope="module")
+def results(ws, tmp_path_factory):
+    before = snapshot(ws)
+    logs = tmp_path_factory.mktemp("bad_inputs_logs")
+    out = run_forked([{"argv": argv, "cwd": ws, "watch": ws} for _, argv, _ in CASES], logs)
+    return {"cases": dict(zip([c[0] for c in CASES], out)), "before": before, "after": snapshot(ws)}
+
+
+def test_no_case_wrote_or_changed_anything(results):
+    # sha256 of every file in the workspace, before and after all the cases
+    before, after = results["before"], results["after"]
+    assert {k for k in after if before.get(k) != after[k]} | {k for k in before if k not in after} == set()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_in_one_line(case, results, ws):
+    name, _, needles = case
+    r = results["cases"][name]
+    assert_refused(r, *needles)
+    assert not r["changed"], "the workspace changed"
+    assert not (ws / OUT).exists() and not (ws / "v.txt").exists() and not (ws / "e.npy").exists()
+
+
+def test_overwrite_replaces_and_a_failed_overwrite_puts_the_old_output_back(tmp_path, tiny_data):
+    from bertkit.cli import main
+
+    (tmp_path / "c.txt").write_text("The first sentence.\nA second one.\n\nAnother document.\n")
+    (tmp_path / "bad.txt").write_bytes(LATIN1)
+    old = tmp_path / "d"
+    old.mkdir()
+    (old / "keep.txt").write_text("old run")
+    base = ["prepare", "--vocab", str(tiny_data / "vocab.txt"), "--out", str(old), "--quiet", "--overwrite"]
+    assert main([*base, "--corpus", str(tmp_path / "bad.txt")]) == 2  # fails after it started writing
+    assert (
+        snapshot(tmp_path) == {**snapshot(tmp_path), "d": "dir"}
+        and (old / "keep.txt").read_text() == "old run"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "c.txt", "d"]  # no temp or backup left
+    assert main([*base, "--corpus", str(tmp_path / "c.txt")]) == 0
+    assert not (old / "keep.txt").exists() and (old / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.txt", "c.txt", "d"]
+
+
+def test_a_failed_command_leaves_no_output_dir(tmp_path, tiny_data):
+    from bertkit.cli import main
+
+    (tmp_path / "bad.txt").write_bytes(LATIN1)
+    argv = ["prepare", "--corpus", str(tmp_path / "bad.txt"), "--vocab", str(tiny_data / "vocab.txt"),
+            "--out", str(tmp_path / "new" / "deep"), "--quiet"]  # fmt: skip
+    assert main(argv) == 2
+    assert not (tmp_path / "new" / "deep").exists()
+
+
+def test_disk_full_is_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from bertkit.cli import main
+    from bertkit.data import vocab
+
+    def full(*args, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "v.txt"))
+
+    monkeypatch.setattr(vocab, "train_vocab", full)
+    (tmp_path / "c.txt").write_text("a b c\n")
+    argv = [
+        "vocab",
+        "--corpus",
+        str(tmp_path / "c.txt"),
+        "--vocab-size",
+        "50",
+        "--out",
+        str(tmp_path / "v.txt"),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"bertkit vocab: error: {tmp_path / 'v.txt'}: No space left on device"]

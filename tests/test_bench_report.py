@@ -1,0 +1,71 @@
+"""benchmarks/report.py: docs/performance.md's results section comes from a results file, not by hand."""
+
+from __future__ import annotations
+
+from benchmarks.common import add_fraction_of_peak
+from benchmarks.report import BEGIN, END, update
+
+
+def _report(ratio: float) -> dict:
+    row = {
+        "name": "pretrain step BERT-mini",
+        "ours_s": 1.0,
+        "ref_s": ratio,
+        "ours_per_s": 4000.0,
+        "ref_per_s": 4000.0 / ratio,
+        "unit": "tokens",
+        "ratio": ratio,
+        "goal": 3.0,
+        "precision": "bf16",
+        "ref_precision": "fp32",
+        "model_flops_per_call": 50e9,
+        "ours_peak_mb": 100.0,
+        "ref_peak_mb": 300.0,
+    }
+    add_fraction_of_peak(
+        row, {"fp32": {"flops_per_s": 100e9, "n": 2048}, "bf16": {"flops_per_s": 500e9, "n": 4096}}
+    )
+    env = {
+        "cpu": "Test CPU",
+        "cpu_count": 2,
+        "isa_flags": ["avx512f", "amx_bf16"],
+        "threads": 2,
+        "omp_wait_policy": "PASSIVE",
+        "load_average": [1.0, 1.0, 1.0],
+        "python": "3.11",
+        "torch": "2.13.0",
+        "transformers": "5",
+        "tokenizers": "0.23",
+        "date": "2026-11-24 14:00:00",
+        "commit": "abc1234",
+        "gemm_peak": {"fp32": {"flops_per_s": 100e9, "n": 2048}},
+    }
+    skipped = {"name": "gpu", "skipped": "no CUDA device"}
+    return {
+        "environment": env,
+        "command": "python -m benchmarks.run",
+        "seconds": 5,
+        "results": [row, skipped],
+    }
+
+
+def test_fraction_of_peak_uses_each_sides_precision():
+    row = _report(2.0)["results"][0]
+    assert row["ours_fraction_of_peak"] == 50e9 / 1.0 / 500e9  # ours ran bf16: against the bf16 peak
+    assert row["ref_fraction_of_peak"] == 50e9 / 2.0 / 100e9  # the reference ran fp32
+
+
+def test_section_replaced_in_place_and_rest_kept(tmp_path):
+    doc = tmp_path / "performance.md"
+    doc.write_text(f"# Perf\n\nintro\n\n{BEGIN}\nold table\n{END}\n\n## Method\nkept\n", encoding="utf-8")
+    update(doc, _report(3.5), "bench/results.json")
+    text = doc.read_text(encoding="utf-8")
+    assert (
+        "old table" not in text and text.startswith("# Perf\n\nintro") and text.endswith("## Method\nkept\n")
+    )
+    assert "Test CPU" in text and "abc1234" in text and "avx512f amx_bf16" in text
+    assert "| **3.50** | ≥ 3.0 | 10% bf16 / 14% fp32 | 100 / 300 |" in text
+    assert "skipped: no CUDA device" in text
+    update(doc, _report(2.0), "bench/results.json")  # a goal missed is marked, and only one section remains
+    text = doc.read_text(encoding="utf-8")
+    assert text.count(BEGIN) == 1 and "| 2.00 ✗ |" in text
