@@ -84,11 +84,28 @@ def main() -> None:
             "|---|---|---|---|",
             f"| float (bertkit's forward) | {f['bytes'] / 1e6:.1f} MB | {f['sentences_per_s']:.1f} | {f['sts_b_dev_spearman']:.2f} |",
             f"| int8 (dynamic, StaticBert) | {q['bytes'] / 1e6:.1f} MB | {q['sentences_per_s']:.1f} | {q['sts_b_dev_spearman']:.2f} |",
+        ]
+        for name, label in (
+            ("onnx_float", "ONNX float (onnxruntime)"),
+            ("onnx_int8", "ONNX int8 (`export onnx --int8`)"),
+        ):
+            if name in d:
+                x = d[name]
+                lines.append(
+                    f"| {label} | {x['bytes'] / 1e6:.1f} MB (file) | {x['sentences_per_s']:.1f} | {x['sts_b_dev_spearman']:.2f} |"
+                )
+        lines += [
             "",
             f"Size {d['size_ratio']:.2f}x smaller (the word embeddings stay float), speed {d['speedup']:.2f}x, Spearman "
             f"{d['spearman_change']:+.2f}; largest difference of a unit vector's component {d['max_abs_diff']:.3f}.",
             "",
         ]
+        if "onnx_int8" in d:
+            lines += [
+                f"ONNX: int8 file {d['onnx_size_ratio']:.2f}x smaller, {d['onnx_speedup']:.2f}x the float graph's speed, "
+                f"Spearman {d['onnx_spearman_change']:+.2f}.",
+                "",
+            ]
     out = DOCS / "serving-measurements.md"
     from bertkit.io import atomic_write
 
