@@ -76,6 +76,13 @@ def section(report: dict[str, Any], source: str) -> str:
         f"- **Software**: Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}, "
         f"tokenizers {env['tokenizers']}",
     ]
+    choices = env.get("kernel_choices") or {}
+    if choices:
+        shown = {("precision auto" if k.startswith("precision:") else k): v for k, v in choices.items()}
+        lines.append(
+            "- **Per-machine choices** measured in this run (`bertkit/tuning.py`): "
+            + ", ".join(f"{k} = {v}" for k, v in shown.items())
+        )
     peaks = env.get("gemm_peak") or {}
     if peaks:
         lines.append(
