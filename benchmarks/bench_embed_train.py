@@ -85,7 +85,7 @@ def run(args: Any) -> list[dict[str, Any]]:
         from datasets import Dataset
 
         torch.manual_seed(0)
-        ref = SentenceTransformer(minilm, device="cpu")
+        ref = SentenceTransformer(str(minilm), device="cpu")
         ref.max_seq_length = seq
         data = Dataset.from_dict(
             {"anchor": [p.query for p in pairs], "positive": [p.positive for p in pairs]}

@@ -83,6 +83,17 @@ def run(args: Any) -> list[dict[str, Any]]:
     gen_s = time.perf_counter() - t0
 
     rows: list[dict[str, Any]] = []
+    partial = getattr(
+        args, "partial_out", None
+    )  # rows so far, rewritten after each one (a cut-short run keeps them)
+
+    def emit(row: dict[str, Any]) -> None:
+        rows.append(row)
+        if partial:
+            from bertkit.io import atomic_write_json
+
+            atomic_write_json(partial, {"complete": False, "results": rows})
+
     common = {"suite": "index", "n": n, "dim": dim, "queries": nq, "k": k, "threads": threads}
 
     # exact references: numpy (ours) and FAISS flat; the same neighbours
@@ -100,7 +111,7 @@ def run(args: Any) -> list[dict[str, Any]]:
 
         raise Mismatch(f"numpy exact and FAISS flat disagree: overlap@10 {agree:.4f}")
     exact_qps = max(qps_np, qps_flat)
-    rows.append(
+    emit(
         {
             "name": f"index exact numpy {n // 1000}k",
             **common,
@@ -113,7 +124,7 @@ def run(args: Any) -> list[dict[str, Any]]:
             "vectors_seconds": round(gen_s, 1),
         }
     )
-    rows.append(
+    emit(
         {
             "name": f"index flat {n // 1000}k",
             **common,
@@ -161,7 +172,7 @@ def run(args: Any) -> list[dict[str, Any]]:
             backend._apply_search_params()
             qps, found = _timed_search(backend.search, q, k, min_s)
             rec = _recall(found, truth)
-            rows.append(
+            emit(
                 {
                     "name": f"index {label} {n // 1000}k {json.dumps(setting)}",
                     **common,
@@ -189,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--partial-out", type=Path, default=None, help="rows so far, rewritten after each")
     args = p.parse_args(argv)
     pin_threads(args.threads)
     rows = run(args)

@@ -6,8 +6,9 @@ and proof that the model learned.
    library, read from the installation's ``.py`` sources with :mod:`ast` (nothing imported or downloaded;
    no text stored in this repository). ``--corpus PATH...`` uses your own text files.
 2. **Vocabulary** (WordPiece, ``bertkit vocab``) and **data** (token shards, ``bertkit prepare``).
-3. **Pre-training** of a small BERT from scratch with MLM + NSP and the small-preset recipe (lr 1e-3, 6%
-   warm-up, batch 16: see :data:`bertkit.pretrain.RECIPES`), for about ``--train-seconds``.
+3. **Pre-training** of a small BERT from scratch with MLM + NSP and the small-preset recipe (6% warm-up,
+   batch 16: see :data:`bertkit.pretrain.RECIPES`; lr 1e-3, the rate the 2-layer demo model was checked at),
+   for about ``--train-seconds``.
 4. **Did it learn?** Fill-mask accuracy on held-out documents next to the unigram baseline (always the most
    frequent masked token: what a model that fills every blank with "the" scores), and how many distinct
    tokens it predicts; fill-mask predictions for a few sentences.
@@ -280,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--layers", type=int, default=2, help="override the preset's number of layers (default 2)"
     )
-    ap.add_argument("--lr", type=float, default=None, help="default: the recipe's (1e-3 for mini)")
+    ap.add_argument(
+        "--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3; 2-layer model, checked)"
+    )
     ap.add_argument(
         "--finetune-examples", type=int, default=2000, help="SST-2 training sentences (default 2000)"
     )

@@ -134,6 +134,10 @@ class Dense(torch.nn.Module):
         cfg = _read_json(path / "config.json") if (path / "config.json").is_file() else None
         if not isinstance(cfg, dict) or not {"in_features", "out_features"} <= set(cfg):
             raise UserError(f"{path / 'config.json'}: a Dense module needs in_features and out_features")
+        if cfg.get("use_residual"):
+            raise UserError(
+                f"{path / 'config.json'}: a residual Dense module (use_residual) is not supported"
+            )
         if not (path / "model.safetensors").is_file():
             raise UserError(
                 f"{path}: Dense weights must be in model.safetensors (bertkit does not unpickle "
@@ -182,6 +186,13 @@ def _sentence_transformers_layout(
                     if cfg.get(key):
                         mode = name
                         break
+                # sentence-transformers >= 6 writes one "pooling_mode" (a name or a list of names)
+                new = cfg.get("pooling_mode")
+                new = new[0] if isinstance(new, list) and len(new) == 1 else new
+                if mode is None and isinstance(new, str):
+                    mode = {"mean_sqrt_len_tokens": "mean_sqrt_len"}.get(new, new)
+                    if mode not in POOLING_MODES:
+                        mode = None
                 if mode is None:
                     raise UserError(f"{cfg_file}: no supported pooling mode set (supported: {POOLING_MODES})")
         elif kind == "Normalize":

@@ -333,6 +333,30 @@ def _fmt_s(s: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{int(s) % 60:02d}s"
 
 
+def _lock(out: Path, cell: Cell) -> Path | None:
+    """``OUT/locks/<cell>.lock`` holding this process id, or None when a live process holds it (two runners
+    on one matrix share the work instead of doing a cell twice). A lock of a dead process is taken over."""
+    path = out / "locks" / cell.result_name.replace(".json", ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(path.read_text() or 0)
+                os.kill(pid, 0)
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                path.unlink(missing_ok=True)  # stale: its process is gone
+                continue
+            except PermissionError:
+                return None  # alive, another user's
+            return None
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return path
+    return None
+
+
 def _cpu_now() -> float:
     """CPU seconds of this process and its finished children (the transformers runner is a subprocess)."""
     import resource
@@ -385,9 +409,14 @@ def run_matrix(
     res_dir.mkdir(parents=True, exist_ok=True)
     # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
     timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values() if r.get("cost") and r.get("wall_s")]
-    ran = []
+    ran: list[str] = []
+    failed: dict[str, str] = {}
     t_start = time.time()
     for k, cell in enumerate(todo):
+        blocked = [n for n in cell.needs if n in failed]
+        if blocked:  # an input failed: this cell cannot run in this sitting
+            failed[cell.name] = f"needs {blocked[0]}, which failed"
+            continue
         left = _seconds_left(todo[k:], timed)
         print(
             f"[experiment {matrix.name}] cell {k + 1}/{len(todo)} {cell.name} | done "
@@ -396,8 +425,24 @@ def run_matrix(
             flush=True,
         )
         rebuild = cell.name in done
+        if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
+            done.update(read_results(res_dir))
+            continue
+        lock = _lock(out, cell)
+        if lock is None:  # another live runner is on this cell: leave it (and what needs it) to that one
+            failed[cell.name] = "running in another process"
+            continue
         w0, c0 = time.time(), _cpu_now()
-        result = run_cell(matrix, cell, out, done, info, progress=progress)
+        try:
+            result = run_cell(matrix, cell, out, done, info, progress=progress)
+        except Exception as e:  # noqa: BLE001 - one broken cell must not stop an unattended matrix
+            failed[cell.name] = f"{type(e).__name__}: {e}"
+            logger.error("cell %s failed", cell.name, exc_info=not isinstance(e, UserError))
+            print(f"[experiment {matrix.name}] {cell.name} FAILED: {failed[cell.name]} (no result written; "
+                  "the cells that need it are skipped; re-run to retry)", flush=True)  # fmt: skip
+            continue
+        finally:
+            lock.unlink(missing_ok=True)
         result.setdefault("wall_s", round(time.time() - w0, 1))
         result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
         result["cost"] = cell.cost
@@ -413,6 +458,6 @@ def run_matrix(
         ran.append(cell.name)
         print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "
               f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
-    summary.update({"ran": ran, "seconds": round(time.time() - t_start, 1),
+    summary.update({"ran": ran, "failed": failed, "seconds": round(time.time() - t_start, 1),
                     "finished": len([c for c in matrix.cells if c.name in done])})  # fmt: skip
     return summary

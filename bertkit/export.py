@@ -191,6 +191,22 @@ def max_abs_diff(
     return diffs
 
 
+def min_cosines(
+    ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray, names: list[str]
+) -> dict[str, float]:
+    """Smallest cosine between matching output vectors (last axis), over real tokens for per-token outputs."""
+    out = {}
+    for name, r, g in zip(names, ref, got):
+        if r.ndim >= 2 and r.shape[:2] == mask.shape:
+            sel = mask.astype(bool)
+            r, g = r[sel], g[sel]
+        r, g = r.reshape(-1, r.shape[-1]), g.reshape(-1, g.shape[-1])
+        num = (r * g).sum(-1)
+        den = np.linalg.norm(r, axis=-1) * np.linalg.norm(g, axis=-1) + 1e-12
+        out[name] = float((num / den).min()) if r.size else 1.0
+    return out
+
+
 def export_onnx(
     model_dir: str | os.PathLike,
     out: str | os.PathLike,
@@ -198,8 +214,16 @@ def export_onnx(
     encoder_only: bool = False,
     verify: bool = True,
     atol: float = 1e-4,
+    int8: bool = False,
+    int8_min_cosine: float = 0.8,
 ) -> dict[str, Any]:
-    """Write ``out`` (atomically) and, if onnxruntime is importable, check it against PyTorch."""
+    """Write ``out`` (atomically) and, if onnxruntime is importable, check it against PyTorch.
+
+    ``int8=True`` writes onnxruntime's dynamic int8 quantisation of the graph (int8 weights of the MatMul
+    and Gemm nodes, activations quantised at run time) instead of the float graph, checked against PyTorch
+    by direction: every output vector's cosine with PyTorch's at least ``int8_min_cosine`` (a check that the
+    graph is sound, not of its quality: quantisation moves values, so an absolute tolerance would be
+    meaningless; measure a task metric for quality)."""
     from .io import atomic_write
 
     out = Path(out)
@@ -236,6 +260,9 @@ def export_onnx(
                 do_constant_folding=True,
                 dynamo=False,
             )
+        float_bytes = tmp.stat().st_size
+        if int8:
+            quantize_onnx_int8(tmp, tmp)
         with atomic_write(out, "wb") as f:  # fsync + rename: no half-written .onnx under the final name
             f.write(tmp.read_bytes())
     finally:
@@ -250,14 +277,38 @@ def export_onnx(
         "bytes": out.stat().st_size,
         "export_seconds": round(time.perf_counter() - t0, 2),
     }
+    if int8:
+        result["int8"] = {"float_bytes": float_bytes, "size_ratio": round(float_bytes / result["bytes"], 3)}
     if verify:
-        result["verify"] = verify_onnx(out, model, atol=atol)
+        result["verify"] = verify_onnx(out, model, atol=atol, min_cosine=int8_min_cosine if int8 else None)
     return result
 
 
-def verify_onnx(path: str | os.PathLike, model: nn.Module, atol: float = 1e-4) -> dict[str, Any]:
+def quantize_onnx_int8(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """onnxruntime's dynamic int8 quantisation of an ONNX file (``src`` may equal ``dst``)."""
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError:
+        raise UserError("--int8 needs onnxruntime: pip install 'bertkit[export]'") from None
+    src, dst = Path(src), Path(dst)
+    staged = dst.with_name(f".{dst.name}.int8.tmp")
+    try:
+        # only MatMuls with a constant (weight) operand: quantising the attention products of two
+        # activations costs accuracy for little speed
+        quantize_dynamic(
+            str(src), str(staged), weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True}
+        )
+        staged.replace(dst)
+    finally:
+        staged.unlink(missing_ok=True)
+
+
+def verify_onnx(
+    path: str | os.PathLike, model: nn.Module, atol: float = 1e-4, min_cosine: float | None = None
+) -> dict[str, Any]:
     """Run the ONNX file with onnxruntime on inputs of a new batch size and length (with padding) and
-    compare with the PyTorch model; raise UserError beyond ``atol``."""
+    compare with the PyTorch model; raise UserError beyond ``atol`` (or, with ``min_cosine``, when an output
+    vector's cosine with PyTorch's falls below it: for quantised graphs)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -269,9 +320,20 @@ def verify_onnx(path: str | os.PathLike, model: nn.Module, atol: float = 1e-4) -
     ref = reference_outputs(model, inputs)
     diffs = max_abs_diff(ref, got, inputs["attention_mask"].numpy(), names)
     worst = max(diffs.values())
+    if min_cosine is not None:
+        cos = min_cosines(ref, got, inputs["attention_mask"].numpy(), names)
+        if min(cos.values()) < min_cosine:
+            raise UserError(f"{path}: int8 outputs point away from PyTorch's (cosine {cos} < {min_cosine})")
+        return {
+            "onnxruntime": ort.__version__,
+            "max_abs_diff": diffs,
+            "min_cosine": cos,
+            "batch": 3,
+            "sequence": 13,
+        }
     if worst > atol:
         raise UserError(f"{path}: ONNX outputs differ from PyTorch by {worst:.2e} (> {atol}): {diffs}")
     return {"onnxruntime": ort.__version__, "max_abs_diff": diffs, "batch": 3, "sequence": 13}
 
 
-__all__ = ["StaticBert", "export_onnx", "load_model", "model_class_for", "verify_onnx"]
+__all__ = ["StaticBert", "export_onnx", "load_model", "model_class_for", "quantize_onnx_int8", "verify_onnx"]

@@ -178,7 +178,7 @@ def path_inside(base: str | os.PathLike, relative: Any, where: str) -> Path:
         or ".." in relative.split("\\")
     ):
         raise UserError(
-            f"{where}: path {relative!r} points outside {base}; only paths inside the folder are allowed"
+            f"{where}: path {relative!r} leaves the folder {base}; only paths inside it are allowed"
         )
     target = base / rel
     try:
@@ -186,7 +186,7 @@ def path_inside(base: str | os.PathLike, relative: Any, where: str) -> Path:
     except OSError:
         inside = False
     if not inside:
-        raise UserError(f"{where}: path {relative!r} leads outside {base} (through a link); refused")
+        raise UserError(f"{where}: path {relative!r} leaves the folder {base} through a link; refused")
     return target
 
 

@@ -232,6 +232,11 @@ def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
                           f"{r['tokens'] / 1e6:.1f}M | {met['mlm_perplexity']:.1f} | {100 * met['mlm_accuracy']:.1f} | "
                           + " | ".join(scores) + " |"))  # fmt: skip
     out += [line for _, line in sorted(rows)]
+    sample = next((results[f"pretrain/{m}"]["metrics"] for m in sized if f"pretrain/{m}" in results), None)
+    if sample and "masked_tokens" in sample:
+        out += ["", f"Held-out sample: {sample['masked_tokens']} masked tokens in {sample['sequences']} sequences, "
+                "the same masks for every model (a small sample: differences of a few percent in perplexity are "
+                "within its noise)."]  # fmt: skip
     out += ["", "The paper's Table 6 (dev; 1M steps of 128k tokens) for reference:", "",
             "| L | H | A | LM ppl | MNLI-m | MRPC | SST-2 |", "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     out += [

@@ -84,6 +84,46 @@ def test_finished_cells_are_skipped_and_missing_models_rebuilt(tmp_path):
     assert "pretrain/a" not in todo and todo[0].startswith("finetune/")
 
 
+def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypatch):
+    from bertkit import experiment_cells
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        if cell.name == "finetune/a/SST-2/lr0.0001/seed1":
+            raise RuntimeError("boom")
+        return {
+            "primary": 50.0,
+            "hyperparameters": {"lr": cell.spec.get("lr")},
+            "seed": cell.spec.get("seed"),
+        }
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    res = tmp_path / "res"
+    summary = run_matrix(_write(tmp_path, MINIMAL), out=tmp_path / "out", results=res, progress=False)
+    assert summary["failed"]["finetune/a/SST-2/lr0.0001/seed1"] == "RuntimeError: boom"
+    # the final seeds of model a need the failed grid cell: skipped, with the reason; model a+bilstm ran
+    assert summary["failed"]["finetune/a/SST-2/seed2"].startswith("needs finetune/a/SST-2/lr0.0001/seed1")
+    assert (
+        "finetune/a+bilstm/SST-2/seed2" in summary["ran"]
+        and "finetune/a/SST-2/lr0.0003/seed1" in summary["ran"]
+    )
+    assert not (res / "finetune__a__SST-2__seed1.json").exists()
+    assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
+
+
+def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
+    import os
+
+    from bertkit.experiment import _lock
+
+    m = load_matrix(_write(tmp_path, MINIMAL))
+    cell = m.cell("pretrain/a")
+    first = _lock(tmp_path, cell)
+    assert first is not None and first.read_text() == str(os.getpid())
+    assert _lock(tmp_path, cell) is None  # held by a live process (this one)
+    first.write_text("999999999")  # a process that is gone: its lock is taken over
+    assert _lock(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+
+
 @pytest.mark.parametrize(
     "bad, match",
     [

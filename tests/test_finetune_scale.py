@@ -77,7 +77,7 @@ def test_length_grouped_batches_split_over_ranks_equals_accumulation():
 
 def test_two_process_ddp_equals_one_process_with_accumulation_2(tmp_path, capsys, tiny):
     one = _run(capsys, [*_base(tiny), "--out", tmp_path / "one", "--grad-accum", 2, "--epochs", 2])
-    assert one["hyperparameters"]["grad_accum"] == 2 and one["steps"] == 12  # ceil(12 batches / 2) x 2
+    assert one["hyperparameters"]["grad_accum"] == 2 and one["steps"] == 12  # ceil(12 batches / 2) x 2 epochs
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "bertkit", *map(str, _base(tiny)), "--out", str(tmp_path / "two"), "--epochs", "2"]  # fmt: skip
@@ -90,9 +90,6 @@ def test_two_process_ddp_equals_one_process_with_accumulation_2(tmp_path, capsys
     for (_, x), (_, y) in zip(a, b):
         assert abs(x - y) <= 1e-5
     assert res["metrics"] == pytest.approx(one["metrics"], abs=1e-6)
-    # accumulation is not a no-op: one process without it takes twice the steps on other batches
-    plain = _run(capsys, [*_base(tiny), "--out", tmp_path / "plain", "--epochs", 2])
-    assert plain["steps"] == 24
 
 
 def test_max_steps_eval_every_and_keep_best(tmp_path, capsys, tiny):

@@ -72,7 +72,7 @@ SCORES = {  # (model, task): primary per seed
 def _pretrain(model: str, layers: int, hidden: int, ppl: float, tokens: int, **extra) -> dict:
     return {"cell": f"pretrain/{model}", "kind": "pretrain", "model": model, "tokens": tokens, "steps": 10,
             "primary": 20.0, "metrics": {"mlm_loss": round(__import__("math").log(ppl), 4), "mlm_perplexity": ppl,
-                                          "mlm_accuracy": 0.2}, "model_config": {"num_hidden_layers": layers,
+                                          "mlm_accuracy": 0.2, "masked_tokens": 456, "sequences": 24}, "model_config": {"num_hidden_layers": layers,
             "hidden_size": hidden, "num_attention_heads": 4}, "train_cpu_s": 100.0, "commit": "abc1234",
             "cpu": "Test CPU", "torch": "2.13.0", "threads": 1, "cpu_s": 120.0,
             "curve": [{"step": s, "tokens": s * 100, "loss": 9 - s / 10, "masked_lm_loss": 8 - s / 10,
@@ -116,6 +116,7 @@ def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
     assert "CoNLL-2003: not yet run" in text
     # Table 6 and the size verdict; Table 7 with the paper's numbers beside ours
     assert "mlm+nsp-tiny 300.0 > mlm+nsp-mini 200.0" in text and "larger is better" in text
+    assert "Held-out sample: 456 masked tokens in 24 sequences" in text
     assert "| feature-based: last-hidden | 70.0 ± 0.0 (1/3 seeds) | 94.9 |" in text
     # the same-budget comparison: 2x the tokens, lower loss, downstream at least as good
     assert "2.00x the tokens" in text and "lower: reproduces" in text

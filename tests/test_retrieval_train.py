@@ -123,7 +123,7 @@ def test_dense_loading_refuses_what_it_cannot_trust(tiny_dir, tmp_path):
     modules = json.loads((tmp_path / "m" / "modules.json").read_text())
     modules[2]["path"] = "../elsewhere"
     (tmp_path / "m" / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(UserError, match="leaves the folder"):
+    with pytest.raises(UserError, match="outside|leaves the folder"):
         SentenceEncoder.from_pretrained(tmp_path / "m")
     modules[2]["path"] = "2_Dense"
     (tmp_path / "m" / "modules.json").write_text(json.dumps(modules))
@@ -327,3 +327,15 @@ def test_cli_train_embed_evaluate_and_errors(tiny_dir, tmp_path, capsys):
         == 2
     )
     assert "relevant" in capsys.readouterr().err
+
+
+def test_folder_saved_by_sentence_transformers_itself_loads(tiny_dir, tmp_path):
+    """sentence-transformers >= 6 writes Pooling as {"pooling_mode": ...}: bertkit reads its folders too."""
+    st = pytest.importorskip("sentence_transformers")
+    BiEncoder.from_pretrained(tiny_dir, pooling="max", dense_dim=8).save(tmp_path / "m")
+    model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    model.save(str(tmp_path / "resaved"))
+    texts = ["the cat sits", "a red fox"]
+    ours = SentenceEncoder.from_pretrained(tmp_path / "resaved")
+    assert ours.pooling == "max" and ours.dim == 8
+    np.testing.assert_allclose(ours.encode(texts), model.encode(texts, convert_to_numpy=True), atol=1e-5)

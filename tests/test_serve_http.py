@@ -97,7 +97,7 @@ def test_embed_matches_sentence_encoder(minilm_dir):
 
 
 def test_predict_labels_and_probabilities(dirs):
-    svc = InferenceService(dirs["cls"], batch_size=2)
+    svc = InferenceService(dirs["cls"], batching={"max_batch_tokens": 16})  # several model batches
     client = TestClient(create_app(svc))
     assert client.get("/info").json()["labels"] == ["negative", "neutral", "positive"]
     texts = ["the movie was very good", "bad", "the cat sat on the mat"]

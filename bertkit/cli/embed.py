@@ -73,6 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--head", choices=("auto", "encoder"), default="auto", help="encoder: export only BertModel"
     )
     o.add_argument("--no-verify", action="store_true", help="skip the onnxruntime parity check")
+    o.add_argument(
+        "--int8", action="store_true", help="dynamic int8 quantisation (onnxruntime) of the exported graph"
+    )
     o.set_defaults(func=export_onnx)
 
 
@@ -181,4 +184,5 @@ def export_onnx(args: argparse.Namespace) -> dict[str, Any]:
         opset=args.opset,
         encoder_only=args.head == "encoder",
         verify=not args.no_verify,
+        int8=args.int8,
     )

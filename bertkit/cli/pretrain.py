@@ -72,8 +72,8 @@ def register(subparsers) -> None:
     )  # fmt: skip
     p.add_argument(
         "--recipe", choices=["auto", "cpu", "paper"],
-        help="lr/warm-up defaults: cpu (tiny/mini/small: lr 1e-3, 5e-4 for small, 6%% warm-up), paper "
-        "(lr 1e-4, 1%% warm-up); auto (default) picks cpu for the small presets",
+        help="lr/warm-up/batch defaults: cpu (lr 1e-3 tiny, 5e-4 mini, 2.5e-4 small; 6%% warm-up; batch 16), "
+        "paper (lr 1e-4, 1%% warm-up, batch 256); auto (default) picks cpu for the small presets",
     )  # fmt: skip
     p.add_argument("--weight-decay", type=A.non_negative_float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])

@@ -26,8 +26,18 @@ LONG_TEXT = ("truncate", "windows")
 
 
 class InferenceService:
-    """A model dir ready to serve. ``batching``: keyword arguments of ``Batcher`` (max_batch_tokens,
-    max_wait_ms, workers, enabled)."""
+    """A model dir ready to serve.
+
+    Args:
+        limits: what one request may cost (``Limits``); ``max_batch_size`` overrides its field.
+        max_length: tokens per sequence (default and ceiling: the model's ``max_position_embeddings``).
+        batching: keyword arguments of ``Batcher`` (max_batch_tokens, max_wait_ms, workers, enabled).
+        long_text: ``"truncate"`` or ``"windows"`` (default policy for embed / predict).
+        window_stride: tokens between window starts (default half of ``max_length``).
+        model_id: the name reported by /info and /v1/embeddings (default: the dir's name).
+        int8: run the batched model calls on dynamically quantised int8 copies (CPU).
+        on_batch: ``(task, sequences, padded tokens)`` callback after each model batch (metrics).
+    """
 
     def __init__(
         self,
@@ -41,9 +51,7 @@ class InferenceService:
         model_id: str | None = None,
         int8: bool = False,
         on_batch: Any = None,
-        # kept from the first server's signature
         max_batch_size: int | None = None,
-        batch_size: int | None = None,
     ) -> None:
         from ..config import BertConfig
         from ..embed import SentenceEncoder

@@ -162,11 +162,12 @@ def _check_settings(**v: Any) -> None:
             f"--max-query-length {v['max_query_length']} and 3 special tokens"
         )
     window = v["max_seq_length"] - min(v["max_query_length"], v["max_seq_length"]) - 3
-    if v["doc_stride"] > window:  # windows that start further apart than they are long skip context
-        raise UserError(
-            f"--doc-stride {v['doc_stride']} is larger than the context window of {window} tokens "
-            "(--max-seq-length - --max-query-length - 3): text between windows would be skipped"
-        )
+    if v["doc_stride"] > window:  # not an error: like run_squad.py the step is capped at the window's length
+        logging.getLogger("bertkit").warning(
+            "--doc-stride %d is larger than the context window of %d tokens left by a %d-token question "
+            "(--max-seq-length - --max-query-length - 3): such windows will follow each other without overlap",
+            v["doc_stride"], window, v["max_query_length"],
+        )  # fmt: skip
     if not 0 <= v["warmup_ratio"] < 1:
         raise UserError(f"--warmup-ratio {v['warmup_ratio']}: use a fraction in [0, 1)")
 
