@@ -76,6 +76,13 @@ def section(report: dict[str, Any], source: str) -> str:
         f"- **Software**: Python {env['python']}, torch {env['torch']}, transformers {env['transformers']}, "
         f"tokenizers {env['tokenizers']}",
     ]
+    choices = env.get("kernel_choices") or {}
+    if choices:
+        shown = {("precision auto" if k.startswith("precision:") else k): v for k, v in choices.items()}
+        lines.append(
+            "- **Per-machine choices** measured in this run (`bertkit/tuning.py`): "
+            + ", ".join(f"{k} = {v}" for k, v in shown.items())
+        )
     peaks = env.get("gemm_peak") or {}
     if peaks:
         lines.append(
@@ -88,6 +95,14 @@ def section(report: dict[str, Any], source: str) -> str:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [_row(r) for r in report["results"]]
+    over = [r["name"] for r in report["results"] if (r.get("ours_fraction_of_peak") or 0) > 1.0]
+    if over:
+        lines += [
+            "",
+            f"{len(over)} row(s) show more than 100% of the peak: the peak is measured once, at the start of the run; "
+            "where other work on the machine eased later, a row ran faster than that measurement. Under a varying "
+            "load, compare ours and the reference within a row (they alternate) rather than against the peak.",
+        ]
     work = [
         r for r in report["results"] if r.get("ref_work_flops_per_call") and r.get("model_flops_per_call")
     ]

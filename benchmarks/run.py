@@ -39,6 +39,7 @@ import argparse
 import importlib
 import os
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     # sets it for every user (bertkit.tuning.PROCESS_DEFAULTS), and the bench gets it the same way below.
     import bertkit  # noqa: F401
 
+    # The per-machine kernel choices (bertkit/tuning.py) are measured afresh in this run, at first use as for
+    # any user, into a cache of the run's own (a choice cached at a busier moment must not decide the run's
+    # numbers); what was chosen is recorded with the results.
+    if "BERTKIT_CACHE_DIR" not in os.environ:
+        os.environ["BERTKIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bertkit-bench-choices-")
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -161,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def write(complete: bool) -> None:
         """bench/results.json after every suite (atomic), so a cut-short run still leaves its numbers."""
+        from bertkit.tuning import cached_choices
+
+        env["kernel_choices"] = {k: v.get("choice") for k, v in cached_choices().items()}
         report = {
             "environment": env,
             "command": command.strip(),
