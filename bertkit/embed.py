@@ -283,6 +283,14 @@ class SentenceEncoder:
     def dim(self) -> int:
         return self.dense[-1].out_features if self.dense else self.model.config.hidden_size
 
+    def sentence_vectors(self, hidden: Tensor, mask: Tensor) -> Tensor:
+        """Token states [B, T, H] and mask [B, T] -> sentence vectors [B, dim]: pooling, then the folder's
+        Dense modules (normalisation is left to the caller, who may ask for it per request)."""
+        vec = pool(hidden.float(), mask, self.pooling)
+        for d in self.dense:
+            vec = d(vec)
+        return vec
+
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids (with [CLS]/[SEP]) of each text, truncated to ``max_seq_length``."""
         if isinstance(texts, str):
@@ -338,9 +346,7 @@ class SentenceEncoder:
                 mask[row, : len(ids[i])] = 1
             input_ids, mask = input_ids.to(device), mask.to(device)
             hidden = self.model(input_ids, attention_mask=mask).last_hidden_state
-            vec = pool(hidden.float(), mask, self.pooling)
-            for d in self.dense:
-                vec = d(vec)
+            vec = self.sentence_vectors(hidden, mask)
             if normalize or self.normalize:
                 vec = F.normalize(vec, p=2, dim=1)
             out[idx] = vec.cpu().numpy()

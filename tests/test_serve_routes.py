@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from serving_utils import tiny_dir  # noqa: E402
 
 from bertkit.cli import main as cli_main  # noqa: E402
+from bertkit.embed import SentenceEncoder  # noqa: E402
 from bertkit.heads.finetune import (  # noqa: E402
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -406,3 +407,17 @@ def test_int8_close_to_float(tiny):
     np.testing.assert_allclose(pa, pb, atol=0.02)
     plain.close()
     q.close()
+
+
+def test_embed_applies_the_folders_dense_module(tmp_path):
+    """A sentence-transformers folder with a Dense projection: /embed gives what SentenceEncoder.encode gives
+    (pooling, then Dense), not the pooled hidden state."""
+    from bertkit.retrieval.bi_encoder import BiEncoder
+
+    base = tiny_dir(BertModel, tmp_path / "enc")
+    BiEncoder.from_pretrained(base, pooling="mean", dense_dim=8, seed=1).save(tmp_path / "st")
+    expected = SentenceEncoder.from_pretrained(tmp_path / "st").encode(TEXTS)
+    assert expected.shape == (len(TEXTS), 8)
+    client = TestClient(create_app(tmp_path / "st"))
+    got = np.array(client.post("/embed", json={"texts": TEXTS}).json()["embeddings"])
+    np.testing.assert_allclose(got, expected, atol=1e-5)

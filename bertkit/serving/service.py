@@ -186,7 +186,6 @@ class InferenceService:
     # ------------------------------------------------------------ the model call (batcher side)
     @torch.inference_mode()
     def _run(self, task: str, ids: list[list[int]], type_ids: list[list[int]]) -> list[Any]:
-        from ..embed import pool
 
         n, width = len(ids), max(len(x) for x in ids)
         t_ids = torch.full((n, width), self.tokenizer.pad_token_id, dtype=torch.long)
@@ -201,7 +200,7 @@ class InferenceService:
             return self._run_int8(task, ids, t_ids, t_types, mask)
         if task == "embed":
             hidden = self.encoder.model(t_ids, attention_mask=mask).last_hidden_state
-            return list(pool(hidden.float(), mask, self.encoder.pooling).cpu().numpy())
+            return list(self.encoder.sentence_vectors(hidden, mask).cpu().numpy())
         out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
         if task == "classify":
             return list(out.logits.float().cpu().numpy())
@@ -214,11 +213,9 @@ class InferenceService:
         raise ValueError(f"unknown task {task!r}")
 
     def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
-        from ..embed import pool
-
         if task == "embed":
             hidden = self._int8_encoder(t_ids, mask, t_types)[0]
-            return list(pool(hidden.float(), mask, self.encoder.pooling).numpy())
+            return list(self.encoder.sentence_vectors(hidden, mask).numpy())
         out = self._int8_head(t_ids, mask, t_types)
         if task == "classify":
             return list(out[0].float().numpy())
