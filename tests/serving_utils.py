@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from bertkit.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat on mat good bad movie was very".split()
+# request bodies above this go headers-first (see Server._send_large)
+EARLY_ANSWER_BYTES = 1 << 16
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
 
 
@@ -77,7 +80,10 @@ class Server:
         try:
             data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
             h = {"Content-Type": "application/json", **(headers or {})}
-            conn.request(method, path, body=data, headers=h)
+            if data is not None and len(data) > EARLY_ANSWER_BYTES:
+                self._send_large(conn, method, path, data, h)
+            else:
+                conn.request(method, path, body=data, headers=h)
             r = conn.getresponse()
             text = r.read().decode("utf-8", "replace")
             try:
@@ -87,6 +93,22 @@ class Server:
             return r.status, parsed, dict(r.getheaders())
         finally:
             conn.close()
+
+    @staticmethod
+    def _send_large(conn: http.client.HTTPConnection, method: str, path: str, data: bytes, h: dict) -> None:
+        """Headers first; the body only if the server has not answered yet (what curl does for large bodies
+        with ``Expect: 100-continue``). A server that refuses on Content-Length answers and closes at once;
+        sending the body anyway would race its close (a broken pipe, or a reset that loses the answer)."""
+        conn.putrequest(method, path)
+        for k, v in {**h, "Content-Length": str(len(data))}.items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        if select.select([conn.sock], [], [], 0.5)[0]:
+            return  # answered already: read the answer, do not send the body
+        try:
+            conn.send(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # answered and closed while the body was on its way: the answer is read next
 
     def output(self) -> str:
         if not self._log.closed:
