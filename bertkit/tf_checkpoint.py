@@ -75,14 +75,17 @@ def _crc32c_table() -> list[int]:
 _CRC_TABLE = _crc32c_table()
 
 
-def crc32c(data: bytes, crc: int = 0) -> int:
-    """CRC-32C (Castagnoli) in pure Python: fine for index blocks and small tensors (~MB/s)."""
-    try:  # a native implementation, when one happens to be installed
-        import google_crc32c  # type: ignore[import-not-found]
+try:  # a native implementation, when installed (the `tfrecord` extra); looked up once, not per call
+    import google_crc32c as _native_crc32c  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the environment
+    _native_crc32c = None
 
-        return google_crc32c.extend(crc, bytes(data))
-    except ImportError:
-        pass
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli): native when google-crc32c is installed, else pure Python (~MB/s), which is
+    fine for index blocks, small tensors and test-sized TFRecords."""
+    if _native_crc32c is not None:
+        return int(_native_crc32c.extend(crc, bytes(data)))
     table = _CRC_TABLE
     c = crc ^ 0xFFFFFFFF
     for b in bytes(data):

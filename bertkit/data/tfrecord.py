@@ -29,67 +29,18 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.tf_checkpoint import crc32c, mask_crc
+from bertkit.tf_checkpoint import read_varint as _varint
 
 __all__ = ["TFRecordFile", "crc32c", "masked_crc32c", "parse_example"]
-
-_MASK_DELTA = 0xA282EAD8
-
-
-def _make_table() -> list[int]:
-    poly = 0x82F63B78  # CRC-32C (Castagnoli), reflected
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-_TABLE = _make_table()
-
-
-def _crc32c_py(data: bytes) -> int:
-    c = 0xFFFFFFFF
-    t = _TABLE
-    for b in data:
-        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-
-
-try:  # the C implementation, when installed
-    import google_crc32c as _gcrc
-
-    def crc32c(data: bytes) -> int:
-        """CRC-32C (Castagnoli) of ``data``."""
-        return int(_gcrc.value(bytes(data)))
-
-except ImportError:  # pragma: no cover - depends on the environment
-    crc32c = _crc32c_py
 
 
 def masked_crc32c(data: bytes) -> int:
     """The masked CRC TFRecord stores (so that a CRC of data holding CRCs is not degenerate)."""
-    c = crc32c(data)
-    return (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return mask_crc(crc32c(data))
 
 
 # ------------------------------------------------------------------------------------------------ protobuf
-
-
-def _varint(buf, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 def _fields(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, object]]:
