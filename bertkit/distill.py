@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -161,7 +160,7 @@ def distill_task(
     from .tasks.finetune import model_class
     from .tasks.spec import Settings
     from .tokenizer import Tokenizer
-    from .train import Batches, Trainer, build_optimizer, linear_schedule
+    from .train.simple import adamw_trainer
 
     s = settings
     if task.kind not in ("seq", "token") or task.labels is None or task.multi_label:
@@ -205,22 +204,12 @@ def distill_task(
         agree = (s_logits.argmax(-1) == t_logits.argmax(-1)).float().sum()
         return loss, {"soft": soft.detach(), "hard": hard.detach(), "agreement": (agree, float(len(labels)))}
 
-    steps = max(1, math.ceil(len(train_feats) // s.batch_size * s.epochs))
-    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
-    trainer = Trainer(
-        model,
-        opt,
-        linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps),
-        train_batches=Batches(train_feats, s.batch_size, lambda fs: collate(fs, task.kind, pad), seed=s.seed),
-        out_dir=out_dir,
-        max_steps=steps,
-        loss_fn=loss_fn,
-        precision=s.precision,
-        log_every=s.log_every,
-        seed=s.seed,
-        progress=s.progress,
-        desc="distill",
-    )
+    trainer, steps = adamw_trainer(
+        model, train_feats, s.batch_size, lambda fs: collate(fs, task.kind, pad),
+        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
+        out_dir=out_dir, loss_fn=loss_fn, precision=s.precision, log_every=s.log_every,
+        progress=s.progress, desc="distill",
+    )  # fmt: skip
     teacher.to(trainer.device)
     t0 = time.perf_counter()
     summary = trainer.fit()
@@ -268,7 +257,7 @@ def distill_embeddings(
     from .embed import Dense, SentenceEncoder
     from .model import BertModel
     from .retrieval.bi_encoder import BiEncoder
-    from .train import Batches, Trainer, build_optimizer, linear_schedule
+    from .train.simple import adamw_trainer
 
     s = settings
     teacher = SentenceEncoder.from_pretrained(teacher_dir)
@@ -311,22 +300,12 @@ def distill_embeddings(
         x = batch["x"]
         return F.mse_loss(m(x["input_ids"], x["attention_mask"], x.get("token_type_ids")), batch["y"])
 
-    steps = max(1, math.ceil(len(items) // s.batch_size * s.epochs))
-    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
-    trainer = Trainer(
-        model,
-        opt,
-        linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps),
-        train_batches=Batches(items, s.batch_size, collate, seed=s.seed),
-        out_dir=out_dir,
-        max_steps=steps,
-        loss_fn=loss_fn,
-        tokens_fn=lambda b: int(b["x"]["attention_mask"].sum()),
-        log_every=s.log_every,
-        seed=s.seed,
-        progress=s.progress,
-        desc="distill-embed",
-    )
+    trainer, steps = adamw_trainer(
+        model, items, s.batch_size, collate,
+        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
+        out_dir=out_dir, loss_fn=loss_fn, tokens_fn=lambda b: int(b["x"]["attention_mask"].sum()),
+        log_every=s.log_every, progress=s.progress, desc="distill-embed",
+    )  # fmt: skip
     summary = trainer.fit()
     model.eval()
     model.save(Path(out_dir) / "model")

@@ -10,7 +10,6 @@ The saved model is a Hugging Face sequence-classification dir with ``num_labels=
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -86,7 +85,7 @@ def train_rerank(
     """Fine-tune ``model_dir`` (any BERT dir; a new one-logit head) on the triples; save ``OUT/model``."""
     from ..heads.finetune import BertForSequenceClassification
     from ..tokenizer import Tokenizer
-    from ..train import Batches, Trainer, build_optimizer, linear_schedule
+    from ..train.simple import adamw_trainer
 
     s = settings
     if len(triples) < s.batch_size:
@@ -115,22 +114,12 @@ def train_rerank(
         acc = ((logits > 0).float() == labels).float().sum()
         return loss, {"accuracy": (acc, float(len(labels)))}
 
-    steps = max(1, math.ceil(len(triples) // s.batch_size * s.epochs))
-    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
-    trainer = Trainer(
-        model,
-        opt,
-        linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps),
-        train_batches=Batches(triples, s.batch_size, collate, seed=s.seed),
-        out_dir=out_dir,
-        max_steps=steps,
-        loss_fn=loss_fn,
-        precision=s.precision,
-        log_every=s.log_every,
-        seed=s.seed,
-        progress=progress,
-        desc="train-rerank",
-    )
+    trainer, steps = adamw_trainer(
+        model, triples, s.batch_size, collate,
+        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
+        out_dir=out_dir, loss_fn=loss_fn, precision=s.precision, log_every=s.log_every,
+        progress=progress, desc="train-rerank",
+    )  # fmt: skip
     t0 = time.perf_counter()
     summary = trainer.fit()
     seconds = time.perf_counter() - t0

@@ -13,7 +13,6 @@ Each batch of B queries then scores B positives + B*N negatives.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -121,7 +120,7 @@ def train_embed(
 ) -> dict[str, Any]:
     """Train ``model`` on ``pairs``; save it under ``OUT/model`` (sentence-transformers folder) and write
     ``OUT/train_log.json``. Returns the summary (steps, final loss, pairs/s)."""
-    from ..train import Batches, Trainer, build_optimizer, linear_schedule
+    from ..train.simple import adamw_trainer
 
     s = settings
     if s.loss not in LOSSES:
@@ -149,26 +148,12 @@ def train_embed(
         t0 = time.perf_counter()
         pairs = mine_hard_negatives(model, pairs, corpus or [p.positive for p in pairs], s.hard_negatives)
         mined_s = time.perf_counter() - t0
-    batches = Batches(pairs, s.batch_size, _Collate(model, scored), seed=s.seed)
-    steps = max(1, math.ceil(len(pairs) // s.batch_size * s.epochs))
-    opt = build_optimizer(model, "adamw", lr=s.lr, weight_decay=s.weight_decay)
-    sched = linear_schedule(opt, warmup_steps=int(s.warmup_ratio * steps), total_steps=steps)
-    trainer = Trainer(
-        model,
-        opt,
-        sched,
-        train_batches=batches,
-        out_dir=out_dir,
-        max_steps=steps,
-        loss_fn=make_loss_fn(s),
-        precision=s.precision,
-        log_every=s.log_every,
-        seed=s.seed,
-        tokens_fn=_tokens,
-        eval_fn=eval_fn,
-        progress=progress,
-        desc="train-embed",
-    )
+    trainer, steps = adamw_trainer(
+        model, pairs, s.batch_size, _Collate(model, scored),
+        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
+        out_dir=out_dir, loss_fn=make_loss_fn(s), precision=s.precision, log_every=s.log_every,
+        tokens_fn=_tokens, eval_fn=eval_fn, progress=progress, desc="train-embed",
+    )  # fmt: skip
     t0 = time.perf_counter()
     summary = trainer.fit()
     train_s = time.perf_counter() - t0

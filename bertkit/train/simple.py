@@ -1,0 +1,43 @@
+"""The usual set-up for a short fine-tuning-style run: shuffled batches, AdamW, linear warm-up and decay."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import nn
+
+from bertkit.train.batches import Batches
+from bertkit.train.loop import Trainer
+from bertkit.train.optim import build_optimizer, linear_schedule
+
+
+def adamw_trainer(
+    model: nn.Module,
+    items: Sequence[Any],
+    batch_size: int,
+    collate_fn: Callable[[list], Any],
+    *,
+    epochs: float,
+    lr: float,
+    weight_decay: float,
+    warmup_ratio: float,
+    seed: int,
+    **trainer_kwargs: Any,
+) -> tuple[Trainer, int]:
+    """(Trainer, steps) for ``epochs`` passes over ``items``. An epoch is ``len(items) // batch_size`` steps,
+    because ``Batches`` drops each epoch's ragged end (``Batches`` refuses fewer items than one batch). ``trainer_kwargs`` go to
+    ``Trainer`` (out_dir, loss_fn, precision, progress, ...)."""
+    steps = max(1, math.ceil(len(items) // batch_size * epochs))  # >= 1 also for a tiny fraction of an epoch
+    opt = build_optimizer(model, "adamw", lr=lr, weight_decay=weight_decay)
+    trainer = Trainer(
+        model,
+        opt,
+        linear_schedule(opt, warmup_steps=int(warmup_ratio * steps), total_steps=steps),
+        train_batches=Batches(items, batch_size, collate_fn, seed=seed),
+        max_steps=steps,
+        seed=seed,
+        **trainer_kwargs,
+    )
+    return trainer, steps
