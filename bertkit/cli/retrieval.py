@@ -193,7 +193,9 @@ def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..io import resolve_model_dir
 
     reranker = (
-        CrossEncoder.from_pretrained(resolve_model_dir(args.rerank), max_length=args.rerank_max_length) if args.rerank else None
+        CrossEncoder.from_pretrained(resolve_model_dir(args.rerank), max_length=args.rerank_max_length)
+        if args.rerank
+        else None
     )
     out = evaluate_retrieval(
         enc, texts, relevant, ids, corpus, reranker, args.rerank_top, args.batch_size, args.rerank_queries

@@ -53,9 +53,16 @@ def main() -> None:
     all_pairs = read_pairs(a.train)
     pairs = _sample(all_pairs, a.max_pairs, a.seed)
     settings = RerankSettings(
-        negatives=a.negatives, hard_negatives=a.hard_negatives, batch_size=a.batch_size, max_length=a.max_length
+        negatives=a.negatives,
+        hard_negatives=a.hard_negatives,
+        batch_size=a.batch_size,
+        max_length=a.max_length,
     )
-    hard = BiEncoder.from_pretrained(resolve_model_dir(a.hard_negatives_model)) if a.hard_negatives_model else None
+    hard = (
+        BiEncoder.from_pretrained(resolve_model_dir(a.hard_negatives_model))
+        if a.hard_negatives_model
+        else None
+    )
     triples = build_triples(
         pairs, [q.positive for q in all_pairs], settings, random.Random(a.seed), hard_model=hard
     )
