@@ -39,6 +39,14 @@ if want rerank; then
   $PY -m bertkit train-rerank --train "$OUT/data/train.jsonl" --model "$MINILM" --out "$OUT/rerank" \
       $RERANK --overwrite > "$OUT/train-rerank.json"
 fi
+if want rerank2; then
+  # a second pass that continues the first one's model: 512 other queries, 4 hard negatives each (the first
+  # pass learnt on-topic vs off-topic from its sampled negatives; telling apart paragraphs of one article is
+  # what re-ranking the top 50 needs)
+  $PY -m bertkit train-rerank --train "$OUT/data/train.jsonl" --model "$OUT/rerank" --out "$OUT/rerank2" \
+      --max-pairs 512 --negatives 0 --hard-negatives 4 --hard-negatives-model "$OUT/embed" --batch-size 16 \
+      --epochs 1 --lr 1e-4 --max-length 128 --seed 1 --overwrite > "$OUT/train-rerank2.json"
+fi
 if want eval-trained; then
   $PY -m bertkit evaluate retrieval --model "$OUT/embed" --queries "$OUT/data/queries.jsonl" \
       --corpus "$OUT/data/corpus.jsonl" $EVAL --rerank "$OUT/rerank" --rerank-top 50 --rerank-queries 100 \
