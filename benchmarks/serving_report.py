@@ -1,7 +1,8 @@
 """docs/serving-measurements.md from the files the serving benchmarks wrote (regenerate, never retype):
 
 .venv/bin/python -m benchmarks.bench_serve --threads 2 --out docs/serving-bench.json
-.venv/bin/python -m benchmarks.bench_int8 --threads 2 --out docs/serving-int8.json
+.venv/bin/python -m benchmarks.bench_int8 --threads 1 --repeats 3 --out docs/serving-int8.json
+.venv/bin/python -m experiments.serve_parity --model DIR --work W --out experiments/results/serve-parity/NAME.json
 .venv/bin/python -m benchmarks.serving_report
 """
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
+PARITY = ROOT / "experiments" / "results" / "serve-parity"
 
 
 def _env(d: dict) -> str:
@@ -24,6 +26,45 @@ def _env(d: dict) -> str:
         f"load average {load[0]:.1f} on {e['cpu_count']} cores when it {when} (the machine was shared with other "
         "jobs: indicative only)"
     )
+
+
+def parity_section() -> list[str]:
+    """/qa and /ner against the fine-tuning runs' own evaluation (experiments/serve_parity.py)."""
+    files = sorted(PARITY.glob("*.json"))
+    if not files:
+        return []
+    lines = [
+        "## `/qa` and `/ner` against the fine-tuning evaluation (`experiments/results/serve-parity/`)",
+        "",
+        "Each model fine-tuned by `bertkit finetune squad` (SQuAD v1.1 dev, article split) and `bertkit finetune ner` "
+        "(CoNLL-2003), then served by `bertkit serve` in a subprocess; every dev question / sentence sent over HTTP. "
+        "Scores from the route outputs (official SQuAD v1.1 metric, conlleval) beside the run's own.",
+        "",
+        "| model | task | dev examples | fine-tuning eval | served over HTTP | differing examples | HTTP errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for path in files:
+        d = json.loads(path.read_text())
+        name = Path(d["model"]).parent.name if Path(d["model"]).name == "model" else Path(d["model"]).name
+        if "squad" in d:
+            r = d["squad"]
+            lines.append(
+                f"| {name} | SQuAD v1.1 | {r['questions']} questions | EM {r['finetune']['exact']:.2f} / F1 "
+                f"{r['finetune']['f1']:.2f} | EM {r['served_metrics']['exact']:.2f} / F1 {r['served_metrics']['f1']:.2f} "
+                f"| {len(r['mismatches'])} | {len(r['errors'])} |"
+            )
+        if "ner" in d:
+            r = d["ner"]
+            lines.append(
+                f"| {name} | CoNLL-2003 valid | {r['sentences']} sentences | entity F1 {100 * r['finetune']['f1']:.2f} "
+                f"| entity F1 {100 * r['served_metrics']['f1']:.2f} | {len(r['mismatches'])} | {len(r['errors'])} |"
+            )
+        notes.append(
+            f"`{path.relative_to(ROOT)}`: `{d['command']}` at commit {d['commit']} on {d['cpu']}, torch {d['torch']}; "
+            f"{'equal' if d['equal'] else 'NOT equal'}."
+        )
+    return [*lines, "", *notes, ""]
 
 
 def main() -> None:
@@ -71,7 +112,7 @@ def main() -> None:
     int8 = DOCS / "serving-int8.json"
     if int8.is_file():
         d = json.loads(int8.read_text())
-        f, q = d["float"], d["int8"]
+        f = d["float"]
         lines += [
             "## `--int8` (`docs/serving-int8.json`)",
             "",
@@ -80,11 +121,22 @@ def main() -> None:
             f"all-MiniLM-L6-v2, all {d['sentences']} STS-B dev sentences through the service; Spearman x 100 of the "
             f"cosines over the {d['pairs']} pairs.",
             "",
+            f"Timing: {d['timing']}; {d['threads']} torch thread(s)." if "timing" in d else "",
+            "",
             "| | size (state dict) | sentences/s | STS-B dev Spearman |",
             "|---|---|---|---|",
             f"| float (bertkit's forward) | {f['bytes'] / 1e6:.1f} MB | {f['sentences_per_s']:.1f} | {f['sts_b_dev_spearman']:.2f} |",
-            f"| int8 (dynamic, StaticBert) | {q['bytes'] / 1e6:.1f} MB | {q['sentences_per_s']:.1f} | {q['sts_b_dev_spearman']:.2f} |",
         ]
+        for name in [k for k in d if k == "int8" or k.startswith("int8_")]:
+            x = d[name]
+            engine = (
+                f", {x['engine']}" + (" (--int8-engine auto)" if name == "int8" else "")
+                if "engine" in x
+                else ""
+            )
+            lines.append(
+                f"| int8 (dynamic, StaticBert{engine}) | {x['bytes'] / 1e6:.1f} MB | {x['sentences_per_s']:.1f} | {x['sts_b_dev_spearman']:.2f} |"
+            )
         for name, label in (
             ("onnx_float", "ONNX float (onnxruntime)"),
             ("onnx_int8", "ONNX int8 (`export onnx --int8`)"),
@@ -100,12 +152,20 @@ def main() -> None:
             f"{d['spearman_change']:+.2f}; largest difference of a unit vector's component {d['max_abs_diff']:.3f}.",
             "",
         ]
+        others = [k for k in d if k.startswith("int8_") and "speedup" in d[k]]
+        if others:
+            lines += [
+                "; ".join(f"{k}: {d[k]['speedup']:.2f}x the float speed, Spearman "
+                          f"{d[k]['sts_b_dev_spearman'] - f['sts_b_dev_spearman']:+.2f}" for k in others) + ".",
+                "",
+            ]  # fmt: skip
         if "onnx_int8" in d:
             lines += [
                 f"ONNX: int8 file {d['onnx_size_ratio']:.2f}x smaller, {d['onnx_speedup']:.2f}x the float graph's speed, "
                 f"Spearman {d['onnx_spearman_change']:+.2f}.",
                 "",
             ]
+    lines += parity_section()
     out = DOCS / "serving-measurements.md"
     from bertkit.io import atomic_write
 

@@ -120,6 +120,7 @@ def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
     assert "| feature-based: last-hidden | 70.0 ± 0.0 (1/3 seeds) | 94.9 |" in text
     # the same-budget comparison: 2x the tokens, lower loss, downstream at least as good
     assert "2.00x the tokens" in text and "lower: reproduces" in text
+    assert "downstream: at least as good on SST-2 (the tasks both have finished)" in text
     assert "| SST-2 (acc), fine-tuned by bertkit | 79.5 ± 0.7 (2/3 seeds) | 76.0 ± 1.0 |" in text
     # provenance and the BERT-Base estimate
     assert "abc1234" in text and "Test CPU" in text and "torchrun --nproc_per_node 8" in text

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..serving.limits import Limits
+from ..serving.quantize import ENGINES
 
 
 def _positive(text: str) -> int:
@@ -87,6 +88,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="dynamic int8 quantisation of the Linear layers (CPU; docs/serving.md)",
     )
+    p.add_argument(
+        "--int8-engine",
+        choices=ENGINES,
+        default="auto",
+        help="--int8: the int8 GEMM to pack the weights for (auto: onednn on a CPU with AMX int8, else "
+        "PyTorch's default)",
+    )
     p.set_defaults(func=run)
 
 
@@ -115,6 +123,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         window_stride=args.window_stride,
         model_id=args.model_id,
         int8=args.int8,
+        int8_engine=args.int8_engine,
         batching={
             "max_batch_tokens": args.max_batch_tokens,
             "max_wait_ms": args.max_wait_ms,

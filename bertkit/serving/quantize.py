@@ -1,9 +1,23 @@
 """``bertkit serve --int8``: dynamic int8 quantisation (PyTorch) of the model's Linear layers, CPU only.
 
 bertkit's own forward reads the weights directly (its fused kernels), so the quantised model is the
-export-friendly ``StaticBert`` computation over the same modules (``bertkit.export``), whose Linear layers
+``StaticBert`` computation over the same modules (``bertkit.export``), whose Linear layers
 ``torch.ao.quantization.quantize_dynamic`` swaps for int8 ones (weights int8, activations quantised per
-batch at run time). Its outputs are in ``StaticBert``'s order (see there).
+call at run time). Its outputs are in ``StaticBert``'s order (see there).
+
+Packed tokens: ``StaticBert`` runs every Linear over the padded ``[B, T, H]`` batch, so a batch of
+sentences of mixed lengths spends most of its int8 GEMMs on padding, while the float path (bertkit's packed
+forward) does not: that alone made ``serve --int8`` slower than float. ``PackedStaticBert`` runs the Linear
+layers over the real tokens only (``[N, H]``, N = tokens in the batch) and scatters them into the padded
+layout just for the attention scores; outputs at real positions are ``StaticBert``'s, padding positions
+are zeros.
+
+Which int8 GEMM runs is fixed when the weights are packed: PyTorch's quantised engine at that moment
+(``fbgemm``, ``onednn``, or ``x86``, which packs dynamic Linear weights for fbgemm). The packed weights
+keep their kernel afterwards, whatever the process's engine is later. ``engine="auto"`` packs for oneDNN
+on a CPU with AMX int8 tiles (oneDNN's int8 GEMM uses them; fbgemm does not) and keeps PyTorch's default
+elsewhere. On the Xeon with AMX this was measured on (``benchmarks/bench_int8.py``, docs/serving.md),
+oneDNN's int8 encoder ran well ahead of fbgemm's for the same outputs bound.
 """
 
 from __future__ import annotations
@@ -11,19 +25,99 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+
+ENGINES = ("auto", "x86", "fbgemm", "onednn")
 
 
-def int8_static(model: Any) -> Any:
-    """An int8 ``StaticBert`` over ``model`` (a BertModel or a head class); the float model is untouched."""
+def _packed_static_bert():
+    from ..export import StaticBert
+
+    class PackedStaticBert(StaticBert):
+        """``StaticBert`` with the Linear layers over the batch's real tokens only (see the module doc)."""
+
+        def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
+            """input_ids, attention_mask, token_type_ids [B, T] -> hidden states [B, T, H] (0 at padding)."""
+            emb = self.bert.embeddings
+            b, t = input_ids.shape
+            real = attention_mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of real tokens
+            position_ids = emb.position_ids[0, :t].expand(b, t).reshape(-1)[real]
+            x = emb.word_embeddings(input_ids.reshape(-1)[real]) + emb.token_type_embeddings(
+                token_type_ids.reshape(-1)[real]
+            )
+            x = emb.LayerNorm(x + emb.position_embeddings(position_ids))  # [N, H]
+            h = x.shape[-1]
+            bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+
+            for layer in self.bert.encoder.layer:
+                att = layer.attention.self
+                # one scatter of q|k|v into the padded layout, for the attention scores only
+                qkv = torch.cat([att.query(x), att.key(x), att.value(x)], 1)  # [N, 3H]
+                qkv = qkv.new_zeros(b * t, 3 * h).index_copy_(0, real, qkv)
+                q, k, v = qkv.view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # [B, A, T, d]
+                # softmax(q k^T / sqrt(d) + bias) v, as StaticBert, in one fused kernel
+                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+                ctx = ctx.transpose(1, 2).reshape(b * t, h)[real]
+                out = layer.attention.output
+                x = out.LayerNorm(out.dense(ctx) + x)
+                ffn = layer.output
+                x = ffn.LayerNorm(ffn.dense(self.act(layer.intermediate.dense(x))) + x)
+            return x.new_zeros(b * t, h).index_copy_(0, real, x).view(b, t, h)
+
+    return PackedStaticBert
+
+
+def choose_engine(
+    requested: str = "auto", flags: set[str] | None = None, supported: list[str] | None = None
+) -> str:
+    """The quantised engine to pack the int8 weights for.
+
+    ``requested``: one of ``ENGINES``; ``flags``: the CPU's ISA flags (default: this CPU's);
+    ``supported``: the engines this torch build has (default: ``torch.backends.quantized.supported_engines``).
+    """
+    supported = list(torch.backends.quantized.supported_engines if supported is None else supported)
+    if requested not in ENGINES:
+        raise UserError(f"--int8-engine must be one of {', '.join(ENGINES)}, got {requested!r}")
+    if requested != "auto":
+        if requested not in supported:
+            raise UserError(
+                f"--int8-engine {requested}: this torch build has only {', '.join(e for e in supported if e != 'none')}"
+            )
+        return requested
+    if flags is None:
+        from ..tuning import cpu_info
+
+        flags = set(cpu_info()["flags"])
+    if "onednn" in supported and "amx_int8" in flags:
+        return "onednn"
+    for engine in ("x86", "fbgemm", "qnnpack"):
+        if engine in supported:
+            return engine
+    raise UserError("--int8: this torch build has no quantised CPU engine (torch.backends.quantized)")
+
+
+def int8_static(model: Any, engine: str = "auto") -> Any:
+    """An int8 ``PackedStaticBert`` over ``model`` (a BertModel or a head class), its Linear weights packed for
+    ``engine`` (see ``choose_engine``); the float model and the process's engine setting are untouched."""
     import copy
 
     from torch.ao.quantization import quantize_dynamic
 
-    from ..export import StaticBert
+    chosen = choose_engine(engine)
+    before = torch.backends.quantized.engine
+    torch.backends.quantized.engine = chosen
+    try:
+        q = quantize_dynamic(
+            _packed_static_bert()(copy.deepcopy(model).cpu().eval()).eval(),
+            {torch.nn.Linear},
+            dtype=torch.qint8,
+        )
+    finally:
+        torch.backends.quantized.engine = before
+    q.int8_engine = chosen
+    return q
 
-    return quantize_dynamic(
-        StaticBert(copy.deepcopy(model).cpu().eval()).eval(), {torch.nn.Linear}, dtype=torch.qint8
-    )
 
-
-__all__ = ["int8_static"]
+__all__ = ["ENGINES", "choose_engine", "int8_static"]

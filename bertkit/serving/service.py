@@ -36,6 +36,7 @@ class InferenceService:
         window_stride: tokens between window starts (default half of ``max_length``).
         model_id: the name reported by /info and /v1/embeddings (default: the dir's name).
         int8: run the batched model calls on dynamically quantised int8 copies (CPU).
+        int8_engine: the int8 GEMM the weights are packed for (``quantize.choose_engine``; default auto).
         on_batch: ``(task, sequences, padded tokens)`` callback after each model batch (metrics).
     """
 
@@ -50,6 +51,7 @@ class InferenceService:
         window_stride: int | None = None,
         model_id: str | None = None,
         int8: bool = False,
+        int8_engine: str = "auto",
         on_batch: Any = None,
         max_batch_size: int | None = None,
     ) -> None:
@@ -88,14 +90,16 @@ class InferenceService:
         self.config = self.model.config
         self.int8 = int8
         self._int8_encoder = self._int8_head = None
+        self.int8_engine: str | None = None
         if int8:  # int8 copies for the batched model calls (fill-mask keeps the float model)
             from .quantize import int8_static
 
             if self.device != "cpu":
                 raise UserError("--int8 runs on the CPU only (dynamic quantisation); drop --device")
-            self._int8_encoder = int8_static(self.encoder.model)
+            self._int8_encoder = int8_static(self.encoder.model, int8_engine)
+            self.int8_engine = self._int8_encoder.int8_engine
             if self.architecture not in ("SentenceTransformer", "BertModel"):
-                self._int8_head = int8_static(self.model)
+                self._int8_head = int8_static(self.model, int8_engine)
         limit = self.config.max_position_embeddings
         self.max_length = min(max_length or limit, limit)
         self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
@@ -175,6 +179,7 @@ class InferenceService:
             "normalize": self.encoder.normalize,
             "rerank": "cross-encoder" if self.cross_encoder else "cosine",
             "int8": self.int8,
+            "int8_engine": self.int8_engine,
             "device": str(self.device),
             "endpoints": self.routes(),
         }
