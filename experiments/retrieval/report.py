@@ -101,6 +101,22 @@ def squad_section(d: Path) -> list[str]:
         tr = _load(d / file)
         if tr:
             out.append(_rerank_line(name, tr))
+    every = [(m, _load(d / f"eval-{m}-all.json")) for m in ("untrained", "trained")]
+    if all(e for _, e in every):
+        n = every[0][1]["bi_encoder"]["queries"]
+        out += [
+            "",
+            f"The two bi-encoders on every evaluation question ({n}; `squad.sh` stage `eval-all`); ± is one "
+            "binomial standard error of recall@1:",
+            "",
+            "| model | queries | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 | ± recall@1 |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for m, e in every:
+            r1 = e["bi_encoder"]["recall@1"] / 100
+            se = 100 * math.sqrt(r1 * (1 - r1) / e["bi_encoder"]["queries"])
+            name = "all-MiniLM-L6-v2, untrained" if m == "untrained" else "after `bertkit train-embed`"
+            out.append(_metrics_row(name, e["bi_encoder"]) + f" {se:.1f} |")
     probes = [(r, _load(d / f"probe-{r}.json")) for r in ("rerank", "rerank2")]
     probes = [(r, pr) for r, pr in probes if pr]
     if probes:
