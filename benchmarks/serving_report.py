@@ -28,6 +28,12 @@ def _env(d: dict) -> str:
     )
 
 
+def _without_port(cmd: list[str]) -> str:
+    """The server command without its (random, free) ``--port N``."""
+    i = cmd.index("--port") if "--port" in cmd else len(cmd)
+    return " ".join(cmd[:i] + cmd[i + 2 :])
+
+
 def parity_section() -> list[str]:
     """/qa and /ner against the fine-tuning runs' own evaluation (experiments/serve_parity.py)."""
     files = sorted(PARITY.glob("*.json"))
@@ -64,6 +70,17 @@ def parity_section() -> list[str]:
             f"`{path.relative_to(ROOT)}`: `{d['command']}` at commit {d['commit']} on {d['cpu']}, torch {d['torch']}; "
             f"{'equal' if d['equal'] else 'NOT equal'}."
         )
+        for k in ("squad", "ner"):
+            if k in d:
+                when = (
+                    "run by this invocation"
+                    if d[k].get("finetune_ran_now")
+                    else "a finished run in --work, reused"
+                )
+                notes.append(f"  - fine-tuning ({when}): `{' '.join(d[k]['finetune_command'])}`; served with "
+                             f"`{_without_port(d[k]['server'])}`"
+                             + (f" and `{json.dumps(d[k]['request_fields'])}` in every request" if "request_fields" in d[k] else "")
+                             + ".")  # fmt: skip
     return [*lines, "", *notes, ""]
 
 
