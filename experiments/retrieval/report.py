@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +26,28 @@ def _metrics_row(name: str, m: dict) -> str:
     return f"| {name} | {m['queries']} | " + " | ".join(cells) + " |"
 
 
+def _prior_loss(triples: int, positives: int) -> float:
+    """Binary cross-entropy of always predicting the positive rate: what a re-ranker that learnt nothing
+    about (query, passage) matching scores."""
+    q = positives / triples
+    return -(q * math.log(q) + (1 - q) * math.log(1 - q))
+
+
+def _random_mrr(n: int) -> float:
+    """Expected MRR@10 (percent) of a random order of ``n`` candidates holding one relevant one."""
+    return 100 * sum(1 / r for r in range(1, min(10, n) + 1)) / n
+
+
+def _rerank_line(name: str, tr: dict) -> str:
+    s = tr["settings"]
+    return (
+        f"- {name}: {tr['triples']} (query, passage, label) triples ({tr['positives']} positive), "
+        f"{tr['steps']} steps of {s['batch_size']}, lr {s['lr']}, {s['max_length']} tokens; final loss "
+        f"{tr['final_loss']:.4f} against {_prior_loss(tr['triples'], tr['positives']):.4f} for the label prior "
+        f"alone; {tr['pairs_per_second']} pairs/s (contended)."
+    )
+
+
 def squad_section(d: Path) -> list[str]:
     env = _load(d / "env.json") or {}
     out = ["## SQuAD v1.1 retrieval (train 40 articles, evaluate 8 against all 2,067 paragraphs)", ""]
@@ -34,6 +57,7 @@ def squad_section(d: Path) -> list[str]:
     )
     out.append("")
     untrained, trained = _load(d / "eval-untrained.json"), _load(d / "eval-trained.json")
+    second = _load(d / "eval-rerank2.json")
     out += [
         "| model | queries | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |",
         "|---|---|---|---|---|---|---|",
@@ -51,24 +75,62 @@ def squad_section(d: Path) -> list[str]:
         if "reranked" in trained:
             out.append(
                 _metrics_row(
-                    f"+ `bertkit train-rerank` cross-encoder on the top {trained.get('rerank_top')}",
+                    f"+ `bertkit train-rerank` cross-encoder (pass 1) on the top {trained.get('rerank_top')}",
                     trained["reranked"],
                 )
             )
     else:
         out.append("| after train-embed / re-ranked | (not finished in the session: see below) | | | | | |")
-    te, tr = _load(d / "train-embed.json"), _load(d / "train-rerank.json")
+    if second and "reranked" in second:
+        out.append(
+            _metrics_row(
+                f"+ cross-encoder after pass 2 on the top {second.get('rerank_top')}", second["reranked"]
+            )
+        )
     out.append("")
+    te = _load(d / "train-embed.json")
     if te:
         out.append(
-            f"train-embed: {te['pairs']} pairs, {te['steps']} steps of {te['settings']['batch_size']}, "
+            f"- train-embed: {te['pairs']} pairs, {te['steps']} steps of {te['settings']['batch_size']}, "
             f"final loss {te['final_loss']:.4f}, {te['pairs_per_second']} pairs/s (contended)."
         )
-    if tr:
-        out.append(
-            f"train-rerank: {tr['triples']} (query, passage, label) triples ({tr['positives']} positive), "
-            f"{tr['steps']} steps, final loss {tr['final_loss']:.4f}, {tr['pairs_per_second']} pairs/s (contended)."
-        )
+    for name, file in (
+        ("train-rerank pass 1", "train-rerank.json"),
+        ("train-rerank pass 2", "train-rerank2.json"),
+    ):
+        tr = _load(d / file)
+        if tr:
+            out.append(_rerank_line(name, tr))
+    probes = [(r, _load(d / f"probe-{r}.json")) for r in ("rerank", "rerank2")]
+    probes = [(r, pr) for r, pr in probes if pr]
+    if probes:
+        pr0 = probes[0][1]
+        out += [
+            "",
+            f"One article at a time (`experiments/retrieval/probe_article.py`): {pr0['queries']} evaluation "
+            f"questions, each against its paragraph and {pr0['candidates'] - 1} other paragraphs of the same "
+            f"article (a random order scores MRR@10 {_random_mrr(pr0['candidates']):.1f} in expectation):",
+            "",
+            "| scorer | MRR@10 | recall@1 |",
+            "|---|---|---|",
+            f"| bi-encoder after train-embed | {pr0['bi_encoder']['mrr@10']} | {pr0['bi_encoder']['recall@1']} |",
+        ]
+        for r, pr in probes:
+            label = "cross-encoder after pass 1" if r == "rerank" else "cross-encoder after pass 2"
+            out.append(f"| {label} | {pr['cross_encoder']['mrr@10']} | {pr['cross_encoder']['recall@1']} |")
+    v1, v1t = _load(d / "v1" / "eval-trained.json"), _load(d / "v1" / "train-rerank.json")
+    if v1 and v1t and "reranked" in v1:
+        out += [
+            "",
+            "The session's first re-ranker (kept in `squad/v1/`: 256 queries, 1 negative mined among the 256 sampled "
+            "pairs' own passages + 1 sampled, 192 tokens, evaluated at 256):",
+            "",
+            _rerank_line("train-rerank v1", v1t),
+            f"- re-ranked MRR@10 {v1['reranked']['mrr@10']:.1f} against the bi-encoder's "
+            f"{v1['bi_encoder_reranked_queries']['mrr@10']:.1f} on the same {v1['reranked']['queries']} queries.",
+            f"- (a random order of the top {v1['rerank_top']} scores MRR@10 "
+            f"{_random_mrr(v1['rerank_top']):.1f} in expectation when it holds the relevant passage)",
+        ]
     return out + [""]
 
 
