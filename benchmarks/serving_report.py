@@ -147,12 +147,12 @@ def main() -> None:
         for name in [k for k in d if k == "int8" or k.startswith("int8_")]:
             x = d[name]
             engine = (
-                f", {x['engine']}" + (" (--int8-engine auto)" if name == "int8" else "")
+                f", weights packed for {x['engine']}" + ("; `--int8-engine auto`" if name == "int8" else "")
                 if "engine" in x
                 else ""
             )
             lines.append(
-                f"| int8 (dynamic, StaticBert{engine}) | {x['bytes'] / 1e6:.1f} MB | {x['sentences_per_s']:.1f} | {x['sts_b_dev_spearman']:.2f} |"
+                f"| `serve --int8` (dynamic{engine}) | {x['bytes'] / 1e6:.1f} MB | {x['sentences_per_s']:.1f} | {x['sts_b_dev_spearman']:.2f} |"
             )
         for name, label in (
             ("onnx_float", "ONNX float (onnxruntime)"),
@@ -166,9 +166,11 @@ def main() -> None:
         lines += [
             "",
             f"Size {d['size_ratio']:.2f}x smaller (the word embeddings stay float), speed {d['speedup']:.2f}x, Spearman "
-            f"{d['spearman_change']:+.2f}; largest difference of a unit vector's component {d['max_abs_diff']:.3f}.",
+            f"{d['spearman_change']:+.2f}; largest difference of a unit vector's component {d['max_abs_diff']:.3f}"
+            + (f", smallest cosine of an int8 sentence vector to its float one {d['int8']['min_cosine_to_float']:.3f}"
+               if "min_cosine_to_float" in d["int8"] else "") + ".",
             "",
-        ]
+        ]  # fmt: skip
         others = [k for k in d if k.startswith("int8_") and "speedup" in d[k]]
         if others:
             lines += [
