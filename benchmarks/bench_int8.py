@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> dict:
         out["onnx"] = f"skipped: {e}"
     chunks = [sentences[i : i + args.chunk] for i in range(0, len(sentences), args.chunk)]
     load_before = os.getloadavg()
+    commit = subprocess.run(  # the code that runs: read before the (long) measurement, not after it
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
     times, vectors = paired_times(encoders, chunks, args.repeats)
     index = {s: i for i, s in enumerate(sentences)}
     gold = np.array([r[2] for r in rows])
@@ -176,9 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
     out["environment"] = machine()
     out["environment"]["load_average_before"] = load_before
     out["threads"] = args.threads
-    out["commit"] = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+    out["commit"] = commit
     out["command"] = "python -m benchmarks.bench_int8 " + " ".join(argv if argv is not None else [])
     for svc in services.values():
         svc.close()

@@ -28,6 +28,12 @@ def _env(d: dict) -> str:
     )
 
 
+def _without_port(cmd: list[str]) -> str:
+    """The server command without its (random, free) ``--port N``."""
+    i = cmd.index("--port") if "--port" in cmd else len(cmd)
+    return " ".join(cmd[:i] + cmd[i + 2 :])
+
+
 def parity_section() -> list[str]:
     """/qa and /ner against the fine-tuning runs' own evaluation (experiments/serve_parity.py)."""
     files = sorted(PARITY.glob("*.json"))
@@ -64,6 +70,17 @@ def parity_section() -> list[str]:
             f"`{path.relative_to(ROOT)}`: `{d['command']}` at commit {d['commit']} on {d['cpu']}, torch {d['torch']}; "
             f"{'equal' if d['equal'] else 'NOT equal'}."
         )
+        for k in ("squad", "ner"):
+            if k in d:
+                when = (
+                    "run by this invocation"
+                    if d[k].get("finetune_ran_now")
+                    else "a finished run in --work, reused"
+                )
+                notes.append(f"  - fine-tuning ({when}): `{' '.join(d[k]['finetune_command'])}`; served with "
+                             f"`{_without_port(d[k]['server'])}`"
+                             + (f" and `{json.dumps(d[k]['request_fields'])}` in every request" if "request_fields" in d[k] else "")
+                             + ".")  # fmt: skip
     return [*lines, "", *notes, ""]
 
 
@@ -130,12 +147,12 @@ def main() -> None:
         for name in [k for k in d if k == "int8" or k.startswith("int8_")]:
             x = d[name]
             engine = (
-                f", {x['engine']}" + (" (--int8-engine auto)" if name == "int8" else "")
+                f", weights packed for {x['engine']}" + ("; `--int8-engine auto`" if name == "int8" else "")
                 if "engine" in x
                 else ""
             )
             lines.append(
-                f"| int8 (dynamic, StaticBert{engine}) | {x['bytes'] / 1e6:.1f} MB | {x['sentences_per_s']:.1f} | {x['sts_b_dev_spearman']:.2f} |"
+                f"| `serve --int8` (dynamic{engine}) | {x['bytes'] / 1e6:.1f} MB | {x['sentences_per_s']:.1f} | {x['sts_b_dev_spearman']:.2f} |"
             )
         for name, label in (
             ("onnx_float", "ONNX float (onnxruntime)"),
@@ -149,9 +166,11 @@ def main() -> None:
         lines += [
             "",
             f"Size {d['size_ratio']:.2f}x smaller (the word embeddings stay float), speed {d['speedup']:.2f}x, Spearman "
-            f"{d['spearman_change']:+.2f}; largest difference of a unit vector's component {d['max_abs_diff']:.3f}.",
+            f"{d['spearman_change']:+.2f}; largest difference of a unit vector's component {d['max_abs_diff']:.3f}"
+            + (f", smallest cosine of an int8 sentence vector to its float one {d['int8']['min_cosine_to_float']:.3f}"
+               if "min_cosine_to_float" in d["int8"] else "") + ".",
             "",
-        ]
+        ]  # fmt: skip
         others = [k for k in d if k.startswith("int8_") and "speedup" in d[k]]
         if others:
             lines += [

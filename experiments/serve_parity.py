@@ -145,6 +145,7 @@ def finetune_squad(
            *[f"--{k.replace('_', '-')}={v}" for k, v in SQUAD.items()]]  # fmt: skip
     if not (out / "metrics.json").is_file():
         _run(cmd, out.parent / "finetune-squad.log")
+        cmd.append("# ran now")
     return cmd
 
 
@@ -155,6 +156,7 @@ def finetune_ner(model: Path, data: Path, out: Path, max_train: int, seed: int) 
            *[f"--{k.replace('_', '-')}={v}" for k, v in NER.items()]]  # fmt: skip
     if not (out / "metrics.json").is_file():
         _run(cmd, out.parent / "finetune-ner.log")
+        cmd.append("# ran now")
     return cmd
 
 
@@ -266,6 +268,17 @@ def ner_parity(run: Path, max_length: int, concurrency: int) -> dict[str, Any]:
     return r
 
 
+def _finetune_record(cmd: list[str], run: Path) -> dict[str, Any]:
+    """The fine-tuning command, and whether this invocation ran it or reused a finished run in ``--work``."""
+    ran = cmd[-1] == "# ran now"
+    m = json.loads((run / "metrics.json").read_text())
+    return {
+        "finetune_command": cmd[2 : len(cmd) - ran],
+        "finetune_ran_now": ran,
+        "finetune_seconds": m.get("seconds"),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="pre-trained model dir (HF layout) to fine-tune")
@@ -299,11 +312,14 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     if args.only in (None, "squad"):
         cmd = finetune_squad(model, data, work / "squad", args.train_articles, args.dev_articles, args.seed)
-        result["squad"] = {"finetune_command": cmd[2:], **squad_parity(work / "squad", args.concurrency)}
+        result["squad"] = {
+            **_finetune_record(cmd, work / "squad"),
+            **squad_parity(work / "squad", args.concurrency),
+        }
     if args.only in (None, "ner"):
         cmd = finetune_ner(model, data, work / "ner", args.max_train_examples, args.seed)
         result["ner"] = {
-            "finetune_command": cmd[2:],
+            **_finetune_record(cmd, work / "ner"),
             **ner_parity(work / "ner", NER["max_seq_length"], args.concurrency),
         }
     result["seconds"] = round(time.time() - t0, 1)

@@ -50,22 +50,30 @@ def cls_dir(tmp_path_factory):
     )
 
 
-@pytest.mark.parametrize("engine", SUPPORTED)
-def test_every_engine_close_to_float(cls_dir, engine):
-    """Bound: cosine of float vs int8 sentence vectors > 0.99, class probabilities within 0.02."""
+@pytest.fixture(scope="module")
+def float_outputs(cls_dir):
     plain = InferenceService(cls_dir)
+    try:
+        return plain.embed(TEXTS, normalize=True)[0], [
+            p["probabilities"]["pos"] for p in plain.predict(TEXTS)
+        ]
+    finally:
+        plain.close()
+
+
+@pytest.mark.parametrize("engine", SUPPORTED)
+def test_every_engine_close_to_float(cls_dir, float_outputs, engine):
+    """Bound: cosine of float vs int8 sentence vectors > 0.99, class probabilities within 0.02."""
+    a, pa = float_outputs
     q = InferenceService(cls_dir, int8=True, int8_engine=engine)
     try:
         assert q.info()["int8_engine"] == engine
-        a, _ = plain.embed(TEXTS, normalize=True)
         b, _ = q.embed(TEXTS, normalize=True)
         assert float(np.min(np.sum(a * b, axis=1))) > 0.99
         assert not np.allclose(a, b, atol=1e-6)  # the int8 path ran
-        pa = [p["probabilities"]["pos"] for p in plain.predict(TEXTS)]
         pb = [p["probabilities"]["pos"] for p in q.predict(TEXTS)]
         np.testing.assert_allclose(pa, pb, atol=0.02)
     finally:
-        plain.close()
         q.close()
 
 
