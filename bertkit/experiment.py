@@ -106,7 +106,8 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
              "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
              "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric"}  # fmt: skip
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
-            "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results"}  # fmt: skip
+            "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
+            "notes"}  # fmt: skip
 
 
 def load_matrix(path: str | os.PathLike) -> Matrix:

@@ -53,6 +53,10 @@ ROW_LABELS = {"mlm+nsp": "MLM + NSP (BERT)", "mlm": "MLM only (No NSP)", "ltr": 
               "transformers-mlm": "transformers' pipeline, MLM only"}  # fmt: skip
 METRIC_NAMES = {"SST-2": "acc", "CoLA": "MCC", "MRPC": "F1", "STS-B": "Spearman", "CoNLL-2003": "F1",
                 "SQuAD-v1.1": "F1", "SQuAD-v2.0": "F1"}  # fmt: skip
+KIND_METRICS = {
+    "ner": "F1",
+    "squad": "F1",
+}  # a task named otherwise (a variant of CoNLL or SQuAD): its kind's metric
 
 
 # ------------------------------------------------------------------------------------------------ numbers
@@ -474,7 +478,7 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "last ones (the shared data has no SQuAD training file); the learning rate of SST-2, CoLA and CoNLL "
               "is picked on dev from a grid on the first seed, then used for every seed (the paper's practice)",
               ""]  # fmt: skip
-    lines += ["## Findings", ""] + findings(matrix, results, size, tasks)
+    lines += ["## Findings", ""] + findings(matrix, results, size, tasks) + _notes(matrix)
     lines += [f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)", ""]
     lines += _table5(matrix, results, size, tasks)
     lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + _table6(matrix, results)
@@ -503,12 +507,41 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     return "\n".join(lines)
 
 
+def _notes(matrix: Matrix) -> list[str]:
+    """The config's ``notes = [...]``: lines of prose (pointers to related reports, caveats), no numbers of their
+    own; the findings above them stay generated."""
+    notes = matrix.raw.get("notes") or []
+    return [f"- {n}" for n in notes] + ([""] if notes else [])
+
+
+def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
+    """One row per pre-trained model of the matrix: tokens, CPU seconds and the held-out masked-LM scores."""
+    rows = []
+    for m in matrix.raw["model"]:
+        r = results.get(f"pretrain/{m['name']}")
+        if not r or "mlm_accuracy" not in r.get("metrics", {}):
+            continue
+        met, shape = r["metrics"], r.get("model_config") or {}
+        rows.append(f"| {m['name']} | {shape.get('num_hidden_layers', '?')} / {shape.get('hidden_size', '?')} | "
+                    f"{(r.get('tokens') or 0) / 1e6:.1f}M | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
+                    f"{met['mlm_loss']:.3f} | {100 * met['mlm_accuracy']:.1f} | "
+                    f"{100 * met.get('unigram_accuracy', 0):.1f} |")  # fmt: skip
+    if not rows:
+        return []
+    return ["## Pre-training", "",
+            "Held-out masked-LM scores (the same masks for every model; unigram: always the most frequent masked token).",
+            "", "| model | layers / hidden | tokens | training CPU s | held-out MLM loss | MLM acc | unigram acc |",
+            "| --- | --- | --- | --- | --- | --- | --- |", *rows, "", "## Fine-tuning", ""]  # fmt: skip
+
+
 def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
-    """One row per fine-tuning task of the matrix: mean ± std of the primary metric and the other metrics."""
+    """One row per fine-tuning task of the matrix: mean ± std of the primary metric and the other metrics
+    (after the pre-training scores, when the matrix pre-trains)."""
     n_seeds = len(matrix.raw.get("seeds", [1]))
     lines = [f"# {matrix.raw.get('description', matrix.name)}", ""] + _provenance(
         matrix, results, config_arg, folder
     )
+    lines += _notes(matrix) + _pretrain_rows(matrix, results)
     lines += [
         "| model | task | metric | result | other metrics (last seed) | settings |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -528,7 +561,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
                 if k in ("f1", "accuracy")
             )
             settings = ", ".join(f"{k} {v}" for k, v in (last or {}).get("hyperparameters", {}).items())
-            lines.append(f"| {m} | {t['name']} | {METRIC_NAMES.get(t.get('task', t['name']), t.get('metric', 'primary'))} | "
+            lines.append(f"| {m} | {t['name']} | {METRIC_NAMES.get(t.get('task', t['name'])) or KIND_METRICS.get(t.get('kind'), t.get('metric', 'primary'))} | "
                          f"{fmt(mean_std(xs), len(xs), n_seeds)} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
     for f in matrix.raw.get("features", []):
         for v in f.get("variants", []):

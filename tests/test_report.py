@@ -138,3 +138,24 @@ def test_report_without_results_says_not_yet_run(tmp_path):
     assert out["results"] == 0 and out["figures"] == []
     table5 = text.split("## Table 5")[1].split("The paper's")[0].split("\n", 1)[1]
     assert "not yet run" in table5 and "±" not in table5
+
+
+def test_results_report_lists_pretraining_and_notes(tmp_path):
+    """report_kind "results" on a matrix that pre-trains: the held-out MLM row of every pre-trained model, the
+    config's notes, then the fine-tuning rows (a missing pre-training result is left out, not invented)."""
+    cfg = tmp_path / "probe.toml"
+    cfg.write_text(
+        CONFIG.replace('report_kind = "paper"', 'report_kind = "results"').replace(
+            'report = "doc/paper.md"', 'report = "doc/probe.md"\nnotes = ["see [paper.md](paper.md)"]'
+        )
+    )
+    _, res = _fixture(tmp_path)
+    out = write_report(cfg, results=res)
+    text = Path(out["report"]).read_text()
+    assert "- see [paper.md](paper.md)" in text
+    assert "| mlm+nsp-tiny | 2 / 128 | 0.0M | 100 | 5.704 | 20.0 | 0.0 |" in text
+    assert "| mlm+nsp-mini | 4 / 256 |" in text and "| ltr-mini | 4 / 256 |" not in text
+    assert (
+        text.index("## Pre-training") < text.index("## Fine-tuning") < text.index("| mlm+nsp-mini | SST-2 |")
+    )
+    assert "| mlm+nsp-mini | SST-2 | acc | 81.0 ± 1.0 |" in text
