@@ -28,6 +28,7 @@ import shutil
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -259,6 +260,37 @@ def _finished_record(out_dir: Path, index: int, text_sha: str, options: dict) ->
     return rec
 
 
+def _prepare_in_pool(
+    tasks: Iterator[tuple], workers: int, vocab_file: Path, lowercase: bool, tokenizer, records: list, bar
+) -> None:
+    """Build shards in ``workers`` processes, at most ``2 * workers`` in flight, appending to ``records``.
+
+    A ``concurrent.futures`` pool rather than ``multiprocessing.Pool``: when a shard fails, ``Pool.terminate``
+    with tasks still queued can deadlock (its task-handler thread waits forever on the queue's lock; we saw
+    it hang CI), whereas an executor cancels what has not started and waits for what has.
+    """
+    ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
+    _WORKER["inherited"] = tokenizer  # (forked workers pick it up in _init_worker)
+    pool = ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)
+    )
+    try:
+        pending: deque = deque()
+        for task, size in tasks:
+            pending.append((pool.submit(_build_shard, task), size))
+            while len(pending) >= 2 * workers:  # bounded: memory ~ shard size x in-flight shards
+                future, sz = pending.popleft()
+                records.append(future.result())
+                bar.update(sz)
+        while pending:
+            future, sz = pending.popleft()
+            records.append(future.result())
+            bar.update(sz)
+    finally:  # also when a worker failed: cancel what is queued, and the parent must not keep the hand-over
+        pool.shutdown(wait=True, cancel_futures=True)
+        _WORKER.pop("inherited", None)
+
+
 def prepare(
     corpus: Iterable[str | os.PathLike],
     vocab_file: str | os.PathLike,
@@ -313,32 +345,16 @@ def prepare(
                 continue
             yield (index, docs, text_sha, str(out_dir), dtype, options), size
 
-    if workers <= 1:
-        _WORKER.update(tok=tokenizer, cache=ChunkCache())
-        for task, size in tasks():
-            records.append(_build_shard(task))
-            bar.update(size)
-    else:
-        ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
-        _WORKER["inherited"] = tokenizer  # (forked workers pick it up in _init_worker)
-        try:
-            with ctx.Pool(
-                workers, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)
-            ) as pool:
-                pending: deque = deque()
-                for task, size in tasks():
-                    pending.append((pool.apply_async(_build_shard, (task,)), size))
-                    while len(pending) >= 2 * workers:  # bounded: memory ~ shard size x in-flight shards
-                        res, sz = pending.popleft()
-                        records.append(res.get())
-                        bar.update(sz)
-                while pending:
-                    res, sz = pending.popleft()
-                    records.append(res.get())
-                    bar.update(sz)
-        finally:  # also when a worker failed: the parent must not keep the hand-over
-            _WORKER.pop("inherited", None)
-    bar.close()
+    try:
+        if workers <= 1:
+            _WORKER.update(tok=tokenizer, cache=ChunkCache())
+            for task, size in tasks():
+                records.append(_build_shard(task))
+                bar.update(size)
+        else:
+            _prepare_in_pool(tasks(), workers, vocab_file, lowercase, tokenizer, records, bar)
+    finally:  # also on an error: the bar's line must not be left half-drawn under the message
+        bar.close()
     if not records:
         raise UserError(
             f"no text found in {', '.join(map(str, corpus))} (format {fmt!r}); check --corpus and --format"
