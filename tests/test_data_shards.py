@@ -102,7 +102,9 @@ def test_parallel_prepare_failure_propagates_and_drops_the_tokenizer_hand_over(
     # ten (and hung CI); each round must raise and return.
     for attempt in range(25):
         with pytest.raises(OSError, match="disk full"):
-            prepare([corpus], vocab, tmp_path / f"d{attempt}", shard_size_mb=0.0005, workers=2, progress=False)
+            prepare(
+                [corpus], vocab, tmp_path / f"d{attempt}", shard_size_mb=0.0005, workers=2, progress=False
+            )
         assert "inherited" not in shards_module._WORKER
 
 
