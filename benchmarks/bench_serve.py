@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.serving.launch import ServerProcess
+
 ROOT = Path(__file__).resolve().parents[1]
 STS_DEV = ROOT.parent / "shared" / "data" / "glue" / "STS-B" / "dev.tsv"
 LEVELS = (1, 16, 64)
@@ -72,14 +74,6 @@ def _serve_baseline(model_dir: str, port: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ harness
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(conn: http.client.HTTPConnection, path: str, body: dict) -> tuple[int, Any]:
     conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = conn.getresponse()
@@ -87,42 +81,10 @@ def _post(conn: http.client.HTTPConnection, path: str, body: dict) -> tuple[int,
     return r.status, json.loads(data) if r.status == 200 else None
 
 
-class _Process:
-    def __init__(self, cmd: list[str], threads: int) -> None:
-        self.port = _free_port()
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads)}
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        self.proc = subprocess.Popen(
-            [*cmd, "--port", str(self.port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    conn.close()
-                    return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
-                self.stop()
-                raise RuntimeError(f"server did not start: {' '.join(cmd)}: {err[-500:]}")
-            time.sleep(0.3)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+def _start(cmd: list[str], threads: int) -> ServerProcess:
+    env = {"OMP_NUM_THREADS": str(threads), "RAYON_NUM_THREADS": str(threads)}
+    env["HF_HUB_OFFLINE"] = os.environ.get("HF_HUB_OFFLINE", "1")
+    return ServerProcess(cmd, env=env, cwd=ROOT)
 
 
 def load(port: int, sentences: list[str], concurrency: int, n_requests: int) -> dict[str, Any]:
@@ -248,12 +210,12 @@ def run(args: Any) -> list[dict[str, Any]]:
     }
     # All three servers run at once (idle when not loaded) and are loaded in turn, level by level, in a
     # rotating order, repeated: on a shared machine a load change then hits every side alike.
-    procs: dict[str, _Process] = {}
+    procs: dict[str, ServerProcess] = {}
     rounds: dict[str, dict[int, list[dict[str, Any]]]] = {name: {c: [] for c in LEVELS} for name in servers}
     check = 0.0
     try:
         for name, cmd in servers.items():
-            procs[name] = _Process(cmd, threads)
+            procs[name] = _start(cmd, threads)
         reference = _embeddings(procs["baseline"].port, sentences[:16])
         for name, proc in procs.items():
             diff = float(np.abs(_embeddings(proc.port, sentences[:16]) - reference).max())

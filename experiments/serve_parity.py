@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bertkit.serving.launch import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -166,25 +167,13 @@ class Served:
     def __init__(self, model: Path, max_length: int, log: Path) -> None:
         import httpx
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.cmd = [*_python(), "serve", str(model), "--port", str(self.port), "--max-length", str(max_length),
-                    "--log-level", "warning"]  # fmt: skip
-        self._log = open(log, "wb")
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120)
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if self.client.get("/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise SystemExit(f"server did not come up; see {log}")
-            time.sleep(0.3)
+        cmd = [*_python(), "serve", str(model), "--max-length", str(max_length), "--log-level", "warning"]
+        try:
+            self.process = ServerProcess(cmd, log=log, cwd=ROOT)
+        except RuntimeError as e:
+            raise SystemExit(f"{e}\n(full log: {log})") from None
+        self.cmd = self.process.cmd
+        self.client = httpx.Client(base_url=self.process.url, timeout=120)
 
     def post(self, path: str, body: dict) -> Any:
         r = self.client.post(path, json=body)
@@ -194,12 +183,7 @@ class Served:
 
     def close(self) -> None:
         self.client.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
+        self.process.stop(grace=30)
 
 
 def _map(fn: Callable[[Any], Any], items: Sequence[Any], concurrency: int) -> tuple[list[Any], list[str]]:

@@ -6,16 +6,15 @@ import http.client
 import json
 import os
 import select
-import socket
-import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bertkit.config import BertConfig
+from bertkit.serving.launch import ServerProcess
 from bertkit.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,35 +35,15 @@ def tiny_dir(cls: Any, out: Path, **overrides: Any) -> Path:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``bertkit serve MODEL_DIR ARGS...`` in a subprocess; stderr goes to a file for inspection."""
+class Server(ServerProcess):
+    """``bertkit serve MODEL_DIR ARGS...`` in a subprocess; its output goes to a file for inspection."""
 
     def __init__(self, model_dir: Path, log_dir: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.log = log_dir / f"server-{self.port}.log"
-        cmd = [sys.executable, "-m", "bertkit", "serve", str(model_dir), "--port", str(self.port)]
-        cmd += ["--log-level", "warning", *args]
-        self._log = open(self.log, "wb")
-        self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if self.request("GET", "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"server did not come up: {self.output()[-2000:]}")
-            time.sleep(0.3)
+        cmd = [sys.executable, "-m", "bertkit", "serve", str(model_dir), "--log-level", "warning", *args]
+        fd, log = tempfile.mkstemp(prefix="server-", suffix=".log", dir=log_dir)  # a fresh name per server
+        os.close(fd)
+        log = Path(log)
+        super().__init__(cmd, log=log, env=env, cwd=ROOT, startup_timeout=120)
 
     def request(
         self,
@@ -110,24 +89,9 @@ class Server:
         except (BrokenPipeError, ConnectionResetError):
             pass  # answered and closed while the body was on its way: the answer is read next
 
-    def output(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log.read_text(errors="replace")
-
     def peak_rss_mb(self) -> float:
         """The process's peak resident set (VmHWM) in MB."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmHWM")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self._log.close()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
+import os
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from bertkit.heads.finetune import BertForSequenceClassification  # noqa: E402
 from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
 from bertkit.model import BertModel  # noqa: E402
 from bertkit.serving import InferenceService, create_app  # noqa: E402
+from bertkit.serving.launch import ServerProcess, health_ok  # noqa: E402
 from bertkit.tokenizer import Tokenizer  # noqa: E402
 
 WORDS = "the a cat dog sat on mat good bad movie was very".split()
@@ -133,45 +132,13 @@ def test_fill_mask(dirs):
     assert client.post("/fill-mask", json={"text": "[MASK]", "top_k": 0}).status_code == 422
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_real_server_process(dirs):
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bertkit",
-            "serve",
-            str(dirs["enc"]),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as r:
-                    assert json.loads(r.read()) == {"status": "ok"}
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    out = proc.stdout.read().decode() if proc.poll() is not None else ""
-                    pytest.fail(f"server did not come up on port {port}: {out[-2000:]}")
-                time.sleep(0.3)
+    cmd = [sys.executable, "-m", "bertkit", "serve", str(dirs["enc"]), "--log-level", "warning"]
+    with ServerProcess(cmd, cwd=ROOT, startup_timeout=60) as server:
+        with urllib.request.urlopen(f"{server.url}/health", timeout=2) as r:
+            assert json.loads(r.read()) == {"status": "ok"}
         req = urllib.request.Request(
-            f"{base}/embed",
+            f"{server.url}/embed",
             data=json.dumps({"texts": ["the cat sat", "a dog"], "normalize": True}).encode(),
             headers={"Content-Type": "application/json"},
         )
@@ -180,13 +147,27 @@ def test_real_server_process(dirs):
         emb = np.array(body["embeddings"])
         assert emb.shape == (2, 128)
         np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+    assert server.proc.returncode is not None and not health_ok(server.port)
+
+
+def test_server_process_that_exits_is_reported_with_its_output(tmp_path):
+    script = "import sys; print('no model at that path', file=sys.stderr); sys.exit(2)"
+    with pytest.raises(RuntimeError, match=r"did not come up \(exited\).*no model at that path"):
+        ServerProcess([sys.executable, "-c", script])
+    log = tmp_path / "s.log"
+    with pytest.raises(RuntimeError, match="no model at that path"):
+        ServerProcess([sys.executable, "-c", script], log=log)
+    assert "no model at that path" in log.read_text()
+
+
+def test_server_process_that_never_gets_healthy_is_stopped(tmp_path):
+    # listens on nothing and sleeps: only the deadline can end the wait, and the process must not outlive it
+    pid_file = tmp_path / "pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); print('starting'); time.sleep(600)"
+    with pytest.raises(RuntimeError, match=r"not healthy after 5 s.*starting"):
+        ServerProcess([sys.executable, "-u", "-c", script], startup_timeout=5)
+    with pytest.raises(ProcessLookupError):  # stopped and reaped
+        os.kill(int(pid_file.read_text()), 0)
 
 
 def test_serve_without_fastapi_says_how_to_install(dirs, monkeypatch, capsys):

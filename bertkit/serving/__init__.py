@@ -5,6 +5,7 @@
 - ``batching``: cross-request dynamic batching (token budget, maximum wait, N workers)
 - ``limits`` / ``errors``: what a request may cost, and the one error path
 - ``metrics``: Prometheus ``/metrics``
+- ``launch``: start a server command on a free port and wait for ``/health`` (tests, benchmarks, scripts)
 """
 
 from .app import INSTALL_HINT, create_app, require_server_deps, serve
