@@ -144,6 +144,75 @@ def _timing_batches(feats: list, kind: str, size: int, count: int, pad_id: int) 
     return out
 
 
+def cpu_busy(seconds: float = 3.0) -> float:
+    """Fraction of the machine's CPU time (all cores) spent busy over the next ``seconds`` (Linux
+    /proc/stat; NaN elsewhere): whether a speed measurement about to start has the machine to itself."""
+
+    def read() -> tuple[int, int] | None:
+        try:
+            vals = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
+        return sum(vals), idle
+
+    a = read()
+    time.sleep(seconds)
+    b = read()
+    if a is None or b is None or b[0] == a[0]:
+        return float("nan")
+    return 1.0 - (b[1] - a[1]) / (b[0] - a[0])
+
+
+def compare_speed(
+    models: dict[str, nn.Module], dev_feats: list, kind: str, pad_id: int, repeats: int = 1,
+    busy_seconds: float = 1.0,
+) -> dict[str, Any]:  # fmt: skip
+    """CPU latency at batch 1 (64 examples) and throughput at batch 32 (8 batches) of each model, on the same
+    dev features (the shortest quarter skipped: typical lengths), best of ``repeats`` interleaved rounds; plus the ratios of the
+    second model to the first (the first two of ``models``) and the load on the machine just before
+    (``cpu_busy_before``, over ``busy_seconds``: other work running makes the numbers contended)."""
+    timing = sorted(dev_feats, key=len)[len(dev_feats) // 4 :]
+    one, many = _timing_batches(timing, kind, 1, 64, pad_id), _timing_batches(timing, kind, 32, 8, pad_id)
+    out: dict[str, Any] = {
+        "cpu_busy_before": round(cpu_busy(busy_seconds), 3),
+        "load_average_before": [round(x, 2) for x in os.getloadavg()],
+        "torch_threads": torch.get_num_threads(),
+        "repeats": repeats,
+    }
+    models = {name: m.cpu() for name, m in models.items()}
+    lat = dict.fromkeys(models, float("inf"))
+    thr = dict.fromkeys(models, 0.0)
+    for _ in range(repeats):  # interleaved, so a change of load mid-way hits every model alike
+        for name, m in models.items():
+            lat[name] = min(lat[name], 1000 / speed(m, one))
+            thr[name] = max(thr[name], speed(m, many))
+    for name in models:
+        out[name] = {"latency_ms_batch1": round(lat[name], 2), "throughput_batch32": round(thr[name], 1)}
+    base, other = (out[k] for k in list(models)[:2])
+    out["speedup_batch32"] = other["throughput_batch32"] / base["throughput_batch32"]
+    out["speedup_batch1"] = base["latency_ms_batch1"] / other["latency_ms_batch1"]
+    return out
+
+
+def remeasure_speed(
+    teacher_dir: str | os.PathLike, student_dir: str | os.PathLike, task: Any, max_seq_length: int = 128,
+    repeats: int = 3, busy_seconds: float = 3.0,
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`compare_speed` of a finished distillation's teacher and student (``OUT/model``) alone, without
+    training: to time them again when the machine is quiet."""
+    from .tasks.encoding import encode
+    from .tasks.finetune import model_class
+    from .tokenizer import Tokenizer
+
+    cls = model_class(task.kind)
+    teacher, student = cls.from_pretrained(teacher_dir).eval(), cls.from_pretrained(student_dir).eval()
+    tok = Tokenizer.from_pretrained(teacher_dir)
+    dev_feats = encode(task, tok, task.dev, max_seq_length)
+    models = {"teacher": teacher, "student": student}
+    return compare_speed(models, dev_feats, task.kind, tok.pad_token_id, repeats, busy_seconds)
+
+
 def distill_task(
     teacher_dir: str | os.PathLike,
     student: str,
@@ -219,9 +288,13 @@ def distill_task(
     tok.save_pretrained(out_dir / "model")
 
     eval_settings = Settings(max_seq_length=s.max_seq_length, progress=False)
-    report: dict[str, Any] = {"task": task.name, "student": student, "settings": asdict(s), "steps": steps}
-    timing = sorted(dev_feats, key=len)[len(dev_feats) // 4 :]  # skip the shortest quarter: typical lengths
-    one, many = _timing_batches(timing, task.kind, 1, 64, pad), _timing_batches(timing, task.kind, 32, 8, pad)
+    report: dict[str, Any] = {
+        "task": task.name,
+        "student_spec": student,
+        "settings": asdict(s),
+        "steps": steps,
+    }
+    timed = compare_speed({"teacher": teacher, "student": model}, dev_feats, task.kind, pad)
     for name, m, path in (("teacher", teacher, Path(teacher_dir)), ("student", model, out_dir / "model")):
         metrics, _, _ = evaluate(m.cpu(), task, task.dev, dev_feats, eval_settings, pad)
         weights = path / "model.safetensors"
@@ -231,13 +304,13 @@ def distill_task(
             "parameters": count_parameters(m),
             "disk_bytes": weights.stat().st_size if weights.is_file() else None,
             "layers": m.config.num_hidden_layers,
-            "latency_ms_batch1": round(1000 / speed(m, one), 2),
-            "throughput_batch32": round(speed(m, many), 1),
+            **timed[name],
         }
     t, st = report["teacher"], report["student"]
     report["kept"] = st["main"] / t["main"] if t["main"] else None
-    report["speedup_batch32"] = st["throughput_batch32"] / t["throughput_batch32"]
-    report["speedup_batch1"] = t["latency_ms_batch1"] / st["latency_ms_batch1"]
+    report["speedup_batch32"] = timed["speedup_batch32"]
+    report["speedup_batch1"] = timed["speedup_batch1"]
+    report["speed_load"] = {k: timed[k] for k in ("cpu_busy_before", "load_average_before")}
     report["train_seconds"] = round(train_s, 1)
     report["final_loss"] = summary.get("loss")
     report["torch_threads"] = torch.get_num_threads()

@@ -17,6 +17,7 @@ from bertkit.distill import (
     distill_embeddings,
     distill_task,
     parse_student,
+    remeasure_speed,
     soft_target_loss,
     student_from_preset,
     student_from_teacher,
@@ -126,6 +127,17 @@ def test_distill_sequence_classification_student_agrees_with_teacher(tmp_path):
     assert (
         BertForSequenceClassification.from_pretrained(tmp_path / "out" / "model").config.num_hidden_layers
         == 2
+    )
+    assert saved["student_spec"] == "layers:0,2" and 0.0 <= saved["speed_load"]["cpu_busy_before"] <= 1.0
+    # timing the two again on their own (the re-measure step of experiments/retrieval/distill_sst2.sh)
+    again = remeasure_speed(
+        tmp_path / "teacher", tmp_path / "out" / "model", task, 16, repeats=2, busy_seconds=0.1
+    )
+    assert set(again) >= {"teacher", "student", "speedup_batch32", "speedup_batch1", "load_average_before"}
+    for name in ("teacher", "student"):
+        assert again[name]["latency_ms_batch1"] > 0 and again[name]["throughput_batch32"] > 0
+    assert again["speedup_batch32"] == pytest.approx(
+        again["student"]["throughput_batch32"] / again["teacher"]["throughput_batch32"]
     )
 
 

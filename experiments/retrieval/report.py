@@ -193,6 +193,65 @@ def embed_train_section(path: Path) -> list[str]:
     return out + [""]
 
 
+KEPT_GOAL, SPEEDUP_GOAL = (
+    0.97,
+    1.8,
+)  # issue 15: >= 97% of the teacher's dev accuracy at >= 1.8x its throughput
+
+
+def distill_section(path: Path) -> list[str]:
+    """Teacher vs 3-layer student on SST-2 from experiments/retrieval/distill_sst2.sh's result file."""
+    data = _load(path)
+    out = ["## Distillation (SST-2)", ""]
+    if not data:
+        return out + [
+            "(no result file: `experiments/retrieval/distill_sst2.sh` did not finish in the session)",
+            "",
+        ]
+    d, sp = data["distill"], data["speed"]
+    s = d["settings"]
+    busy, load = sp.get("cpu_busy_before"), sp.get("load_average_before")
+    state = "quiet" if data.get("quiet") else "contended"
+    out.append(
+        f"Command: `{data['command']}`; commit {data['commit']}; CPU: {data['cpu']} (lscpu model name), "
+        f"{data.get('cores')} cores; torch {data['torch']}; {sp.get('torch_threads')} threads."
+    )
+    out += [
+        "",
+        f"Student `{d['student_spec']}` of the teacher (all-MiniLM-L6-v2 fine-tuned on SST-2 by `bertkit finetune "
+        f"glue`), distilled {s['epochs']:g} epoch(s) over the {data['teacher_finetune'].get('train_examples', '?')}"
+        f" training sentences ({d['steps']} steps of {s['batch_size']}, temperature {s['temperature']:g}, alpha "
+        f"{s['alpha']:g}, lr {s['lr']:g}, {s['max_seq_length']} tokens; {d['train_seconds']:.0f} s). Accuracy on "
+        f"the {data['teacher_finetune'].get('examples', '?')} dev sentences; timings on dev sentences (the "
+        f"shortest quarter skipped), {data['speed_source']}, best of {sp.get('repeats')} interleaved rounds, "
+        f"**{state}**: CPU {100 * busy:.0f}% busy just before, load average {load}.",
+        "",
+        "| model | layers | parameters | disk MB | latency ms (batch 1) | sentences/s (batch 32) | dev accuracy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in ("teacher", "student"):
+        m, t = d[name], sp[name]
+        disk = f"{m['disk_bytes'] / 1e6:.1f}" if m.get("disk_bytes") else "?"
+        out.append(
+            f"| {name} | {m['layers']} | {m['parameters']:,} | {disk} | {t['latency_ms_batch1']} | "
+            f"{t['throughput_batch32']} | {m['main']:.2f} |"
+        )
+    kept, ratio = d["kept"], sp["speedup_batch32"]
+    kept_ok, ratio_ok = kept >= KEPT_GOAL, ratio >= SPEEDUP_GOAL
+    out += [
+        "",
+        f"- Kept accuracy: {100 * kept:.1f}% of the teacher's (goal >= {100 * KEPT_GOAL:.0f}%: "
+        f"{'met' if kept_ok else 'not met'}).",
+        f"- Throughput at batch 32: {ratio:.2f}x the teacher's (goal >= {SPEEDUP_GOAL}x: "
+        f"{'met' if ratio_ok else 'not met'}); latency at batch 1: {sp['speedup_batch1']:.2f}x lower.",
+        f"- The must-show (both at once): **{'met' if kept_ok and ratio_ok else 'not met'}**"
+        + ("" if state == "quiet" else " (the speed ratio was measured on a contended machine)")
+        + ".",
+        "",
+    ]
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--results", type=Path, default=ROOT / "experiments" / "results" / "retrieval")
@@ -202,6 +261,7 @@ def main() -> None:
     lines += squad_section(a.results / "squad")
     lines += index_section(a.results / "index-1m.json")
     lines += embed_train_section(a.results / "embed-train.json")
+    lines += distill_section(a.results / "distill-sst2.json")
     a.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(a.out)
 
