@@ -53,7 +53,7 @@ def _result(teacher_acc: float, student_acc: float, teacher_tput: float, student
 
 def test_distill_table_met(tmp_path):
     path = tmp_path / "distill-sst2.json"
-    path.write_text(json.dumps(_result(90.0, 88.0, 100.0, 190.0, 0.02)))
+    path.write_text(json.dumps(_result(0.90, 0.88, 100.0, 190.0, 0.02)))
     text = "\n".join(distill_section(path))
     rows = [
         line for line in text.splitlines() if line.startswith("| teacher") or line.startswith("| student")
@@ -71,7 +71,7 @@ def test_distill_table_met(tmp_path):
 
 def test_distill_table_not_met_and_contended(tmp_path):
     path = tmp_path / "distill-sst2.json"
-    path.write_text(json.dumps(_result(90.0, 86.0, 100.0, 185.0, 0.8)))
+    path.write_text(json.dumps(_result(0.90, 0.86, 100.0, 185.0, 0.8)))
     text = "\n".join(distill_section(path))
     assert "95.6% of the teacher's (goal >= 97%: not met)" in text
     assert "1.85x the teacher's (goal >= 1.8x: met)" in text
@@ -80,7 +80,7 @@ def test_distill_table_not_met_and_contended(tmp_path):
         "must-show (both at once): **not met** (the speed ratio was measured on a contended machine)" in text
     )
     # a ratio below the goal fails it even when the accuracy is kept
-    path.write_text(json.dumps(_result(90.0, 89.0, 100.0, 170.0, 0.0)))
+    path.write_text(json.dumps(_result(0.90, 0.89, 100.0, 170.0, 0.0)))
     text = "\n".join(distill_section(path))
     assert "1.70x the teacher's (goal >= 1.8x: not met)" in text and "**not met**" in text
 

@@ -226,7 +226,7 @@ def distill_section(path: Path) -> list[str]:
         f"shortest quarter skipped), {data['speed_source']}, best of {sp.get('repeats')} interleaved rounds, "
         f"**{state}**: CPU {100 * busy:.0f}% busy just before, load average {load}.",
         "",
-        "| model | layers | parameters | disk MB | latency ms (batch 1) | sentences/s (batch 32) | dev accuracy |",
+        "| model | layers | parameters | disk MB | latency ms (batch 1) | sentences/s (batch 32) | dev accuracy % |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in ("teacher", "student"):
@@ -234,8 +234,13 @@ def distill_section(path: Path) -> list[str]:
         disk = f"{m['disk_bytes'] / 1e6:.1f}" if m.get("disk_bytes") else "?"
         out.append(
             f"| {name} | {m['layers']} | {m['parameters']:,} | {disk} | {t['latency_ms_batch1']} | "
-            f"{t['throughput_batch32']} | {m['main']:.2f} |"
+            f"{t['throughput_batch32']} | {100 * m['main']:.2f} |"
         )
+    own = (data["teacher_finetune"].get("metrics") or {}).get("accuracy")
+    if (
+        own is not None
+    ):  # the same weights evaluated twice: by finetune at the end of training, and by distill
+        out += ["", f"(The teacher's own fine-tuning run reported dev accuracy {100 * own:.2f}.)"]
     kept, ratio = d["kept"], sp["speedup_batch32"]
     kept_ok, ratio_ok = kept >= KEPT_GOAL, ratio >= SPEEDUP_GOAL
     out += [
