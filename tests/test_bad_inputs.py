@@ -284,3 +284,43 @@ def test_disk_full_is_one_line(tmp_path, monkeypatch, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"bertkit vocab: error: {tmp_path / 'v.txt'}: No space left on device"]
+
+
+def test_a_killed_overwrite_is_reported_and_the_old_output_kept(tmp_path, tiny_data, capsys):
+    """SIGKILL after --overwrite moved the old output aside: the next run names where it is and touches nothing."""
+    import signal
+    import subprocess
+    import sys
+
+    from bertkit.cli import main
+
+    old = tmp_path / "d"
+    old.mkdir()
+    (old / "keep.txt").write_text("old run")
+    killed = (
+        "import os, signal, sys\n"
+        "from bertkit.cli.args import claim_output\n"
+        "with claim_output(sys.argv[1], overwrite=True) as out:\n"
+        "    out.mkdir()\n"
+        "    (out / 'half.txt').write_text('half written')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", killed, str(old)], capture_output=True)
+    assert r.returncode == -signal.SIGKILL
+    (tmp_path / "c.txt").write_text("The first sentence.\nA second one.\n\nAnother document.\n")
+    base = ["prepare", "--corpus", str(tmp_path / "c.txt"), "--vocab", str(tiny_data / "vocab.txt"),
+            "--out", str(old), "--quiet"]  # fmt: skip
+    before = snapshot(tmp_path)
+    for extra in ([], ["--overwrite"]):
+        capsys.readouterr()
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "earlier --overwrite of it was killed" in err
+        assert snapshot(tmp_path) == before  # neither the half-written output nor the old one was touched
+    (backup,) = tmp_path.glob(".d.overwritten.*")
+    assert (backup / "d" / "keep.txt").read_text() == "old run" and str(backup / "d") in err
+    shutil.rmtree(old)  # what the message says to do to restore it
+    (backup / "d").rename(old)
+    backup.rmdir()
+    assert main([*base, "--overwrite"]) == 0 and (old / "manifest.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d"]

@@ -154,6 +154,25 @@ def _remove(path: Path) -> None:
             path.unlink()
 
 
+def _overwrite_backups(path: Path) -> list[Path]:
+    """The previous outputs that an ``--overwrite`` of ``path`` moved aside and, killed, never deleted or put back."""
+    pattern = f".{path.name}.overwritten.*{TEMP_SUFFIX}"
+    return sorted(b / path.name for b in path.parent.glob(pattern) if (b / path.name).exists())
+
+
+def _refuse_after_an_interrupted_overwrite(path: Path, flag: str) -> None:
+    # A SIGKILL between moving the old output aside and finishing leaves the old output only in a hidden
+    # sibling, and a half-written new one at ``path``. Which one the user wants cannot be guessed, and a second
+    # --overwrite must not silently bury it: say where it is and stop. (--resume never gets here.)
+    backups = _overwrite_backups(path)
+    if backups:
+        raise UserError(
+            f"{flag} {path}: an earlier --overwrite of it was killed; the output it replaced is in {backups[0]} "
+            f"and {path} may be incomplete: restore it with `rm -rf {path} && mv {backups[0]} {path}` "
+            f"(then `rmdir {backups[0].parent}`), or `rm -rf {backups[0].parent}` to drop it"
+        )
+
+
 @contextlib.contextmanager
 def claim_output(
     path: str | os.PathLike,
@@ -189,6 +208,7 @@ def claim_output(
             )
         yield path
         return
+    _refuse_after_an_interrupted_overwrite(path, flag)
     existed = path.exists()
     backup: Path | None = None
     if _is_occupied(path):
