@@ -293,6 +293,7 @@ def distill_task(
         "student_spec": student,
         "settings": asdict(s),
         "steps": steps,
+        "train_examples": len(train),
     }
     timed = compare_speed({"teacher": teacher, "student": model}, dev_feats, task.kind, pad)
     for name, m, path in (("teacher", teacher, Path(teacher_dir)), ("student", model, out_dir / "model")):

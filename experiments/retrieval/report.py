@@ -212,6 +212,7 @@ def distill_section(path: Path) -> list[str]:
     s = d["settings"]
     busy, load = sp.get("cpu_busy_before"), sp.get("load_average_before")
     state = "quiet" if data.get("quiet") else "contended"
+    n_train = d.get("train_examples") or data["teacher_finetune"].get("train_examples") or 0
     out.append(
         f"Command: `{data['command']}`; commit {data['commit']}; CPU: {data['cpu']} (lscpu model name), "
         f"{data.get('cores')} cores; torch {data['torch']}; {sp.get('torch_threads')} threads."
@@ -219,8 +220,8 @@ def distill_section(path: Path) -> list[str]:
     out += [
         "",
         f"Student `{d['student_spec']}` of the teacher (all-MiniLM-L6-v2 fine-tuned on SST-2 by `bertkit finetune "
-        f"glue`), distilled {s['epochs']:g} epoch(s) over the {data['teacher_finetune'].get('train_examples', '?')}"
-        f" training sentences ({d['steps']} steps of {s['batch_size']}, temperature {s['temperature']:g}, alpha "
+        f"glue`), distilled {s['epochs']:g} epoch(s) over the {n_train:,} training"
+        f" sentences ({d['steps']} steps of {s['batch_size']}, temperature {s['temperature']:g}, alpha "
         f"{s['alpha']:g}, lr {s['lr']:g}, {s['max_seq_length']} tokens; {d['train_seconds']:.0f} s). Accuracy on "
         f"the {data['teacher_finetune'].get('examples', '?')} dev sentences; timings on dev sentences (the "
         f"shortest quarter skipped), {data['speed_source']}, best of {sp.get('repeats')} interleaved rounds, "
