@@ -359,12 +359,17 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
             out.append(f"- **bertkit vs transformers on the same CPU budget**: {NOT_RUN}.")
             continue
         lower = a["metrics"]["mlm_loss"] < b["metrics"]["mlm_loss"]
-        both = [t for t in tasks if ms(spec["same_cpu_as"], t) and ms(spec["name"], t)]
-        worse = [t for t in both if ms(spec["same_cpu_as"], t)[0] < ms(spec["name"], t)[0]]
+        gaps = []  # (task, bertkit minus transformers, whether the gap exceeds the seeds' spread)
+        for t in tasks:
+            x, y = ms(spec["same_cpu_as"], t), ms(spec["name"], t)
+            if x is not None and y is not None:
+                gaps.append((t, x[0] - y[0], abs(x[0] - y[0]) > max(x[1], y[1])))
+        listed = ", ".join(f"{t} {d:+.1f}{'' if beyond else ' (inside the spread)'}" for t, d, beyond in gaps)
+        worse = [t for t, d, _ in gaps if d < 0]
         if worse:
-            downstream = f"below transformers on {', '.join(worse)}"
-        elif both:
-            downstream = f"at least as good on {', '.join(both)} (the tasks both have finished)"
+            downstream = f"{listed}: below transformers on {', '.join(worse)} (NOT at least as good)"
+        elif gaps:
+            downstream = f"{listed}: at least as good on every task both have finished"
         else:
             downstream = NOT_RUN
         out.append(f"- **bertkit vs transformers on the same CPU budget**: {a['tokens'] / max(1, b['tokens']):.2f}x the "
