@@ -301,6 +301,29 @@ def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
     return out
 
 
+def _positive_control(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str], ms) -> list[str]:
+    """Published checkpoints (``package`` models) fine-tuned by the same cells as random init: whether the
+    fine-tuning itself can show transfer, so that a pre-trained-vs-random gap that is missing above is read
+    as a pre-training budget matter, not a fine-tuning one."""
+    out = []
+    for spec in matrix.raw["model"]:
+        if not (spec.get("package") or spec.get("pretrained")):
+            continue
+        name, rnd, ours = spec["name"], f"random-{size}", f"mlm+nsp-{size}"
+        parts = []
+        for t in tasks:
+            c, r, o = ms(name, t), ms(rnd, t), ms(ours, t)
+            if c is None or r is None:
+                continue
+            beyond = c[0] - r[0] > max(c[1], r[1])
+            mine = f"; {ours} {o[0]:.1f}" if o is not None else ""
+            parts.append(f"{t} {c[0]:.1f} vs random {r[0]:.1f} ({c[0] - r[0]:+.1f}, "
+                         f"{'beyond' if beyond else 'inside'} the spread{mine})")  # fmt: skip
+        out.append(f"- **Positive control** ({name}: a published pre-trained checkpoint fine-tuned by the same "
+                   f"cells): " + ("; ".join(parts) if parts else NOT_RUN) + ".")  # fmt: skip
+    return out
+
+
 def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
     """The issue's "must show" claims, each checked against the result files."""
     out = []
@@ -351,6 +374,7 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
                    + (" — larger is better, as in the paper." if mono else " — not monotone: does NOT reproduce at this scale."))  # fmt: skip
     else:
         out.append(f"- **Size effect**: {NOT_RUN}.")
+    out += _positive_control(matrix, results, size, tasks, ms)
     for spec in matrix.raw["model"]:
         if spec.get("runner") != "transformers":
             continue
