@@ -59,6 +59,11 @@ variants = [{ name = "last-hidden", layers = [-1] }]
 [[task]]
 name = "CoNLL-2003"
 kind = "ner"
+[[task]]
+name = "SST-2-1k"
+task = "SST-2"
+kind = "glue"
+max_train_examples = 1000
 """
 
 SCORES = {  # (model, task): primary per seed
@@ -115,6 +120,7 @@ def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
     assert out["report"] == str(tmp_path / "doc" / "paper.md")
     # Table 5: mean ± sample std, partial seeds flagged, missing cells say so
     assert "| MLM + NSP (BERT) | 81.0 ± 1.0 | 30.0 ± 1.0 | not yet run |" in text
+    assert "| SQuAD-v1.1 (F1) | CoNLL-2003 (F1) | SST-2-1k (acc) |" in text  # a variant: its task's metric
     assert "79.5 ± 0.7 (2/3 seeds)" in text
     # the verdicts: SST-2 reproduces, SQuAD does not (the margin is inside the seeds' spread)
     assert "SST-2: +20.0 (reproduces)" in text
