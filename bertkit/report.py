@@ -59,6 +59,18 @@ KIND_METRICS = {
 }  # a task named otherwise (a variant of CoNLL or SQuAD): its kind's metric
 
 
+def metric_name(matrix: Matrix, task: str, default: str = "") -> str:
+    """The metric of the matrix's task ``task``: its GLUE/CoNLL/SQuAD name's, else (a variant such as
+    SST-2-1k or CoNLL-2003-high-lr) the task it varies (``task = ...``) or its kind's."""
+    spec = next((t for t in matrix.raw.get("task", []) if t.get("name") == task), {})
+    return (
+        METRIC_NAMES.get(task)
+        or METRIC_NAMES.get(spec.get("task", ""))
+        or KIND_METRICS.get(spec.get("kind", ""))
+        or spec.get("metric", default)
+    )
+
+
 # ------------------------------------------------------------------------------------------------ numbers
 
 
@@ -133,8 +145,15 @@ def plot_curves(results: dict[str, dict], path: Path) -> bool:
     return True
 
 
-def plot_bars(results: dict[str, dict], models: list[str], tasks: list[str], path: Path) -> bool:
-    """Downstream scores, mean ± std over seeds, one group of bars per task; False when nothing ran."""
+def plot_bars(
+    results: dict[str, dict],
+    models: list[str],
+    tasks: list[str],
+    path: Path,
+    metrics: dict[str, str] | None = None,
+) -> bool:
+    """Downstream scores, mean ± std over seeds, one group of bars per task (labelled with ``metrics[task]``);
+    False when nothing ran."""
     data = {(m, t): mean_std(seed_scores(results, m, t)) for m in models for t in tasks}
     if not any(data.values()):
         return False
@@ -154,7 +173,7 @@ def plot_bars(results: dict[str, dict], models: list[str], tasks: list[str], pat
                 es.append(data[(m, t)][1])
         ax.bar(xs, ys, width, yerr=es, capsize=2, label=m)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(tasks))])
-    ax.set_xticklabels([f"{t}\n({METRIC_NAMES.get(t, 'score')})" for t in tasks])
+    ax.set_xticklabels([f"{t}\n({(metrics or {}).get(t) or 'score'})" for t in tasks])
     ax.set_ylabel("dev score (mean ± std over seeds)")
     ax.legend(fontsize=8, ncol=2)
     ax.grid(axis="y", alpha=0.3)
@@ -197,7 +216,7 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
     n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
     rows = [f"mlm+nsp-{size}", f"mlm-{size}", f"ltr-{size}", f"ltr+bilstm-{size}", f"random-{size}"]
     names = {m["name"] for m in matrix.raw["model"]}
-    out = ["| model (BERT-" + size + ") | " + " | ".join(f"{t} ({METRIC_NAMES.get(t, '')})" for t in tasks) + " |",
+    out = ["| model (BERT-" + size + ") | " + " | ".join(f"{t} ({metric_name(matrix, t)})" for t in tasks) + " |",
            "| --- |" + " --- |" * len(tasks)]  # fmt: skip
     for m in rows:
         if m not in names:
@@ -295,9 +314,32 @@ def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
         for t in tasks:
             xa, xb = seed_scores(results, ours, t), seed_scores(results, theirs, t)
             if xa or xb:
-                out.append(f"| {t} ({METRIC_NAMES.get(t, '')}), fine-tuned by bertkit | "
+                out.append(f"| {t} ({metric_name(matrix, t)}), fine-tuned by bertkit | "
                            f"{fmt(mean_std(xa), len(xa), n_seeds)} | {fmt(mean_std(xb), len(xb), n_seeds)} |")  # fmt: skip
         out.append("")
+    return out
+
+
+def _positive_control(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str], ms) -> list[str]:
+    """Published checkpoints (``package`` models) fine-tuned by the same cells as random init: whether the
+    fine-tuning itself can show transfer, so that a pre-trained-vs-random gap that is missing above is read
+    as a pre-training budget matter, not a fine-tuning one."""
+    out = []
+    for spec in matrix.raw["model"]:
+        if not (spec.get("package") or spec.get("pretrained")):
+            continue
+        name, rnd, ours = spec["name"], f"random-{size}", f"mlm+nsp-{size}"
+        parts = []
+        for t in tasks:
+            c, r, o = ms(name, t), ms(rnd, t), ms(ours, t)
+            if c is None or r is None:
+                continue
+            beyond = c[0] - r[0] > max(c[1], r[1])
+            mine = f"; {ours} {o[0]:.1f}" if o is not None else ""
+            parts.append(f"{t} {c[0]:.1f} vs random {r[0]:.1f} ({c[0] - r[0]:+.1f}, "
+                         f"{'beyond' if beyond else 'inside'} the spread{mine})")  # fmt: skip
+        out.append(f"- **Positive control** ({name}: a published pre-trained checkpoint fine-tuned by the same "
+                   f"cells): " + ("; ".join(parts) if parts else NOT_RUN) + ".")  # fmt: skip
     return out
 
 
@@ -351,6 +393,7 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
                    + (" — larger is better, as in the paper." if mono else " — not monotone: does NOT reproduce at this scale."))  # fmt: skip
     else:
         out.append(f"- **Size effect**: {NOT_RUN}.")
+    out += _positive_control(matrix, results, size, tasks, ms)
     for spec in matrix.raw["model"]:
         if spec.get("runner") != "transformers":
             continue
@@ -359,12 +402,17 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
             out.append(f"- **bertkit vs transformers on the same CPU budget**: {NOT_RUN}.")
             continue
         lower = a["metrics"]["mlm_loss"] < b["metrics"]["mlm_loss"]
-        both = [t for t in tasks if ms(spec["same_cpu_as"], t) and ms(spec["name"], t)]
-        worse = [t for t in both if ms(spec["same_cpu_as"], t)[0] < ms(spec["name"], t)[0]]
+        gaps = []  # (task, bertkit minus transformers, whether the gap exceeds the seeds' spread)
+        for t in tasks:
+            x, y = ms(spec["same_cpu_as"], t), ms(spec["name"], t)
+            if x is not None and y is not None:
+                gaps.append((t, x[0] - y[0], abs(x[0] - y[0]) > max(x[1], y[1])))
+        listed = ", ".join(f"{t} {d:+.1f}{'' if beyond else ' (inside the spread)'}" for t, d, beyond in gaps)
+        worse = [t for t, d, _ in gaps if d < 0]
         if worse:
-            downstream = f"below transformers on {', '.join(worse)}"
-        elif both:
-            downstream = f"at least as good on {', '.join(both)} (the tasks both have finished)"
+            downstream = f"{listed}: below transformers on {', '.join(worse)} (NOT at least as good)"
+        elif gaps:
+            downstream = f"{listed}: at least as good on every task both have finished"
         else:
             downstream = NOT_RUN
         out.append(f"- **bertkit vs transformers on the same CPU budget**: {a['tokens'] / max(1, b['tokens']):.2f}x the "
@@ -498,8 +546,9 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     else:
         lines += [f"Pre-training curves: {NOT_RUN}.", ""]
     models = [m["name"] for m in matrix.raw["model"] if not m.get("pretrained")]
+    bars = [m for m in models if m.endswith(f"-{size}")]
     if plot_bars(
-        results, [m for m in models if m.endswith(f"-{size}")], tasks, doc.parent / f"{stem}-scores.png"
+        results, bars, tasks, doc.parent / f"{stem}-scores.png", {t: metric_name(matrix, t) for t in tasks}
     ):
         lines += [f"![downstream scores]({stem}-scores.png)", ""]
     lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
@@ -561,7 +610,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
                 if k in ("f1", "accuracy")
             )
             settings = ", ".join(f"{k} {v}" for k, v in (last or {}).get("hyperparameters", {}).items())
-            lines.append(f"| {m} | {t['name']} | {METRIC_NAMES.get(t.get('task', t['name'])) or KIND_METRICS.get(t.get('kind'), t.get('metric', 'primary'))} | "
+            lines.append(f"| {m} | {t['name']} | {metric_name(matrix, t['name'], 'primary')} | "
                          f"{fmt(mean_std(xs), len(xs), n_seeds)} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
     for f in matrix.raw.get("features", []):
         for v in f.get("variants", []):

@@ -121,20 +121,20 @@ def test_packed_forward_equals_static_bert_at_real_tokens(cls_dir):
     """The int8 model's computation (Linear layers over the real tokens only) is StaticBert's at every real
     position, in float; padding positions are zeros."""
     from bertkit.export import StaticBert
-    from bertkit.serving.quantize import _packed_static_bert
+    from bertkit.serving.quantize import PackedStaticBert
 
     model = BertForSequenceClassification.from_pretrained(cls_dir).eval()
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, 17, (4, 11), generator=g)
+    ids = torch.randint(5, 17, (6, 11), generator=g)
     mask = torch.ones_like(ids)
-    for row, n in enumerate((11, 3, 7, 1)):
+    for row, n in enumerate((11, 3, 7, 1, 3, 7)):  # repeated lengths: sequences attended to as one group
         mask[row, n:] = 0
-    types = (torch.arange(11) > 4).long().expand(4, 11) * mask
+    types = (torch.arange(11) > 4).long().expand(6, 11) * mask
     with torch.inference_mode():
         ref = StaticBert(model).encode(ids, mask, types)
-        packed = _packed_static_bert()(model).encode(ids, mask, types)
+        packed = PackedStaticBert(model).encode(ids, mask, types)
         logits_ref = StaticBert(model)(ids, mask, types)[0]
-        logits = _packed_static_bert()(model)(ids, mask, types)[0]
+        logits = PackedStaticBert(model)(ids, mask, types)[0]
     real = mask.bool()
     torch.testing.assert_close(packed[real], ref[real], rtol=1e-5, atol=1e-5)
     assert torch.count_nonzero(packed[~real]) == 0

@@ -8,9 +8,9 @@ call at run time). Its outputs are in ``StaticBert``'s order (see there).
 Packed tokens: ``StaticBert`` runs every Linear over the padded ``[B, T, H]`` batch, so a batch of
 sentences of mixed lengths spends most of its int8 GEMMs on padding, while the float path (bertkit's packed
 forward) does not: that alone made ``serve --int8`` slower than float. ``PackedStaticBert`` runs the Linear
-layers over the real tokens only (``[N, H]``, N = tokens in the batch) and scatters them into the padded
-layout just for the attention scores; outputs at real positions are ``StaticBert``'s, padding positions
-are zeros.
+layers over the real tokens only (``[N, H]``, N = tokens in the batch), packed as the float path packs
+them, and attention per group of equal-length sequences; outputs at real positions are ``StaticBert``'s,
+padding positions are zeros.
 
 Which int8 GEMM runs is fixed when the weights are packed: PyTorch's quantised engine at that moment
 (``fbgemm``, ``onednn``, or ``x86``, which packs dynamic Linear weights for fbgemm). The packed weights
@@ -28,45 +28,45 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..export import StaticBert
+from ..kernels.packing import Packing, packed_attention
 
 ENGINES = ("auto", "x86", "fbgemm", "onednn")
 
 
-def _packed_static_bert():
-    from ..export import StaticBert
+class PackedStaticBert(StaticBert):
+    """``StaticBert`` with every position-wise layer over the batch's real tokens only (see the module doc).
 
-    class PackedStaticBert(StaticBert):
-        """``StaticBert`` with the Linear layers over the batch's real tokens only (see the module doc)."""
+    The packing is the float path's (:class:`bertkit.kernels.packing.Packing`): real tokens side by side,
+    attention per group of equal-length sequences with no mask, so no int8 GEMM and no attention score is
+    spent on padding.
+    """
 
-        def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
-            """input_ids, attention_mask, token_type_ids [B, T] -> hidden states [B, T, H] (0 at padding)."""
-            emb = self.bert.embeddings
-            b, t = input_ids.shape
-            real = attention_mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of real tokens
-            position_ids = emb.position_ids[0, :t].expand(b, t).reshape(-1)[real]
-            x = emb.word_embeddings(input_ids.reshape(-1)[real]) + emb.token_type_embeddings(
-                token_type_ids.reshape(-1)[real]
-            )
-            x = emb.LayerNorm(x + emb.position_embeddings(position_ids))  # [N, H]
-            h = x.shape[-1]
-            bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
+        """input_ids, attention_mask, token_type_ids [B, T] -> hidden states [B, T, H] (0 at padding)."""
+        emb = self.bert.embeddings
+        b, t = input_ids.shape
+        packing = Packing(attention_mask.bool())
+        positions = emb.position_ids[0, :t].expand(b, t)
+        x = emb.word_embeddings(packing.pack(input_ids)) + emb.token_type_embeddings(
+            packing.pack(token_type_ids)
+        )
+        x = emb.LayerNorm(x + emb.position_embeddings(packing.pack(positions)))  # [R, H]
+        for layer in self.bert.encoder.layer:
+            att = layer.attention.self
+            qkv = torch.cat([att.query(x), att.key(x), att.value(x)], 1)  # [R, 3H]
+            ctx = packed_attention(qkv, packing, self._attend)  # [R, H]
+            out = layer.attention.output
+            x = out.LayerNorm(out.dense(ctx) + x)
+            ffn = layer.output
+            x = ffn.LayerNorm(ffn.dense(self.act(layer.intermediate.dense(x))) + x)
+        return packing.unpack(x)
 
-            for layer in self.bert.encoder.layer:
-                att = layer.attention.self
-                # one scatter of q|k|v into the padded layout, for the attention scores only
-                qkv = torch.cat([att.query(x), att.key(x), att.value(x)], 1)  # [N, 3H]
-                qkv = qkv.new_zeros(b * t, 3 * h).index_copy_(0, real, qkv)
-                q, k, v = qkv.view(b, t, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # [B, A, T, d]
-                # softmax(q k^T / sqrt(d) + bias) v, as StaticBert, in one fused kernel
-                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-                ctx = ctx.transpose(1, 2).reshape(b * t, h)[real]
-                out = layer.attention.output
-                x = out.LayerNorm(out.dense(ctx) + x)
-                ffn = layer.output
-                x = ffn.LayerNorm(ffn.dense(self.act(layer.intermediate.dense(x))) + x)
-            return x.new_zeros(b * t, h).index_copy_(0, real, x).view(b, t, h)
-
-    return PackedStaticBert
+    def _attend(self, qkv: torch.Tensor) -> torch.Tensor:
+        """[count, length, 3H] of equal-length sequences -> [count, length, H]: softmax(q k^T / sqrt(d)) v."""
+        count, length, _ = qkv.shape
+        q, k, v = qkv.view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # [c, A, n, d]
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(count, length, -1)
 
 
 def choose_engine(
@@ -110,7 +110,7 @@ def int8_static(model: Any, engine: str = "auto") -> Any:
     torch.backends.quantized.engine = chosen
     try:
         q = quantize_dynamic(
-            _packed_static_bert()(copy.deepcopy(model).cpu().eval()).eval(),
+            PackedStaticBert(copy.deepcopy(model).cpu().eval()).eval(),
             {torch.nn.Linear},
             dtype=torch.qint8,
         )
@@ -120,4 +120,4 @@ def int8_static(model: Any, engine: str = "auto") -> Any:
     return q
 
 
-__all__ = ["ENGINES", "choose_engine", "int8_static"]
+__all__ = ["ENGINES", "PackedStaticBert", "choose_engine", "int8_static"]
