@@ -11,7 +11,8 @@
 # `python experiments/retrieval/report.py` turns it into docs/retrieval-results.md's "Distillation (SST-2)".
 #   usage: experiments/retrieval/distill_sst2.sh OUT_DIR
 #   STAGES="result" experiments/retrieval/distill_sst2.sh OUT_DIR     re-runs only those stages
-#   (stages: teacher distill result; distill needs teacher, result needs distill)
+#   (stages: teacher distill result; distill needs teacher, result needs distill). A killed teacher run
+#   continues from its newest checkpoint when the script is run again.
 set -euo pipefail
 OUT=${1:?usage: distill_sst2.sh OUT_DIR}
 STAGES=${STAGES:-teacher distill result}
@@ -25,7 +26,7 @@ want() { [[ " $STAGES " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 if want teacher; then
   $PY -m bertkit finetune glue --task SST-2 --data-dir "$SST2" --model "$MINILM" --out "$OUT/teacher" \
-      --epochs 1 --batch-size 32 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 200
+      --epochs 1 --batch-size 32 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 200 --resume
 fi
 if want distill; then
   $PY -m bertkit distill --teacher "$OUT/teacher/model" --student layers:0,2,4 --task glue --task-name SST-2 \
