@@ -34,6 +34,7 @@ def lscpu_model() -> str:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--run", type=Path, required=True, help="distill_sst2.sh's OUT (teacher/, student/)")
+    p.add_argument("--student-dir", default="student", help="the student's folder under --run")
     p.add_argument("--data-dir", type=Path, required=True, help="the GLUE SST-2 folder")
     p.add_argument("--out", type=Path, required=True, help="the result file to write")
     p.add_argument("--command", required=True, help="the command that produced the run (recorded)")
@@ -47,7 +48,7 @@ def main() -> None:
     from bertkit.io import atomic_write_json
     from bertkit.tasks.glue import glue_task_data
 
-    distill = json.loads((a.run / "student" / "metrics.json").read_text(encoding="utf-8"))
+    distill = json.loads((a.run / a.student_dir / "metrics.json").read_text(encoding="utf-8"))
     teacher_run = json.loads((a.run / "teacher" / "metrics.json").read_text(encoding="utf-8"))
     info = machine_info()
     result = {
@@ -65,7 +66,9 @@ def main() -> None:
     if not a.no_remeasure:
         task = glue_task_data("SST-2", a.data_dir)
         seq = int(distill["settings"]["max_seq_length"])
-        result["speed"] = remeasure_speed(a.run / "teacher" / "model", a.run / "student" / "model", task, seq)
+        result["speed"] = remeasure_speed(
+            a.run / "teacher" / "model", a.run / a.student_dir / "model", task, seq
+        )
         result["speed_source"] = "re-measured after training (result stage)"
     else:
         result["speed"] = {

