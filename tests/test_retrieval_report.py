@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from experiments.retrieval.report import distill_section
+from experiments.retrieval.report import distill_section, distill_sections
 
 
 def _result(teacher_acc: float, student_acc: float, teacher_tput: float, student_tput: float, busy: float):
@@ -88,3 +88,17 @@ def test_distill_table_not_met_and_contended(tmp_path):
 def test_distill_table_without_a_result_file(tmp_path):
     text = "\n".join(distill_section(tmp_path / "absent.json"))
     assert "## Distillation (SST-2)" in text and "did not finish" in text
+
+
+def test_a_second_student_gets_its_own_table_after_the_layer_student(tmp_path):
+    (tmp_path / "distill-sst2.json").write_text(json.dumps(_result(0.90, 0.88, 100.0, 190.0, 0.02)))
+    mini = _result(0.90, 0.80, 100.0, 600.0, 0.02)
+    mini["distill"]["student_spec"] = "mini"
+    mini["distill"]["student"]["layers"] = 4
+    (tmp_path / "distill-sst2-mini.json").write_text(json.dumps(mini))
+    text = "\n".join(distill_sections(tmp_path))
+    first, second = text.split("## Distillation (SST-2), student `mini`")
+    assert "## Distillation (SST-2)" in first and "Student `layers:0,2,4` of the teacher" in first
+    assert "Student `mini` from a seeded random start, taught by the teacher" in second
+    assert "| student | 4 | 17,400,000 | 69.6 | 5.5 | 600.0 | 80.00 |" in second
+    assert "88.9% of the teacher's (goal >= 97%: not met)" in second

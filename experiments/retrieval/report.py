@@ -199,10 +199,10 @@ KEPT_GOAL, SPEEDUP_GOAL = (
 )  # issue 15: >= 97% of the teacher's dev accuracy at >= 1.8x its throughput
 
 
-def distill_section(path: Path) -> list[str]:
-    """Teacher vs 3-layer student on SST-2 from experiments/retrieval/distill_sst2.sh's result file."""
+def distill_section(path: Path, heading: str = "## Distillation (SST-2)") -> list[str]:
+    """Teacher vs student on SST-2 from one of experiments/retrieval/distill_sst2.sh's result files."""
     data = _load(path)
-    out = ["## Distillation (SST-2)", ""]
+    out = [heading, ""]
     if not data:
         return out + [
             "(no result file: `experiments/retrieval/distill_sst2.sh` did not finish in the session)",
@@ -219,7 +219,9 @@ def distill_section(path: Path) -> list[str]:
     )
     out += [
         "",
-        f"Student `{d['student_spec']}` of the teacher (all-MiniLM-L6-v2 fine-tuned on SST-2 by `bertkit finetune "
+        f"Student `{d['student_spec']}` "
+        + ("of" if d["student_spec"].startswith("layers:") else "from a seeded random start, taught by")
+        + " the teacher (all-MiniLM-L6-v2 fine-tuned on SST-2 by `bertkit finetune "
         f"glue`), distilled {s['epochs']:g} epoch(s) over the {n_train:,} training"
         f" sentences ({d['steps']} steps of {s['batch_size']}, temperature {s['temperature']:g}, alpha "
         f"{s['alpha']:g}, lr {s['lr']:g}, {s['max_seq_length']} tokens; {d['train_seconds']:.0f} s). Accuracy on "
@@ -258,6 +260,16 @@ def distill_section(path: Path) -> list[str]:
     return out
 
 
+def distill_sections(results: Path) -> list[str]:
+    """The issue's student (3 of the teacher's layers, ``distill-sst2.json``) first, then any other student
+    ``distill_sst2.sh`` was run with (``STUDENT=...``: ``distill-sst2-<student>.json``), each with its table."""
+    lines = distill_section(results / "distill-sst2.json")
+    for other in sorted(results.glob("distill-sst2-*.json")):
+        spec = json.loads(other.read_text(encoding="utf-8"))["distill"]["student_spec"]
+        lines += distill_section(other, f"## Distillation (SST-2), student `{spec}`")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--results", type=Path, default=ROOT / "experiments" / "results" / "retrieval")
@@ -267,7 +279,7 @@ def main() -> None:
     lines += squad_section(a.results / "squad")
     lines += index_section(a.results / "index-1m.json")
     lines += embed_train_section(a.results / "embed-train.json")
-    lines += distill_section(a.results / "distill-sst2.json")
+    lines += distill_sections(a.results)
     a.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(a.out)
 
