@@ -268,6 +268,43 @@ def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     return out + [""]
 
 
+def feature_scores(results: dict[str, dict], model: str, variant: str) -> list[float]:
+    """Every seed's score of one Table 7 feature-based variant (``features/MODEL/VARIANT/seedN`` cells)."""
+    return [
+        r["primary"] for n, r in sorted(results.items()) if n.startswith(f"features/{model}/{variant}/seed")
+    ]
+
+
+def _table7_finding(matrix: Matrix, results: dict[str, dict], ms) -> list[str]:
+    """Table 7's two claims: fine-tuning is at least as good as every feature-based variant, and among those
+    the concatenation of the last four layers is the best (the paper: 96.1 against fine-tuning's 96.4)."""
+    out = []
+    for f in matrix.raw.get("features", []):
+        m, task = f["model"], f["task"]
+        tuned = ms(m, task)
+        scored = {v["name"]: mean_std(feature_scores(results, m, v["name"])) for v in f.get("variants", [])}
+        scored = {k: v for k, v in scored.items() if v is not None}
+        if tuned is None or not scored:
+            out.append(f"- **Feature-based vs fine-tuning** (Table 7, {m} on {task}): {NOT_RUN}.")
+            continue
+        best = max(scored, key=lambda k: scored[k][0])
+        gap = tuned[0] - scored[best][0]
+        beyond = abs(gap) > max(tuned[1], scored[best][1])
+        first = ("reproduces" if gap >= 0 else "does NOT reproduce") + (
+            "" if beyond else ", inside the spread"
+        )
+        paper_best = max((k for k in scored if k in PAPER_TABLE7), key=PAPER_TABLE7.get, default=None)
+        second = (
+            f"the best variant is {best}"
+            + ("" if paper_best is None else f", the paper's is {paper_best}")
+            + (" (reproduces)" if best == paper_best else " (does NOT reproduce)" if paper_best else "")
+        )
+        out.append(f"- **Feature-based vs fine-tuning** (Table 7, {m} on {task}; the paper: fine-tuning ahead of "
+                   f"every feature-based variant): fine-tuning {tuned[0]:.1f} vs best features {scored[best][0]:.1f} "
+                   f"({gap:+.1f}: {first}); {second}.")  # fmt: skip
+    return out
+
+
 def _table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
     out = []
@@ -279,11 +316,7 @@ def _table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
         xs = seed_scores(results, m, task)
         out.append(f"| fine-tuning | {fmt(mean_std(xs), len(xs), n_seeds)} | {PAPER_TABLE7['fine-tuning']} |")
         for v in f.get("variants", []):
-            ys = [
-                r["primary"]
-                for n, r in sorted(results.items())
-                if n.startswith(f"features/{m}/{v['name']}/seed")
-            ]
+            ys = feature_scores(results, m, v["name"])
             out.append(f"| feature-based: {v['name']} | {fmt(mean_std(ys), len(ys), n_seeds)} | "
                        f"{PAPER_TABLE7.get(v['name'], '—')} |")  # fmt: skip
         out.append("")
@@ -393,6 +426,7 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
                    + (" — larger is better, as in the paper." if mono else " — not monotone: does NOT reproduce at this scale."))  # fmt: skip
     else:
         out.append(f"- **Size effect**: {NOT_RUN}.")
+    out += _table7_finding(matrix, results, ms)
     out += _positive_control(matrix, results, size, tasks, ms)
     for spec in matrix.raw["model"]:
         if spec.get("runner") != "transformers":

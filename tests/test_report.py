@@ -191,3 +191,35 @@ def test_same_budget_verdict_when_bertkit_is_at_least_as_good_everywhere(tmp_pat
             f.unlink()
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     assert "downstream: SST-2 +3.5: at least as good on every task both have finished." in text
+
+
+def test_table7_finding_names_the_gap_to_fine_tuning_and_the_best_feature_variant(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "- **Feature-based vs fine-tuning** (Table 7, mlm+nsp-mini on CoNLL-2003): not yet run." in text
+    cfg.write_text(
+        cfg.read_text().replace(
+            'variants = [{ name = "last-hidden", layers = [-1] }]',
+            'variants = [{ name = "last-hidden", layers = [-1] }, { name = "concat-last-four", layers = [-1, -2, -3, -4] }]',
+        )
+    )
+    rows = [("finetune/mlm+nsp-mini/CoNLL-2003", x) for x in (80.0, 81.0, 82.0)]
+    rows += [("features/mlm+nsp-mini/concat-last-four", x) for x in (75.0, 76.0, 77.0)]
+    for i, (cell, x) in enumerate(rows):
+        seed = i % 3 + 1
+        (res / f"t7-{i}.json").write_text(json.dumps({"cell": f"{cell}/seed{seed}", "primary": x, "seed": seed,
+                                                      "model": "mlm+nsp-mini", "task": "CoNLL-2003"}))  # fmt: skip
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert (
+        "fine-tuning 81.0 vs best features 76.0 (+5.0: reproduces); the best variant is concat-last-four, the "
+        "paper's is concat-last-four (reproduces)." in text
+    )
+    # features ahead of fine-tuning (inside a wide spread) and a variant other than the paper's best on top
+    for seed, x in ((2, 95.0), (3, 98.0)):  # last-hidden: 70, 95, 98 (mean 87.7, std 15.4)
+        (res / f"lh-{seed}.json").write_text(json.dumps({"cell": f"features/mlm+nsp-mini/last-hidden/seed{seed}",
+                                                         "primary": x}))  # fmt: skip
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert (
+        "fine-tuning 81.0 vs best features 87.7 (-6.7: does NOT reproduce, inside the spread); the best variant "
+        "is last-hidden, the paper's is concat-last-four (does NOT reproduce)." in text
+    )
