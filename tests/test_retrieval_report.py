@@ -102,4 +102,18 @@ def test_a_second_student_gets_its_own_table_after_the_layer_student(tmp_path):
     assert "Student `mini` from a seeded random start, taught by the teacher" in second
     assert "| student | 4 | 17,400,000 | 69.6 | 5.5 | 600.0 | 80.00 |" in second
     assert "88.9% of the teacher's; throughput at batch 32: 6.00x the teacher's" in second
-    assert "are for the 3-layer student above" in second and "must-show" not in second
+    assert "are for the 3-layer SST-2 student above" in second and "must-show" not in second
+
+
+def test_a_conll_run_is_reported_with_its_entity_f1_after_the_sst2_students(tmp_path):
+    (tmp_path / "distill-sst2.json").write_text(json.dumps(_result(0.90, 0.88, 100.0, 190.0, 0.02)))
+    conll = _result(0.91, 0.89, 100.0, 200.0, 0.5)
+    conll.update(task_label="CoNLL-2003", metric="f1")
+    conll["teacher_finetune"]["metrics"] = {"f1": 0.905, "accuracy": 0.99}
+    (tmp_path / "distill-conll.json").write_text(json.dumps(conll))
+    text = "\n".join(distill_sections(tmp_path))
+    sst2, part = text.split("## Distillation (CoNLL-2003), student `layers:0,2,4`")
+    assert "must-show (both at once): **met**" in sst2
+    assert "fine-tuned on CoNLL-2003 by `bertkit finetune ner`" in part and "Dev entity F1 on" in part
+    assert "| student | 3 | 17,400,000 | 69.6 | 5.5 | 200.0 | 89.00 |" in part and "dev entity F1 % |" in part
+    assert "reported dev entity F1 90.50" in part and "must-show" not in part

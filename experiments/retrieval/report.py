@@ -211,6 +211,8 @@ def distill_section(path: Path, heading: str = "## Distillation (SST-2)", judged
         ]
     d, sp = data["distill"], data["speed"]
     s = d["settings"]
+    label, metric = data.get("task_label", "SST-2"), data.get("metric", "accuracy")
+    metric_label = {"accuracy": "accuracy", "f1": "entity F1"}.get(metric, metric)
     busy, load = sp.get("cpu_busy_before"), sp.get("load_average_before")
     state = "quiet" if data.get("quiet") else "contended"
     n_train = d.get("train_examples") or data["teacher_finetune"].get("train_examples") or 0
@@ -222,15 +224,16 @@ def distill_section(path: Path, heading: str = "## Distillation (SST-2)", judged
         "",
         f"Student `{d['student_spec']}` "
         + ("of" if d["student_spec"].startswith("layers:") else "from a seeded random start, taught by")
-        + " the teacher (all-MiniLM-L6-v2 fine-tuned on SST-2 by `bertkit finetune "
-        f"glue`), distilled {s['epochs']:g} epoch(s) over the {n_train:,} training"
+        + f" the teacher (all-MiniLM-L6-v2 fine-tuned on {label} by `bertkit finetune "
+        f"{'glue' if label == 'SST-2' else 'ner'}`), distilled {s['epochs']:g} epoch(s) over the {n_train:,} training"
         f" sentences ({d['steps']} steps of {s['batch_size']}, temperature {s['temperature']:g}, alpha "
-        f"{s['alpha']:g}, lr {s['lr']:g}, {s['max_seq_length']} tokens; {d['train_seconds']:.0f} s). Accuracy on "
+        f"{s['alpha']:g}, lr {s['lr']:g}, {s['max_seq_length']} tokens; {d['train_seconds']:.0f} s). Dev {metric_label} on "
         f"the {data['teacher_finetune'].get('examples', '?')} dev sentences; timings on dev sentences (the "
         f"shortest quarter skipped), {data['speed_source']}, best of {sp.get('repeats')} interleaved rounds, "
         f"**{state}**: CPU {100 * busy:.0f}% busy just before, load average {load}.",
         "",
-        "| model | layers | parameters | disk MB | latency ms (batch 1) | sentences/s (batch 32) | dev accuracy % |",
+        "| model | layers | parameters | disk MB | latency ms (batch 1) | sentences/s (batch 32) | "
+        f"dev {metric_label} % |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in ("teacher", "student"):
@@ -240,18 +243,18 @@ def distill_section(path: Path, heading: str = "## Distillation (SST-2)", judged
             f"| {name} | {m['layers']} | {m['parameters']:,} | {disk} | {t['latency_ms_batch1']} | "
             f"{t['throughput_batch32']} | {100 * m['main']:.2f} |"
         )
-    own = (data["teacher_finetune"].get("metrics") or {}).get("accuracy")
+    own = (data["teacher_finetune"].get("metrics") or {}).get(metric)
     if (
         own is not None
     ):  # the same weights evaluated twice: by finetune at the end of training, and by distill
-        out += ["", f"(The teacher's own fine-tuning run reported dev accuracy {100 * own:.2f}.)"]
+        out += ["", f"(The teacher's own fine-tuning run reported dev {metric_label} {100 * own:.2f}.)"]
     kept, ratio = d["kept"], sp["speedup_batch32"]
     if not judged:  # the issue's goals are for the 3-layer student; another student is reported beside it
         return out + [
             "",
             f"- Kept accuracy: {100 * kept:.1f}% of the teacher's; throughput at batch 32: {ratio:.2f}x the "
             f"teacher's; latency at batch 1: {sp['speedup_batch1']:.2f}x lower (the issue's goals, >= "
-            f"{100 * KEPT_GOAL:.0f}% at >= {SPEEDUP_GOAL}x, are for the 3-layer student above).",
+            f"{100 * KEPT_GOAL:.0f}% at >= {SPEEDUP_GOAL}x, are for the 3-layer SST-2 student above).",
             "",
         ]
     kept_ok, ratio_ok = kept >= KEPT_GOAL, ratio >= SPEEDUP_GOAL
@@ -271,11 +274,15 @@ def distill_section(path: Path, heading: str = "## Distillation (SST-2)", judged
 
 def distill_sections(results: Path) -> list[str]:
     """The issue's student (3 of the teacher's layers, ``distill-sst2.json``) first, then any other student
-    ``distill_sst2.sh`` was run with (``STUDENT=...``: ``distill-sst2-<student>.json``), each with its table."""
+    ``distill_sst2.sh`` was run with (``STUDENT=...``: ``distill-sst2-<student>.json``), then
+    ``distill_conll.sh``'s (``distill-conll[-<student>].json``), each with its table."""
     lines = distill_section(results / "distill-sst2.json")
     for other in sorted(results.glob("distill-sst2-*.json")):
         spec = json.loads(other.read_text(encoding="utf-8"))["distill"]["student_spec"]
         lines += distill_section(other, f"## Distillation (SST-2), student `{spec}`", judged=False)
+    for conll in sorted(results.glob("distill-conll*.json")):  # distill_conll.sh: reported, not judged
+        spec = json.loads(conll.read_text(encoding="utf-8"))["distill"]["student_spec"]
+        lines += distill_section(conll, f"## Distillation (CoNLL-2003), student `{spec}`", judged=False)
     return lines
 
 
