@@ -358,6 +358,19 @@ def _lock(out: Path, cell: Cell) -> Path | None:
     return None
 
 
+def _still_needed(name: str, later: list[Cell], rebuilds: set[str], res_dir: Path) -> bool:
+    """Whether a cell planned as a rebuild is still read by a later cell of this sitting: one with no result
+    file yet, or a rebuild that is itself still needed (other runners may have finished the rest)."""
+    for i, c in enumerate(later):
+        if name in c.needs:
+            if c.name in rebuilds:
+                if _still_needed(c.name, later[i + 1 :], rebuilds, res_dir):
+                    return True
+            elif not (res_dir / c.result_name).is_file():
+                return True
+    return False
+
+
 def _cpu_now() -> float:
     """CPU seconds of this process and its finished children (the transformers runner is a subprocess)."""
     import resource
@@ -413,6 +426,8 @@ def run_matrix(
     ran: list[str] = []
     failed: dict[str, str] = {}
     t_start = time.time()
+    # finished before this sitting, planned only because a pending cell reads their output (see plan)
+    rebuilds = {c.name for c in todo if c.name in done}
     for k, cell in enumerate(todo):
         blocked = [n for n in cell.needs if n in failed]
         if blocked:  # an input failed: this cell cannot run in this sitting
@@ -425,36 +440,47 @@ def run_matrix(
             f"{time.strftime('%H:%M', time.localtime(time.time() + left))}",
             flush=True,
         )
-        rebuild = cell.name in done
+        # `done` also gains what other runners finish meanwhile: that is no reason to rebuild a cell
+        rebuild = cell.name in rebuilds
         if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
             done.update(read_results(res_dir))
             continue
+        if rebuild and not _still_needed(cell.name, todo[k + 1 :], rebuilds, res_dir):
+            continue  # every cell that needed it rebuilt has been finished by another runner
         lock = _lock(out, cell)
         if lock is None:  # another live runner is on this cell: leave it (and what needs it) to that one
             failed[cell.name] = "running in another process"
+            continue
+        if not rebuild and (res_dir / cell.result_name).is_file():  # finished between the check and the lock
+            lock.unlink(missing_ok=True)
+            done.update(read_results(res_dir))
             continue
         w0, c0 = time.time(), _cpu_now()
         try:
             result = run_cell(matrix, cell, out, done, info, progress=progress)
         except Exception as e:  # noqa: BLE001 - one broken cell must not stop an unattended matrix
+            lock.unlink(missing_ok=True)
             failed[cell.name] = f"{type(e).__name__}: {e}"
             logger.error("cell %s failed", cell.name, exc_info=not isinstance(e, UserError))
             print(f"[experiment {matrix.name}] {cell.name} FAILED: {failed[cell.name]} (no result written; "
                   "the cells that need it are skipped; re-run to retry)", flush=True)  # fmt: skip
             continue
-        finally:
+        except BaseException:
             lock.unlink(missing_ok=True)
+            raise
         result.setdefault("wall_s", round(time.time() - w0, 1))
         result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
         result["cost"] = cell.cost
         if cell.cost and result["wall_s"]:
             timed.append((cell.kind, result["wall_s"], cell.cost))
         if rebuild:
+            lock.unlink(missing_ok=True)
             logger.info("%s rebuilt (its result file is kept)", cell.name)
             continue
         result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
                   "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
         atomic_write_json(res_dir / cell.result_name, result)
+        lock.unlink(missing_ok=True)  # only now: a runner that finds no lock must find the result file
         done[cell.name] = result
         ran.append(cell.name)
         print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "

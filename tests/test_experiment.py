@@ -204,3 +204,42 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
     (res / "finetune__ltr-tiny__SST-2__seed2.json").unlink()
     plan_only = run_matrix(SMOKE, out=out, results=res, dry_run=True)
     assert plan_only["to_run"] == ["pretrain/ltr-tiny", "finetune/ltr-tiny/SST-2/seed2"]
+
+
+def _finished_elsewhere(matrix, res: Path, prefix: str) -> None:
+    """Result files for every cell whose name starts with ``prefix``, as another runner would write them."""
+    for c in matrix.cells:
+        if c.name.startswith(prefix):
+            (res / c.result_name).write_text(json.dumps({"cell": c.name, "kind": c.kind, "primary": 1.0}))
+
+
+@pytest.mark.parametrize("finished_during", ["vocab", "pretrain/a"])
+def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, finished_during):
+    """A fresh machine: vocab, prepare and pretrain/a have results but no outputs, so they are planned as
+    rebuilds for the pending fine-tuning cells. Another runner finishes every fine-tuning cell meanwhile: this
+    runner must then neither run those cells (they are not rebuilds) nor rebuild inputs nobody reads any more."""
+    from bertkit import experiment_cells
+
+    cfg = _write(tmp_path, MINIMAL)
+    m = load_matrix(cfg)
+    res = tmp_path / "res"
+    res.mkdir()
+    _finished_elsewhere(m, res, "vocab")
+    _finished_elsewhere(m, res, "prepare")
+    _finished_elsewhere(m, res, "pretrain/")
+    calls = []
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        calls.append(cell.name)
+        if cell.name == finished_during:
+            _finished_elsewhere(matrix, res, "finetune/")
+        return {"primary": 2.0, "seed": cell.spec.get("seed")}
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    summary = run_matrix(cfg, out=tmp_path / "out", results=res, progress=False)
+    assert (
+        calls == ["vocab", "prepare", "pretrain/a"][: ["vocab", "pretrain/a"].index(finished_during) * 2 + 1]
+    )
+    assert summary["ran"] == [] and summary["failed"] == {}
+    assert all(json.loads(f.read_text())["primary"] == 1.0 for f in res.glob("*.json"))  # nothing overwritten
+    assert not list((tmp_path / "out" / "locks").glob("*.lock"))
