@@ -117,3 +117,4 @@ def test_a_conll_run_is_reported_with_its_entity_f1_after_the_sst2_students(tmp_
     assert "fine-tuned on CoNLL-2003 by `bertkit finetune ner`" in part and "Dev entity F1 on" in part
     assert "| student | 3 | 17,400,000 | 69.6 | 5.5 | 200.0 | 89.00 |" in part and "dev entity F1 % |" in part
     assert "reported dev entity F1 90.50" in part and "must-show" not in part
+    assert "- Kept entity F1: 97.8% of the teacher's" in part

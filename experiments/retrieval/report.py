@@ -252,7 +252,7 @@ def distill_section(path: Path, heading: str = "## Distillation (SST-2)", judged
     if not judged:  # the goals are for the 3-layer student; another student is reported beside it
         return out + [
             "",
-            f"- Kept accuracy: {100 * kept:.1f}% of the teacher's; throughput at batch 32: {ratio:.2f}x the "
+            f"- Kept {metric_label}: {100 * kept:.1f}% of the teacher's; throughput at batch 32: {ratio:.2f}x the "
             f"teacher's; latency at batch 1: {sp['speedup_batch1']:.2f}x lower (the issue's goals, >= "
             f"{100 * KEPT_GOAL:.0f}% at >= {SPEEDUP_GOAL}x, are for the 3-layer SST-2 student above).",
             "",
