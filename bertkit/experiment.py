@@ -442,17 +442,14 @@ def run_matrix(
         )
         # `done` also gains what other runners finish meanwhile: that is no reason to rebuild a cell
         rebuild = cell.name in rebuilds
-        if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
-            done.update(read_results(res_dir))
-            continue
         if rebuild and not _still_needed(cell.name, todo[k + 1 :], rebuilds, res_dir):
             continue  # every cell that needed it rebuilt has been finished by another runner
         lock = _lock(out, cell)
         if lock is None:  # another live runner is on this cell: leave it (and what needs it) to that one
             failed[cell.name] = "running in another process"
             continue
-        if not rebuild and (res_dir / cell.result_name).is_file():  # finished between the check and the lock
-            lock.unlink(missing_ok=True)
+        if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
+            lock.unlink(missing_ok=True)  # (checked under the lock: results are written before locks go)
             done.update(read_results(res_dir))
             continue
         w0, c0 = time.time(), _cpu_now()
