@@ -68,6 +68,31 @@ def test_non_cpu_float32_falls_back_to_torch():
     assert y.dtype == torch.float64 and 0.3 < (y == 0).double().mean() < 0.7
 
 
+def test_bfloat16_uses_the_same_cheap_mask():
+    """Under bf16 autocast the dropouts see bfloat16: they must draw the float32 mask (not fall back to
+    ``bernoulli_``, a third of a MiniLM training step), keep the dtype, and scale as float32 does."""
+    x = torch.ones(257, 129)
+    torch.manual_seed(7)
+    want = dropout(x, 0.1, True)
+    torch.manual_seed(7)
+    got = dropout(x.bfloat16(), 0.1, True)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got == 0, want == 0)
+    torch.testing.assert_close(got.float(), want, rtol=4e-3, atol=0)  # the scale rounded to bfloat16
+    torch.manual_seed(7)
+    assert not torch.equal(F.dropout(x.bfloat16(), 0.1, True) == 0, want == 0)  # bernoulli_ draws others
+
+
+def test_bfloat16_attention_dropout_draws_the_cheap_mask(monkeypatch):
+    from bertkit.kernels import attention
+
+    seen = []
+    monkeypatch.setattr(attention, "dropout", lambda p_, p, training: seen.append(p_.dtype) or p_)
+    q, k, v = (torch.randn(1, 2, 5, 4, dtype=torch.bfloat16) for _ in range(3))
+    out = attention.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    assert seen == [torch.bfloat16] and out.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
 def test_attention_math_equals_sdpa_without_dropout(causal, masked):

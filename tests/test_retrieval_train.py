@@ -5,6 +5,7 @@ small synthetic task, hard-negative mining, the ranking metrics, the CLI and its
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -168,6 +169,29 @@ def test_train_embed_improves_held_out_retrieval(tiny_dir, tmp_path, hard, symme
     after = _recall_at_1(trained, held_out)
     assert after >= 80.0 and after > before + 30.0, (before, after)
     assert summary["steps"] == 6 * len(train) // 16 and (tmp_path / "run" / "train_log.json").is_file()
+
+
+def test_train_embed_auto_precision_measures_the_nested_batch(tiny_dir, tmp_path, monkeypatch):
+    """``precision="auto"`` on a bi-encoder batch ({"q": {...}, "p": {...}}): measured once (keyed by both
+    sides' shapes), resolved to fp32 or bf16 in the summary, and the run still learns."""
+    from bertkit import tuning
+    from bertkit.train import precision as P
+
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("BERTKIT_PRECISION", raising=False)
+    monkeypatch.setattr(P, "_cpu_has_bf16", lambda: True)  # measured even on a CPU without native bf16
+    torch.manual_seed(0)
+    train, _ = synthetic(1)
+    model = BiEncoder.from_pretrained(tiny_dir, normalize=True)
+    s = EmbedSettings(epochs=1, batch_size=16, lr=1e-3, precision="auto")
+    summary = train_embed(model, train, tmp_path / "run", s, progress=False)
+    (key,) = [k for k in tuning.cached_choices() if k.startswith("precision:")]
+    assert "q.input_ids" in key and "p.attention_mask" in key
+    assert (
+        summary["precision"] in ("fp32", "bf16")
+        and summary["precision"] == tuning.cached_choices()[key]["choice"]
+    )
+    assert math.isfinite(summary["final_loss"])
 
 
 @pytest.mark.parametrize("loss", ["cosent", "cosine"])

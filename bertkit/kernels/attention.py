@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .dropout import dropout
-from .state import fast_ok
+from .state import mask_ok
 
 
 def _attention_with_dropout(
@@ -38,7 +38,7 @@ def scaled_dot_product_attention(
 
     ``attn_mask``: bool, broadcastable to [B, heads, T, T], True = may attend; ``causal`` adds the
     left-to-right mask. Without dropout this is ``F.scaled_dot_product_attention``."""
-    if dropout_p > 0 and fast_ok(q):
+    if dropout_p > 0 and mask_ok(q):
         return _attention_with_dropout(q, k, v, attn_mask, causal, dropout_p)
     if causal and attn_mask is not None:  # SDPA takes one or the other
         tri = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()

@@ -5,8 +5,8 @@ BERT pre-training step that is ~10% of the time. Here one 64-bit draw of the glo
 four 15-bit uniform integers, and an element is dropped when its integer is below
 ``round(p * 2**15)``. The drop probability is therefore ``p`` rounded to a multiple of 2**-15 (0.1
 becomes 0.100006) and the kept values are scaled by the exact ``1 / (1 - p_rounded)``, so the
-expectation is unchanged. Other devices and dtypes, torch.compile, and the reference ops
-(:func:`bertkit.kernels.reference_ops`) use ``F.dropout``.
+expectation is unchanged. The mask serves float32 and bfloat16 (bf16 autocast) alike; other devices and
+dtypes, torch.compile, and the reference ops (:func:`bertkit.kernels.reference_ops`) use ``F.dropout``.
 
 Randomness: the global torch generator, as ``nn.Dropout`` (the trainer seeds it and checkpoints its
 state), so a seeded run is reproducible.
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .state import fast_ok
+from .state import mask_ok
 
 _LEVELS = 1 << 15
 
@@ -55,7 +55,7 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return x
     if p >= 1.0:
         return x * 0.0
-    if not fast_ok(x) or x.numel() == 0:
+    if not mask_ok(x) or x.numel() == 0:
         return F.dropout(x, p, True)
     keep, scale = _keep_mask(x.shape, p)
     return _MaskedScale.apply(x.contiguous(), keep, scale)

@@ -167,6 +167,7 @@ def train_embed(
         "train_seconds": round(train_s, 2),
         "pairs_per_second": round(steps * s.batch_size / train_s, 2) if train_s > 0 else None,
         "mining_seconds": round(mined_s, 2),
+        "precision": trainer.precision,  # what "auto" resolved to
         "final_loss": summary.get("loss"),
         "eval": summary.get("eval"),
         "settings": s.__dict__,

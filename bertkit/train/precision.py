@@ -53,6 +53,19 @@ def _loss(out) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
+def _shapes(batch, prefix: str = "") -> list:
+    """[(key, shape)] of a batch's tensors, nested dicts included (a bi-encoder batch holds one per side)."""
+    if not isinstance(batch, dict):
+        return []
+    out = []
+    for k, v in batch.items():
+        if isinstance(v, dict):
+            out += _shapes(v, f"{prefix}{k}.")
+        elif isinstance(v, torch.Tensor):
+            out.append((f"{prefix}{k}", tuple(v.shape)))
+    return sorted(out)
+
+
 def choose_precision(model: torch.nn.Module, batch, loss_fn, device: torch.device) -> str:
     """ "bf16" when bf16 autocast is faster here for ``model`` on batches shaped like ``batch`` and its loss
     agrees with fp32's, else "fp32".
@@ -67,7 +80,7 @@ def choose_precision(model: torch.nn.Module, batch, loss_fn, device: torch.devic
 
     if device.type != "cpu" or not _cpu_has_bf16():
         return "fp32"
-    shapes = sorted((k, tuple(v.shape)) for k, v in batch.items()) if isinstance(batch, dict) else []
+    shapes = _shapes(batch)
     size = sum(p.numel() for p in model.parameters())
     name = f"precision:{type(model).__name__}:{size}:{shapes}"
 
