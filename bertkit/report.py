@@ -89,10 +89,11 @@ def mean_std(xs: list[float]) -> tuple[float, float] | None:
 
 
 def fmt(ms: tuple[float, float] | None, n: int | None = None, expected: int | None = None) -> str:
-    """``mean ± std`` (with ``(n/N seeds)`` when not all seeds are in), or "not yet run"."""
+    """``mean ± std`` (with ``(n/N seeds)`` when not all seeds are in), the score alone for a single seed
+    (a spread of one run is not zero, it is unknown), or "not yet run"."""
     if ms is None:
         return NOT_RUN
-    s = f"{ms[0]:.1f} ± {ms[1]:.1f}"
+    s = f"{ms[0]:.1f}" if n == 1 else f"{ms[0]:.1f} ± {ms[1]:.1f}"
     if n is not None and expected and n < expected:
         s += f" ({n}/{expected} seeds)"
     return s
@@ -207,9 +208,21 @@ def _provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folde
         f"- machine(s): {'; '.join(cpus) or '—'} (`lscpu` model name); the machine was shared, so wall times are "
         f"contended: compare CPU seconds",
         f"- CPU time of the finished cells: {cpu_h:.2f} CPU-hours",
-        f"- seeds: {', '.join(str(s) for s in matrix.raw.get('seeds', [1, 2, 3]))} (mean ± sample std over seeds)",
+        f"- seeds: {_seeds_line(matrix)} (mean ± sample std over seeds; a single seed shows its score alone)",
         "",
     ]
+
+
+def _seeds_line(matrix: Matrix) -> str:
+    """The matrix's seeds, and each task's own where a task sets them (e.g. three for MRPC alone)."""
+    top = matrix.raw.get("seeds", [1, 2, 3])
+    line = ", ".join(str(s) for s in top)
+    own = [
+        f"{t['name']} {', '.join(str(s) for s in t['seeds'])}"
+        for t in matrix.raw.get("task", [])
+        if "seeds" in t and t["seeds"] != top
+    ]
+    return line + (f" ({'; '.join(own)})" if own else "")
 
 
 def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
@@ -645,7 +658,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
             )
             settings = ", ".join(f"{k} {v}" for k, v in (last or {}).get("hyperparameters", {}).items())
             lines.append(f"| {m} | {t['name']} | {metric_name(matrix, t['name'], 'primary')} | "
-                         f"{fmt(mean_std(xs), len(xs), n_seeds)} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
+                         f"{fmt(mean_std(xs), len(xs), len(t.get('seeds', matrix.raw.get('seeds', [1]))))} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
     for f in matrix.raw.get("features", []):
         for v in f.get("variants", []):
             rs = [

@@ -130,7 +130,7 @@ def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
     # Table 6 and the size verdict; Table 7 with the paper's numbers beside ours
     assert "mlm+nsp-tiny 300.0 > mlm+nsp-mini 200.0" in text and "larger is better" in text
     assert "Held-out sample: 456 masked tokens in 24 sequences" in text
-    assert "| feature-based: last-hidden | 70.0 ± 0.0 (1/3 seeds) | 94.9 |" in text
+    assert "| feature-based: last-hidden | 70.0 (1/3 seeds) | 94.9 |" in text
     # the positive control: a published checkpoint through the same cells, against random init
     assert (
         "- **Positive control** (control: a published pre-trained checkpoint fine-tuned by the same cells): "
@@ -182,6 +182,26 @@ def test_results_report_lists_pretraining_and_notes(tmp_path):
         text.index("## Pre-training") < text.index("## Fine-tuning") < text.index("| mlm+nsp-mini | SST-2 |")
     )
     assert "| mlm+nsp-mini | SST-2 | acc | 81.0 ± 1.0 |" in text
+
+
+def test_results_report_single_seed_has_no_spread_and_task_seeds_are_listed(tmp_path):
+    """A task run on one seed shows its score alone (its spread is unknown, not 0.0), with the partial-seed
+    flag against the task's own seed list; the provenance lists a task's own seeds."""
+    cfg = tmp_path / "probe.toml"
+    cfg.write_text(
+        CONFIG.replace('report_kind = "paper"', 'report_kind = "results"')
+        .replace('report = "doc/paper.md"', 'report = "doc/probe.md"')
+        .replace("max_train_examples = 1000", "max_train_examples = 1000\nseeds = [7]")
+    )
+    _, res = _fixture(tmp_path)
+    one = {"cell": "finetune/mlm+nsp-mini/SST-2-1k/seed7", "kind": "finetune", "model": "mlm+nsp-mini",
+           "task": "SST-2-1k", "seed": 7, "primary": 55.0, "metrics": {"accuracy": 55.0}, "cpu_s": 1.0}  # fmt: skip
+    (res / "one.json").write_text(json.dumps(one))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "| mlm+nsp-mini | SST-2-1k | acc | 55.0 |" in text
+    assert "(SST-2-1k 7)" in text.split("- seeds:")[1].splitlines()[0]
+    assert "| mlm+nsp-mini | SST-2 | acc | 81.0 ± 1.0 |" in text  # three seeds keep their spread
+    assert "| mlm-mini | SST-2 | acc | 79.5 ± 0.7 (2/3 seeds) |" in text
 
 
 def test_same_budget_verdict_when_bertkit_is_at_least_as_good_everywhere(tmp_path):
