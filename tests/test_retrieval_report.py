@@ -118,3 +118,60 @@ def test_a_conll_run_is_reported_with_its_entity_f1_after_the_sst2_students(tmp_
     assert "| student | 3 | 17,400,000 | 69.6 | 5.5 | 200.0 | 89.00 |" in part and "dev entity F1 % |" in part
     assert "reported dev entity F1 90.50" in part and "must-show" not in part
     assert "- Kept entity F1: 97.8% of the teacher's" in part
+
+
+def _metrics(queries: int, mrr: float) -> dict:
+    return {
+        "queries": queries,
+        "recall@1": mrr - 10,
+        "recall@5": 80.0,
+        "recall@10": 90.0,
+        "mrr@10": mrr,
+        "ndcg@10": 75.0,
+    }
+
+
+def test_squad_section_rows_come_from_the_files(tmp_path):
+    from experiments.retrieval.report import squad_section
+
+    d = tmp_path / "squad"
+    d.mkdir()
+    (d / "eval-untrained.json").write_text(json.dumps({"bi_encoder": _metrics(200, 71.0)}))
+    text = "\n".join(squad_section(d))
+    assert "| + `bertkit train-rerank` cross-encoder | (not run" in text  # a missing stage is said
+    trained = {
+        "bi_encoder": _metrics(200, 72.5),
+        "bi_encoder_reranked_queries": _metrics(200, 72.5),  # every query re-ranked: no extra row
+        "reranked": _metrics(200, 83.25),
+        "rerank_top": 50,
+    }
+    (d / "eval-trained.json").write_text(json.dumps(trained))
+    settings = {"batch_size": 32, "lr": 2e-5, "max_length": 128}
+    (d / "train-rerank.json").write_text(
+        json.dumps(
+            {
+                "triples": 300,
+                "positives": 100,
+                "steps": 9,
+                "settings": settings,
+                "final_loss": 0.21,
+                "pairs_per_second": 30.0,
+            }
+        )
+    )
+    lines = squad_section(d)
+    rows = [line for line in lines if line.startswith("| ")]
+    assert rows[1].startswith("| all-MiniLM-L6-v2, untrained (bi-encoder) | 200 | 61.0 |")
+    assert rows[2].startswith("| after `bertkit train-embed` (bi-encoder) | 200 |")
+    assert (
+        rows[3]
+        == "| + `bertkit train-rerank` cross-encoder on the bi-encoder's top 50 | 200 | 73.2 | 80.0 | 90.0 | 83.2 | 75.0 |"
+    )
+    assert len(rows) == 4 and not any("not run" in r or "sentence-transformers" in r for r in rows)
+    (line,) = [x for x in lines if x.startswith("- train-rerank:")]
+    assert "final loss 0.2100 against 0.6365 for the label prior alone" in line  # 1 positive in 3
+    (d / "eval-st.json").write_text(json.dumps(trained | {"reranked": _metrics(200, 80.0)}))
+    rows = [line for line in squad_section(d) if line.startswith("| ")]
+    assert rows[4].startswith(
+        "| + sentence-transformers CrossEncoder.fit on the bi-encoder's top 50 | 200 | 70.0 |"
+    )

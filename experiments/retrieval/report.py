@@ -44,8 +44,15 @@ def _rerank_line(name: str, tr: dict) -> str:
         f"- {name}: {tr['triples']} (query, passage, label) triples ({tr['positives']} positive), "
         f"{tr['steps']} steps of {s['batch_size']}, lr {s['lr']}, {s['max_length']} tokens; final loss "
         f"{tr['final_loss']:.4f} against {_prior_loss(tr['triples'], tr['positives']):.4f} for the label prior "
-        f"alone; {tr['pairs_per_second']} pairs/s (contended)."
+        f"alone; {tr['pairs_per_second']} pairs/s."
     )
+
+
+# (file stem, label): bertkit's re-ranker, then sentence-transformers' CrossEncoder.fit on the same triples
+_RERANKERS = (
+    ("rerank", "`bertkit train-rerank` cross-encoder"),
+    ("st", "sentence-transformers CrossEncoder.fit"),
+)
 
 
 def squad_section(d: Path) -> list[str]:
@@ -56,8 +63,11 @@ def squad_section(d: Path) -> list[str]:
         f"CPU: {env.get('cpu', '?')}; {env.get('contention', '')}"
     )
     out.append("")
-    untrained, trained = _load(d / "eval-untrained.json"), _load(d / "eval-trained.json")
-    second = _load(d / "eval-rerank2.json")
+    untrained = _load(d / "eval-untrained.json")
+    evals = {
+        k: _load(d / ("eval-trained.json" if k == "rerank" else f"eval-{k}.json")) for k, _ in _RERANKERS
+    }
+    trained = evals["rerank"] or evals["st"]
     out += [
         "| model | queries | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |",
         "|---|---|---|---|---|---|---|",
@@ -66,38 +76,25 @@ def squad_section(d: Path) -> list[str]:
         out.append(_metrics_row("all-MiniLM-L6-v2, untrained (bi-encoder)", untrained["bi_encoder"]))
     if trained:
         out.append(_metrics_row("after `bertkit train-embed` (bi-encoder)", trained["bi_encoder"]))
-        if "bi_encoder_reranked_queries" in trained:
+        shown = trained.get("bi_encoder_reranked_queries")
+        if shown and shown["queries"] != trained["bi_encoder"]["queries"]:
+            out.append(_metrics_row("after train-embed, the re-ranked queries only", shown))
+    for key, label in _RERANKERS:
+        e = evals[key]
+        if e and "reranked" in e:
             out.append(
-                _metrics_row(
-                    "after train-embed, the re-ranked queries only", trained["bi_encoder_reranked_queries"]
-                )
+                _metrics_row(f"+ {label} on the bi-encoder's top {e.get('rerank_top')}", e["reranked"])
             )
-        if "reranked" in trained:
-            out.append(
-                _metrics_row(
-                    f"+ `bertkit train-rerank` cross-encoder (pass 1) on the top {trained.get('rerank_top')}",
-                    trained["reranked"],
-                )
-            )
-    else:
-        out.append("| after train-embed / re-ranked | (not finished in the session: see below) | | | | | |")
-    if second and "reranked" in second:
-        out.append(
-            _metrics_row(
-                f"+ cross-encoder after pass 2 on the top {second.get('rerank_top')}", second["reranked"]
-            )
-        )
+    if not evals["rerank"]:
+        out.append("| + `bertkit train-rerank` cross-encoder | (not run: see below) | | | | | |")
     out.append("")
     te = _load(d / "train-embed.json")
     if te:
         out.append(
             f"- train-embed: {te['pairs']} pairs, {te['steps']} steps of {te['settings']['batch_size']}, "
-            f"final loss {te['final_loss']:.4f}, {te['pairs_per_second']} pairs/s (contended)."
+            f"final loss {te['final_loss']:.4f}, {te['pairs_per_second']} pairs/s."
         )
-    for name, file in (
-        ("train-rerank pass 1", "train-rerank.json"),
-        ("train-rerank pass 2", "train-rerank2.json"),
-    ):
+    for name, file in (("train-rerank", "train-rerank.json"), ("CrossEncoder.fit", "train-rerank-st.json")):
         tr = _load(d / file)
         if tr:
             out.append(_rerank_line(name, tr))
@@ -117,8 +114,11 @@ def squad_section(d: Path) -> list[str]:
             se = 100 * math.sqrt(r1 * (1 - r1) / e["bi_encoder"]["queries"])
             name = "all-MiniLM-L6-v2, untrained" if m == "untrained" else "after `bertkit train-embed`"
             out.append(_metrics_row(name, e["bi_encoder"]) + f" {se:.1f} |")
-    probes = [(r, _load(d / f"probe-{r}.json")) for r in ("rerank", "rerank2")]
-    probes = [(r, pr) for r, pr in probes if pr]
+    probes = [
+        (label, _load(d / f"probe-{f}.json"))
+        for f, label in zip(("rerank", "rerank-st"), dict(_RERANKERS).values())
+    ]
+    probes = [(label, pr) for label, pr in probes if pr]
     if probes:
         pr0 = probes[0][1]
         out += [
@@ -131,22 +131,8 @@ def squad_section(d: Path) -> list[str]:
             "|---|---|---|",
             f"| bi-encoder after train-embed | {pr0['bi_encoder']['mrr@10']} | {pr0['bi_encoder']['recall@1']} |",
         ]
-        for r, pr in probes:
-            label = "cross-encoder after pass 1" if r == "rerank" else "cross-encoder after pass 2"
+        for label, pr in probes:
             out.append(f"| {label} | {pr['cross_encoder']['mrr@10']} | {pr['cross_encoder']['recall@1']} |")
-    v1, v1t = _load(d / "v1" / "eval-trained.json"), _load(d / "v1" / "train-rerank.json")
-    if v1 and v1t and "reranked" in v1:
-        out += [
-            "",
-            "The session's first re-ranker (kept in `squad/v1/`: 256 queries, 1 negative mined among the 256 sampled "
-            "pairs' own passages + 1 sampled, 192 tokens, evaluated at 256):",
-            "",
-            _rerank_line("train-rerank v1", v1t),
-            f"- re-ranked MRR@10 {v1['reranked']['mrr@10']:.1f} against the bi-encoder's "
-            f"{v1['bi_encoder_reranked_queries']['mrr@10']:.1f} on the same {v1['reranked']['queries']} queries.",
-            f"- (a random order of the top {v1['rerank_top']} scores MRR@10 "
-            f"{_random_mrr(v1['rerank_top']):.1f} in expectation when it holds the relevant passage)",
-        ]
     return out + [""]
 
 
