@@ -166,7 +166,8 @@ def embed_train_section(path: Path) -> list[str]:
         return out + ["(no result file)", ""]
     env = data.get("environment", {})
     out.append(
-        f"Command: `{data.get('command')}`; CPU: {env.get('cpu')}; load average {env.get('load_average')}."
+        f"Command: `{data.get('command')}`; commit {env.get('commit')}; CPU: {env.get('cpu')}; "
+        f"load average at the start {env.get('load_average')} (2 threads on 2 cores, nothing else running)."
     )
     out.append("")
     for r in data["results"]:
