@@ -363,3 +363,12 @@ def test_folder_saved_by_sentence_transformers_itself_loads(tiny_dir, tmp_path):
     ours = SentenceEncoder.from_pretrained(tmp_path / "resaved")
     assert ours.pooling == "max" and ours.dim == 8
     np.testing.assert_allclose(ours.encode(texts), model.encode(texts, convert_to_numpy=True), atol=1e-5)
+
+
+@pytest.mark.parametrize("command", ["train-embed", "train-rerank", "distill"])
+def test_training_commands_offer_precision_auto(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([command, "--help"])
+    assert exit_.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--precision {fp32,bf16,fp16,auto}" in help_text
