@@ -110,6 +110,13 @@ TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "th
             "notes"}  # fmt: skip
 
 
+def seeds_of(raw: dict, entry: dict | None = None) -> list[int]:
+    """The seeds of a [[task]] or [[features]] entry (its own ``seeds``, else the matrix's), or the matrix's
+    (default 1, 2, 3): one rule for the plan and the report."""
+    top = [int(s) for s in raw.get("seeds", [1, 2, 3])]
+    return [int(s) for s in entry["seeds"]] if entry and "seeds" in entry else top
+
+
 def load_matrix(path: str | os.PathLike) -> Matrix:
     """Read a matrix TOML and expand it into cells (in run order: data, pre-training, fine-tuning)."""
     from bertkit.pretrain import load_config_file
@@ -172,7 +179,6 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             Cell(f"pretrain/{m['name']}", "random" if m.get("random") else "pretrain", spec, needs, cost)
         )
 
-    seeds = [int(s) for s in raw.get("seeds", [1, 2, 3])]
     ft_models = raw.get("finetune_models") or [m["name"] for m in models]
     by_name = {m["name"]: m for m in models}
     for i, t in enumerate(raw.get("task", [])):
@@ -181,7 +187,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             raise UserError(f"{path}: [[task]] {t.get('name', i + 1)}: kind must be one of {TASK_KINDS}")
         lrs = t.get("lr", 5e-5)
         lrs = [float(x) for x in (lrs if isinstance(lrs, list) else [lrs])]
-        task_seeds = [int(x) for x in t.get("seeds", seeds)]
+        task_seeds = seeds_of(raw, t)
         for mname in t.get("models", ft_models):
             if mname not in by_name:
                 raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
@@ -211,7 +217,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         if f.get("model") not in by_name:
             raise UserError(f"{path}: [[features]] #{i + 1}: unknown model {f.get('model')!r}")
         for v in f.get("variants", []):
-            for s in [int(x) for x in f.get("seeds", seeds)]:
+            for s in seeds_of(raw, f):
                 spec = {**f, "variant": v, "seed": s, "task": tasks[f["task"]]}
                 cost = _finetune_cost(tasks[f["task"]], by_name[f["model"]]) / 3
                 cells.append(Cell(f"features/{f['model']}/{v['name']}/seed{s}", "features", spec,
@@ -448,36 +454,32 @@ def run_matrix(
         if lock is None:  # another live runner is on this cell: leave it (and what needs it) to that one
             failed[cell.name] = "running in another process"
             continue
-        if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
-            lock.unlink(missing_ok=True)  # (checked under the lock: results are written before locks go)
-            done.update(read_results(res_dir))
-            continue
-        w0, c0 = time.time(), _cpu_now()
-        try:
-            result = run_cell(matrix, cell, out, done, info, progress=progress)
-        except Exception as e:  # noqa: BLE001 - one broken cell must not stop an unattended matrix
+        try:  # the lock goes last, after the result file: a runner that finds no lock must find the result
+            if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
+                done.update(read_results(res_dir))
+                continue
+            w0, c0 = time.time(), _cpu_now()
+            try:
+                result = run_cell(matrix, cell, out, done, info, progress=progress)
+            except Exception as e:  # noqa: BLE001 - one broken cell must not stop an unattended matrix
+                failed[cell.name] = f"{type(e).__name__}: {e}"
+                logger.error("cell %s failed", cell.name, exc_info=not isinstance(e, UserError))
+                print(f"[experiment {matrix.name}] {cell.name} FAILED: {failed[cell.name]} (no result written; "
+                      "the cells that need it are skipped; re-run to retry)", flush=True)  # fmt: skip
+                continue
+            result.setdefault("wall_s", round(time.time() - w0, 1))
+            result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
+            result["cost"] = cell.cost
+            if cell.cost and result["wall_s"]:
+                timed.append((cell.kind, result["wall_s"], cell.cost))
+            if rebuild:
+                logger.info("%s rebuilt (its result file is kept)", cell.name)
+                continue
+            result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
+                      "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+            atomic_write_json(res_dir / cell.result_name, result)
+        finally:
             lock.unlink(missing_ok=True)
-            failed[cell.name] = f"{type(e).__name__}: {e}"
-            logger.error("cell %s failed", cell.name, exc_info=not isinstance(e, UserError))
-            print(f"[experiment {matrix.name}] {cell.name} FAILED: {failed[cell.name]} (no result written; "
-                  "the cells that need it are skipped; re-run to retry)", flush=True)  # fmt: skip
-            continue
-        except BaseException:
-            lock.unlink(missing_ok=True)
-            raise
-        result.setdefault("wall_s", round(time.time() - w0, 1))
-        result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
-        result["cost"] = cell.cost
-        if cell.cost and result["wall_s"]:
-            timed.append((cell.kind, result["wall_s"], cell.cost))
-        if rebuild:
-            lock.unlink(missing_ok=True)
-            logger.info("%s rebuilt (its result file is kept)", cell.name)
-            continue
-        result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
-                  "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-        atomic_write_json(res_dir / cell.result_name, result)
-        lock.unlink(missing_ok=True)  # only now: a runner that finds no lock must find the result file
         done[cell.name] = result
         ran.append(cell.name)
         print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment import Matrix, load_matrix, read_results, results_dir
+from bertkit.experiment import Matrix, load_matrix, read_results, results_dir, seeds_of
 from bertkit.io import atomic_write
 
 NOT_RUN = "not yet run"
@@ -215,18 +215,18 @@ def _provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folde
 
 def _seeds_line(matrix: Matrix) -> str:
     """The matrix's seeds, and each task's own where a task sets them (e.g. three for MRPC alone)."""
-    top = matrix.raw.get("seeds", [1, 2, 3])
+    top = seeds_of(matrix.raw)
     line = ", ".join(str(s) for s in top)
     own = [
-        f"{t['name']} {', '.join(str(s) for s in t['seeds'])}"
+        f"{t['name']} {', '.join(str(s) for s in seeds_of(matrix.raw, t))}"
         for t in matrix.raw.get("task", [])
-        if "seeds" in t and t["seeds"] != top
+        if seeds_of(matrix.raw, t) != top
     ]
     return line + (f" ({'; '.join(own)})" if own else "")
 
 
 def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
-    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    n_seeds = len(seeds_of(matrix.raw))
     rows = [f"mlm+nsp-{size}", f"mlm-{size}", f"ltr-{size}", f"ltr+bilstm-{size}", f"random-{size}"]
     names = {m["name"] for m in matrix.raw["model"]}
     out = ["| model (BERT-" + size + ") | " + " | ".join(f"{t} ({metric_name(matrix, t)})" for t in tasks) + " |",
@@ -247,7 +247,7 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
 
 
 def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
-    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    n_seeds = len(seeds_of(matrix.raw))
     sized = [m["name"] for m in matrix.raw["model"] if _model_base(m["name"])[0] == "mlm+nsp"]
     out = ["| L | H | A | tokens | held-out MLM perplexity | held-out MLM acc | SST-2 (acc) | MRPC (F1) |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
@@ -319,7 +319,7 @@ def _table7_finding(matrix: Matrix, results: dict[str, dict], ms) -> list[str]:
 
 
 def _table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
-    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    n_seeds = len(seeds_of(matrix.raw))
     out = []
     for f in matrix.raw.get("features", []):
         m, task = f["model"], f["task"]
@@ -337,7 +337,7 @@ def _table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
 
 
 def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
-    n_seeds = len(matrix.raw.get("seeds", [1, 2, 3]))
+    n_seeds = len(seeds_of(matrix.raw))
     out = []
     for spec in matrix.raw["model"]:
         if spec.get("runner") != "transformers":
@@ -633,7 +633,6 @@ def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
 def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
     """One row per fine-tuning task of the matrix: mean ± std of the primary metric and the other metrics
     (after the pre-training scores, when the matrix pre-trains)."""
-    n_seeds = len(matrix.raw.get("seeds", [1]))
     lines = [f"# {matrix.raw.get('description', matrix.name)}", ""] + _provenance(
         matrix, results, config_arg, folder
     )
@@ -658,7 +657,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
             )
             settings = ", ".join(f"{k} {v}" for k, v in (last or {}).get("hyperparameters", {}).items())
             lines.append(f"| {m} | {t['name']} | {metric_name(matrix, t['name'], 'primary')} | "
-                         f"{fmt(mean_std(xs), len(xs), len(t.get('seeds', matrix.raw.get('seeds', [1]))))} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
+                         f"{fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, t)))} | {other}{'; ' + extra if extra else ''} | {settings} |")  # fmt: skip
     for f in matrix.raw.get("features", []):
         for v in f.get("variants", []):
             rs = [
@@ -671,7 +670,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
                 f"{k} {x}" for k, x in (rs[-1].get("hyperparameters", {}) if rs else {}).items()
             )
             lines.append(f"| {f['model']} | {f['task']} feature-based ({v['name']}, BiLSTM on frozen layers) | F1 | "
-                         f"{fmt(ms, len(rs), n_seeds)} | | {settings} |")  # fmt: skip
+                         f"{fmt(ms, len(rs), len(seeds_of(matrix.raw, f)))} | | {settings} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
