@@ -13,6 +13,7 @@ fp32, and each side's mixed precision (``--precision auto`` against the referenc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import tempfile
 import time
@@ -83,7 +84,7 @@ def run(args: Any) -> list[dict[str, Any]]:
             # eight steps' worth), then reads its cache. An untimed one-step run on the same first batch makes
             # that one-off measurement here, as the pre-training bench's warm-up steps do: the timed run is
             # what every later run on this machine costs.
-            warm = EmbedSettings(**{**s.__dict__, "epochs": 1 / steps})
+            warm = dataclasses.replace(s, epochs=1 / steps)
             train_embed(
                 BiEncoder.from_pretrained(minilm, max_seq_length=seq),
                 pairs,

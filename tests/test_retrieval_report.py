@@ -168,7 +168,7 @@ def test_squad_section_rows_come_from_the_files(tmp_path):
         == "| + `bertkit train-rerank` cross-encoder on the bi-encoder's top 50 | 200 | 73.2 | 80.0 | 90.0 | 83.2 | 75.0 |"
     )
     assert len(rows) == 4 and not any("not run" in r or "sentence-transformers" in r for r in rows)
-    (line,) = [x for x in lines if x.startswith("- train-rerank:")]
+    (line,) = [x for x in lines if x.startswith("- `bertkit train-rerank` cross-encoder:")]
     assert "final loss 0.2100 against 0.6365 for the label prior alone" in line  # 1 positive in 3
     (d / "eval-st.json").write_text(json.dumps(trained | {"reranked": _metrics(200, 80.0)}))
     rows = [line for line in squad_section(d) if line.startswith("| ")]

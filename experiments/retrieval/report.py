@@ -48,10 +48,15 @@ def _rerank_line(name: str, tr: dict) -> str:
     )
 
 
-# (file stem, label): bertkit's re-ranker, then sentence-transformers' CrossEncoder.fit on the same triples
+# each re-ranker's label and its files in squad.sh's OUT: evaluation, training summary, one-article probe
 _RERANKERS = (
-    ("rerank", "`bertkit train-rerank` cross-encoder"),
-    ("st", "sentence-transformers CrossEncoder.fit"),
+    ("`bertkit train-rerank` cross-encoder", "eval-trained.json", "train-rerank.json", "probe-rerank.json"),
+    (
+        "sentence-transformers CrossEncoder.fit",
+        "eval-st.json",
+        "train-rerank-st.json",
+        "probe-rerank-st.json",
+    ),
 )
 
 
@@ -64,10 +69,8 @@ def squad_section(d: Path) -> list[str]:
     )
     out.append("")
     untrained = _load(d / "eval-untrained.json")
-    evals = {
-        k: _load(d / ("eval-trained.json" if k == "rerank" else f"eval-{k}.json")) for k, _ in _RERANKERS
-    }
-    trained = evals["rerank"] or evals["st"]
+    evals = [(label, _load(d / ev)) for label, ev, _, _ in _RERANKERS]
+    trained = evals[0][1] or evals[1][1]
     out += [
         "| model | queries | recall@1 | recall@5 | recall@10 | MRR@10 | nDCG@10 |",
         "|---|---|---|---|---|---|---|",
@@ -79,13 +82,12 @@ def squad_section(d: Path) -> list[str]:
         shown = trained.get("bi_encoder_reranked_queries")
         if shown and shown["queries"] != trained["bi_encoder"]["queries"]:
             out.append(_metrics_row("after train-embed, the re-ranked queries only", shown))
-    for key, label in _RERANKERS:
-        e = evals[key]
+    for label, e in evals:
         if e and "reranked" in e:
             out.append(
                 _metrics_row(f"+ {label} on the bi-encoder's top {e.get('rerank_top')}", e["reranked"])
             )
-    if not evals["rerank"]:
+    if not evals[0][1]:
         out.append("| + `bertkit train-rerank` cross-encoder | (not run: see below) | | | | | |")
     out.append("")
     te = _load(d / "train-embed.json")
@@ -94,10 +96,10 @@ def squad_section(d: Path) -> list[str]:
             f"- train-embed: {te['pairs']} pairs, {te['steps']} steps of {te['settings']['batch_size']}, "
             f"final loss {te['final_loss']:.4f}, {te['pairs_per_second']} pairs/s."
         )
-    for name, file in (("train-rerank", "train-rerank.json"), ("CrossEncoder.fit", "train-rerank-st.json")):
-        tr = _load(d / file)
+    for label, _, train_file, _ in _RERANKERS:
+        tr = _load(d / train_file)
         if tr:
-            out.append(_rerank_line(name, tr))
+            out.append(_rerank_line(label, tr))
     every = [(m, _load(d / f"eval-{m}-all.json")) for m in ("untrained", "trained")]
     if all(e for _, e in every):
         n = every[0][1]["bi_encoder"]["queries"]
@@ -114,10 +116,7 @@ def squad_section(d: Path) -> list[str]:
             se = 100 * math.sqrt(r1 * (1 - r1) / e["bi_encoder"]["queries"])
             name = "all-MiniLM-L6-v2, untrained" if m == "untrained" else "after `bertkit train-embed`"
             out.append(_metrics_row(name, e["bi_encoder"]) + f" {se:.1f} |")
-    probes = [
-        (label, _load(d / f"probe-{f}.json"))
-        for f, label in zip(("rerank", "rerank-st"), dict(_RERANKERS).values())
-    ]
+    probes = [(label, _load(d / probe)) for label, _, _, probe in _RERANKERS]
     probes = [(label, pr) for label, pr in probes if pr]
     if probes:
         pr0 = probes[0][1]
@@ -167,7 +166,8 @@ def embed_train_section(path: Path) -> list[str]:
     env = data.get("environment", {})
     out.append(
         f"Command: `{data.get('command')}`; commit {env.get('commit')}; CPU: {env.get('cpu')}; "
-        f"load average at the start {env.get('load_average')} (2 threads on 2 cores, nothing else running)."
+        f"{env.get('threads')} threads; load average at the start {env.get('load_average')} (above the thread "
+        "count: other work shared the cores)."
     )
     out.append("")
     for r in data["results"]:

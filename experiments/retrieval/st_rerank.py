@@ -4,8 +4,8 @@ settings (batch size, epochs, learning rate, linear warm-up ratio, weight decay,
 binary cross-entropy on one logit). The saved folder is evaluated by the same `bertkit evaluate retrieval
 --rerank` command as bertkit's (experiments/retrieval/squad.sh, stage st-rerank).
 
-    python experiments/retrieval/st_rerank.py --train TRAIN.jsonl --model DIR --out DIR --max-pairs 512 \
-        --negatives 1 --hard-negatives 3 --hard-negatives-model DIR --batch-size 16 --lr 8e-5 --max-length 128
+    python experiments/retrieval/st_rerank.py --train TRAIN.jsonl --model DIR --out DIR --negatives 1 \
+        --hard-negatives 1 --hard-negatives-model DIR --batch-size 32 --lr 2e-5 --max-length 128   (squad.sh's)
 
 Prints a JSON summary (and writes OUT/train_log.json). A bench script: sentence-transformers is a test/bench
 dependency, never a runtime one.
