@@ -70,7 +70,7 @@ def test_non_cpu_float32_falls_back_to_torch():
 
 def test_bfloat16_uses_the_same_cheap_mask():
     """Under bf16 autocast the dropouts see bfloat16: they must draw the float32 mask (not fall back to
-    ``bernoulli_``, a third of a MiniLM training step), keep the dtype, and scale as float32 does."""
+    the much slower ``bernoulli_``), keep the dtype, and scale as float32 does."""
     x = torch.ones(257, 129)
     torch.manual_seed(7)
     want = dropout(x, 0.1, True)
