@@ -10,16 +10,24 @@ padded tensors. Models: all-MiniLM-L6-v2 (real weights, L6 H384) and a BERT-base
 Before timing, every batch's ``last_hidden_state`` (real tokens) and ``pooler_output`` are checked
 within 1e-4. bertkit's advantage is internal: it runs every layer on the real tokens only, and
 attention on groups of equal-length sequences, so padding costs it nothing. Goal: ratio >= 2.
+
+On a CPU with native bf16 (AVX512-BF16 or AMX), two more rows per model and dataset: ours with
+``--precision auto`` (what ``bertkit embed/serve --precision auto`` runs here) against transformers' default
+fp32, and both sides under bf16 autocast. Their outputs are checked differently, as bf16 rounds: every real
+token's last hidden state must keep a cosine >= 0.999 to transformers' fp32 one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from typing import Any
 
 import torch
 
-from .common import check_close, compare, encoder_flops, suite_main
+from bertkit.inference_precision import MIN_TOKEN_COSINE, outputs_agree, resolve_inference_precision
+
+from .common import Mismatch, bf16_supported, check_close, compare, encoder_flops, suite_main
 from .inputs import conll_sentences, minilm_dir, sample_batches, sst2_sentences
 
 GOAL = 2.0
@@ -49,14 +57,26 @@ def _tokenizer():
     return Tokenizer.from_pretrained(minilm_dir())  # the bert-base-uncased vocabulary
 
 
-def bench(size: str, dataset: str, n_batches: int, repeats: int, tok=None) -> dict[str, Any]:
+def _bf16_context(on: bool):
+    return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+
+def bench(
+    size: str, dataset: str, n_batches: int, repeats: int, tok=None, precision: str = "fp32"
+) -> dict[str, Any]:
+    """One row: ours against transformers on ``n_batches`` batches of 32. ``precision``: "fp32" (both
+    sides), "auto" (ours as ``--precision auto`` resolves here, transformers fp32) or "bf16" (both sides
+    under bf16 autocast)."""
     tok = tok or _tokenizer()
     sentences = sst2_sentences("dev") if dataset == "sst2" else conll_sentences("train")
     batches = [tok(b, max_length=128) for b in sample_batches(sentences, 32, n_batches, seed=1)]
-    real = sum(int(b["attention_mask"].sum()) for b in batches)
-    padded = sum(b["attention_mask"].numel() for b in batches)
     with tempfile.TemporaryDirectory() as tmp:
         ours, ref = _models(size, tmp)
+    ours_bf16 = ref_bf16 = precision == "bf16"
+    if precision == "auto":
+        ours_bf16 = resolve_inference_precision("auto", ours) == "bf16"
+    if ours_bf16:
+        return _bench_bf16(size, dataset, batches, ours, ref, ref_bf16, repeats, precision)
     worst = 0.0
     with torch.inference_mode():
         for i, b in enumerate(batches):
@@ -83,7 +103,7 @@ def bench(size: str, dataset: str, n_batches: int, repeats: int, tok=None) -> di
             for b in batches:
                 ref(**b)
 
-    label = {"minilm": "MiniLM-L6", "base": "BERT-base"}[size]
+    label = _LABELS[size] + (", ours auto->fp32 vs ref fp32" if precision == "auto" else "")
     return compare(
         f"encoder {label} {dataset} b32",
         run_ours,
@@ -94,16 +114,66 @@ def bench(size: str, dataset: str, n_batches: int, repeats: int, tok=None) -> di
         unit="seq",
         goal=GOAL,
         check=f"max abs diff {worst:.2e} <= {ATOL} (real tokens, pooler)",
-        extra={
-            "padding_fraction": round(1 - real / padded, 3),
-            "batches": n_batches,
-            # the encoder over every real token, plus the pooler
-            "model_flops_per_call": sum(
-                encoder_flops(ours.config, b["attention_mask"].sum(1).tolist())
-                + 2 * len(b["input_ids"]) * ours.config.hidden_size**2
-                for b in batches
-            ),
-        },
+        extra=_extra(ours, batches),
+    )
+
+
+_LABELS = {"minilm": "MiniLM-L6", "base": "BERT-base"}
+
+
+def _extra(ours, batches: list[dict], **more: Any) -> dict[str, Any]:
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    padded = sum(b["attention_mask"].numel() for b in batches)
+    return {
+        "padding_fraction": round(1 - real / padded, 3),
+        "batches": len(batches),
+        # the encoder over every real token, plus the pooler
+        "model_flops_per_call": sum(
+            encoder_flops(ours.config, b["attention_mask"].sum(1).tolist())
+            + 2 * len(b["input_ids"]) * ours.config.hidden_size**2
+            for b in batches
+        ),
+        **more,
+    }
+
+
+def _bench_bf16(
+    size: str, dataset: str, batches: list[dict], ours, ref, ref_bf16: bool, repeats: int, precision: str
+) -> dict[str, Any]:
+    """The bf16 rows: outputs judged by each real token's cosine to transformers' fp32 hidden state."""
+    worst = 1.0
+    with torch.inference_mode():
+        for b in batches:
+            with _bf16_context(True):
+                a = ours(**b).last_hidden_state
+            r = ref(**b).last_hidden_state
+            ok, cos = outputs_agree(r, a, b["attention_mask"])
+            worst = min(worst, cos)
+            if not ok:
+                raise Mismatch(
+                    f"{size}/{dataset} bf16: a real token's cosine to fp32 is {cos:.5f} < {MIN_TOKEN_COSINE}"
+                )
+
+    def run(model, bf16: bool):
+        def call() -> None:
+            with torch.inference_mode(), _bf16_context(bf16):
+                for b in batches:
+                    model(**b)
+
+        return call
+
+    how = "ours auto->bf16 vs ref fp32" if precision == "auto" else "bf16"
+    return compare(
+        f"encoder {_LABELS[size]} {dataset} b32 ({how})",
+        run(ours, True),
+        run(ref, ref_bf16),
+        repeats=repeats,
+        warmup=1,
+        items=32 * len(batches),
+        unit="seq",
+        goal=GOAL,
+        check=f"smallest cosine of a real token's state to transformers' fp32 one {worst:.5f} >= {MIN_TOKEN_COSINE}",
+        extra=_extra(ours, batches, precision="bf16", ref_precision="bf16" if ref_bf16 else "fp32"),
     )
 
 
@@ -114,10 +184,12 @@ def run(args: Any = None) -> list[dict[str, Any]]:
     plan = [("minilm", "sst2"), ("minilm", "conll"), ("base", "sst2"), ("base", "conll")]
     if quick:
         plan = [("minilm", "sst2"), ("base", "sst2")]
+    precisions = ["fp32"] + (["auto", "bf16"] if bf16_supported() and not quick else [])
     results = []
-    for size, dataset in plan:
-        n_batches = (2 if quick else 4) if size == "base" else (4 if quick else 8)
-        results.append(bench(size, dataset, n_batches, repeats, tok))
+    for precision in precisions:
+        for size, dataset in plan:
+            n_batches = (2 if quick else 4) if size == "base" else (4 if quick else 8)
+            results.append(bench(size, dataset, n_batches, repeats, tok, precision))
     return results
 
 

@@ -12,7 +12,11 @@ How a comparison is measured (:func:`compare`):
 2. each side runs ``warmup`` times (allocator, caches, lazy init);
 3. ``repeats`` rounds alternate the two sides (ours first on even rounds, reference first on odd
    ones) so drifting load from other processes hits both alike; each round times ``inner`` calls;
-4. the result is the median seconds per call of each side, ratio = reference / ours;
+4. the result is the median seconds per call of each side, ratio = reference / ours; beside it, each
+   side's median share of its CPU time spent in the kernel and minor page faults per call (``getrusage``
+   of the process around each timed call: both sides run in turn, so each delta is one side's). A large
+   kernel share is mostly first-touch page faults of big fresh allocations (glibc returns blocks above
+   its mmap threshold to the OS on free), which depend on the host as much as on the code;
 5. peak memory: the largest resident-set growth over one call of each side, sampled every
    millisecond from /proc/self/statm after returning freed memory to the OS (``malloc_trim``).
 """
@@ -25,6 +29,7 @@ import gc
 import json
 import os
 import platform
+import resource
 import statistics
 import threading
 import time
@@ -283,13 +288,20 @@ def compare(
         ours()
         ref()
     times: dict[str, list[float]] = {"ours": [], "ref": []}
+    kernel_share: dict[str, list[float]] = {"ours": [], "ref": []}
+    faults: dict[str, list[float]] = {"ours": [], "ref": []}
     sides = (("ours", ours), ("ref", ref))
     for r in range(repeats):
         for label, fn in sides if r % 2 == 0 else sides[::-1]:
+            before = resource.getrusage(resource.RUSAGE_SELF)
             start = time.perf_counter()
             for _ in range(inner):
                 fn()
             times[label].append((time.perf_counter() - start) / inner)
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            sys_s, user_s = after.ru_stime - before.ru_stime, after.ru_utime - before.ru_utime
+            kernel_share[label].append(sys_s / (sys_s + user_s) if sys_s + user_s > 0 else 0.0)
+            faults[label].append((after.ru_minflt - before.ru_minflt) / inner)
     t_ours = statistics.median(times["ours"])
     t_ref = statistics.median(times["ref"])
     result: dict[str, Any] = {
@@ -307,6 +319,10 @@ def compare(
         "threads": torch.get_num_threads(),
         "goal": goal,
         "check": check,
+        "ours_kernel_share": statistics.median(kernel_share["ours"]),
+        "ref_kernel_share": statistics.median(kernel_share["ref"]),
+        "ours_minor_faults": statistics.median(faults["ours"]),
+        "ref_minor_faults": statistics.median(faults["ref"]),
     }
     if memory:
         result["ours_peak_mb"] = peak_memory(ours) / 2**20

@@ -34,9 +34,9 @@ def _fraction(row: dict[str, Any]) -> str:
 def _row(row: dict[str, Any]) -> str:
     name = row.get("name", "?")
     if row.get("skipped"):
-        return f"| {name} | — | — | skipped: {row['skipped']} | — | — | — |"
+        return f"| {name} | — | — | skipped: {row['skipped']} | — | — | — | — |"
     if row.get("error"):
-        return f"| {name} | — | — | **error**: {row['error']} | — | — | — |"
+        return f"| {name} | — | — | **error**: {row['error']} | — | — | — | — |"
     unit = row.get("unit", "")
     if "ours_per_s" in row:
         ours = f"{_num(row['ours_per_s'])} {unit}/s"
@@ -53,7 +53,17 @@ def _row(row: dict[str, Any]) -> str:
     mem = "—"
     if row.get("ours_peak_mb") is not None and row.get("ref_peak_mb") is not None:
         mem = f"{row['ours_peak_mb']:.0f} / {row['ref_peak_mb']:.0f}"
-    return f"| {name} | {ours} | {ref} | {ratio_s} | {goal_s} | {_fraction(row)} | {mem} |"
+    return f"| {name} | {ours} | {ref} | {ratio_s} | {goal_s} | {_fraction(row)} | {mem} | {_kernel(row)} |"
+
+
+def _kernel(row: dict[str, Any]) -> str:
+    """Each side's share of its CPU time in the kernel (page faults, mostly) and minor faults per call."""
+    if row.get("ours_kernel_share") is None or row.get("ref_kernel_share") is None:
+        return "—"
+    return (
+        f"{row['ours_kernel_share']:.0%} / {row['ref_kernel_share']:.0%} "
+        f"({_num(row['ours_minor_faults'])} / {_num(row['ref_minor_faults'])})"
+    )
 
 
 def section(report: dict[str, Any], source: str) -> str:
@@ -78,7 +88,8 @@ def section(report: dict[str, Any], source: str) -> str:
     ]
     choices = env.get("kernel_choices") or {}
     if choices:
-        shown = {("precision auto" if k.startswith("precision:") else k): v for k, v in choices.items()}
+        names = {"precision:": "precision auto", "inference_precision:": "inference precision auto"}
+        shown = {next((v for p, v in names.items() if k.startswith(p)), k): c for k, c in choices.items()}
         lines.append(
             "- **Per-machine choices** measured in this run (`bertkit/tuning.py`): "
             + ", ".join(f"{k} = {v}" for k, v in shown.items())
@@ -91,8 +102,9 @@ def section(report: dict[str, Any], source: str) -> str:
         )
     lines += [
         "",
-        "| benchmark | ours | reference | ratio | goal | model FLOP/s, fraction of peak (ours / ref) | peak MB ours / ref |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| benchmark | ours | reference | ratio | goal | model FLOP/s, fraction of peak (ours / ref) "
+        "| peak MB ours / ref | CPU time in the kernel ours / ref (minor page faults per call) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [_row(r) for r in report["results"]]
     over = [r["name"] for r in report["results"] if (r.get("ours_fraction_of_peak") or 0) > 1.0]

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import UserError
+from .inference_precision import check_inference_precision, inference_autocast, resolve_inference_precision
 from .io import atomic_write, path_inside
 
 logger = logging.getLogger("bertkit")
@@ -228,7 +229,9 @@ class SentenceEncoder:
         max_seq_length: int | None = None,
         lowercase_input: bool = False,
         dense: Sequence[Dense] = (),
+        precision: str = "fp32",
     ) -> None:
+        check_inference_precision(precision)
         if pooling not in POOLING_MODES:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {POOLING_MODES}")
         self.model = model.eval()
@@ -241,6 +244,20 @@ class SentenceEncoder:
         self.dense = list(dense)  # applied after pooling, before normalisation
         for d in self.dense:
             d.to(model.device).eval()
+        self.precision = precision  # fp32, bf16 or auto (bertkit.inference_precision)
+        self._precision_run: str | None = None  # what "auto" resolved to, at the first encode
+
+    @property
+    def precision_in_use(self) -> str:
+        """The precision the encoder runs in: "fp32" or "bf16" ("auto" is measured here, once)."""
+        if self._precision_run is None:
+            self._precision_run = resolve_inference_precision(self.precision, self.model)
+        return self._precision_run
+
+    def hidden_states(self, input_ids: Tensor, mask: Tensor) -> Tensor:
+        """Last hidden states [B, T, H] (fp32) of a padded batch [B, T], in ``precision_in_use``."""
+        with inference_autocast(self.precision_in_use, input_ids.device):
+            return self.model(input_ids, attention_mask=mask).last_hidden_state.float()
 
     @classmethod
     def from_pretrained(
@@ -250,10 +267,12 @@ class SentenceEncoder:
         normalize: bool | None = None,
         max_seq_length: int | None = None,
         device: str | torch.device | None = None,
+        precision: str = "fp32",
     ) -> SentenceEncoder:
         """Load a sentence-transformers folder or a plain BERT dir.
 
-        ``pooling`` / ``normalize`` / ``max_seq_length`` override what the folder says.
+        ``pooling`` / ``normalize`` / ``max_seq_length`` override what the folder says; ``precision``:
+        fp32, bf16 or auto (:mod:`bertkit.inference_precision`).
         """
         from .model import BertModel
         from .tokenizer import Tokenizer
@@ -277,6 +296,7 @@ class SentenceEncoder:
             max_seq_length=max_seq_length or st_cfg.get("max_seq_length") or None,
             lowercase_input=bool(st_cfg.get("do_lower_case", False)),
             dense=dense,
+            precision=precision,
         )
 
     @property
@@ -345,8 +365,7 @@ class SentenceEncoder:
                 input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
                 mask[row, : len(ids[i])] = 1
             input_ids, mask = input_ids.to(device), mask.to(device)
-            hidden = self.model(input_ids, attention_mask=mask).last_hidden_state
-            vec = self.sentence_vectors(hidden, mask)
+            vec = self.sentence_vectors(self.hidden_states(input_ids, mask), mask)
             if normalize or self.normalize:
                 vec = F.normalize(vec, p=2, dim=1)
             out[idx] = vec.cpu().numpy()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from benchmarks.common import add_fraction_of_peak
+import torch
+
+from benchmarks.common import add_fraction_of_peak, compare
 from benchmarks.report import BEGIN, END, update
 
 
@@ -21,6 +23,10 @@ def _report(ratio: float) -> dict:
         "model_flops_per_call": 50e9,
         "ours_peak_mb": 100.0,
         "ref_peak_mb": 300.0,
+        "ours_kernel_share": 0.05,
+        "ref_kernel_share": 0.4,
+        "ours_minor_faults": 1200.0,
+        "ref_minor_faults": 91000.0,
     }
     add_fraction_of_peak(
         row, {"fp32": {"flops_per_s": 100e9, "n": 2048}, "bf16": {"flops_per_s": 500e9, "n": 4096}}
@@ -39,6 +45,7 @@ def _report(ratio: float) -> dict:
         "date": "2026-11-24 14:00:00",
         "commit": "abc1234",
         "gemm_peak": {"fp32": {"flops_per_s": 100e9, "n": 2048}},
+        "kernel_choices": {"linear": "torch", "inference_precision:BertModel:22713216": "bf16"},
     }
     skipped = {"name": "gpu", "skipped": "no CUDA device"}
     return {
@@ -64,8 +71,21 @@ def test_section_replaced_in_place_and_rest_kept(tmp_path):
         "old table" not in text and text.startswith("# Perf\n\nintro") and text.endswith("## Method\nkept\n")
     )
     assert "Test CPU" in text and "abc1234" in text and "avx512f amx_bf16" in text
-    assert "| **3.50** | ≥ 3.0 | 10% bf16 / 14% fp32 | 100 / 300 |" in text
+    assert "| **3.50** | ≥ 3.0 | 10% bf16 / 14% fp32 | 100 / 300 | 5% / 40% (1,200 / 91,000) |" in text
     assert "skipped: no CUDA device" in text
+    assert "linear = torch, inference precision auto = bf16" in text
     update(doc, _report(2.0), "bench/results.json")  # a goal missed is marked, and only one section remains
     text = doc.read_text(encoding="utf-8")
     assert text.count(BEGIN) == 1 and "| 2.00 ✗ |" in text
+
+
+def test_compare_counts_each_sides_page_faults():
+    def fresh_pages() -> None:  # 64 MB, above glibc's mmap threshold: new pages, touched, on every call
+        torch.empty(16 * 2**20).fill_(1.0)
+
+    def arithmetic() -> None:
+        sum(range(10_000))
+
+    row = compare("faults", arithmetic, fresh_pages, repeats=3, memory=False)
+    assert row["ref_minor_faults"] >= 16 and row["ref_minor_faults"] > 10 * row["ours_minor_faults"]
+    assert 0.0 <= row["ours_kernel_share"] <= 1.0 and 0.0 <= row["ref_kernel_share"] <= 1.0

@@ -56,6 +56,15 @@ def backend(request):
     gemm.use_backend(None)
 
 
+def test_packed_rows_round_up_only_for_autograd_or_onednn(backend):
+    mask = _batch(97)["attention_mask"]  # 22 real tokens
+    assert gemm.bucket(22) == 32
+    packing = kernels.packing_for(mask)
+    assert (packing.tokens, packing.rows.numel()) == (22, 32)  # autograd on: a few shapes for the allocator
+    with torch.inference_mode():  # inference: exact rows, unless oneDNN pads them anyway
+        assert kernels.packing_for(mask).rows.numel() == (32 if backend == "onednn" else 22)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_kernels_off_and_on_give_equal_outputs_and_gradients(backend, causal):
     # dropout 0 in training mode: the two dropouts draw different masks, everything else runs as in training

@@ -127,6 +127,17 @@ def add_output(
     p.set_defaults(**{OUTPUTS_ATTR: tuple(outputs)})
 
 
+def add_inference_precision(p: argparse.ArgumentParser) -> None:
+    """``--precision fp32|bf16|auto`` of the inference commands (``bertkit.inference_precision``)."""
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "auto"),
+        default="fp32",
+        help="bf16: bf16 autocast; auto: bf16 where this CPU runs it faster and its outputs agree with "
+        "fp32's (measured once, cached per machine), else fp32 (default: fp32, the exact path)",
+    )
+
+
 def has_checkpoints(path: Path) -> bool:
     """Whether a run directory holds a training checkpoint (its own or one of its sub-runs')."""
     return path.is_dir() and any(path.glob("**/checkpoints/step-*.pt"))

@@ -35,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="truncate",
         help="texts over --max-seq-length: cut them, or average overlapping windows' vectors (docs/serving.md)",
     )
+    A.add_inference_precision(p)
     p.set_defaults(func=embed)
 
     p = subparsers.add_parser("convert", help="convert a checkpoint from another format")
@@ -126,7 +127,11 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
     texts, ids = _read_texts(args.input, args.text_field)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     encoder = SentenceEncoder.from_pretrained(
-        args.model_dir, pooling=args.pooling, max_seq_length=args.max_seq_length, device=device
+        args.model_dir,
+        pooling=args.pooling,
+        max_seq_length=args.max_seq_length,
+        device=device,
+        precision=args.precision,
     )
     t0 = time.perf_counter()
     if getattr(args, "long_text", "truncate") == "windows":
@@ -156,6 +161,7 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
         "pooling": encoder.pooling,
         "normalized": bool(args.normalize or encoder.normalize),
         "max_seq_length": encoder.max_seq_length,
+        "precision": encoder.precision_in_use,
         "seconds": round(seconds, 3),
         "texts_per_second": round(len(texts) / seconds, 1) if seconds > 0 else None,
     }

@@ -14,7 +14,9 @@ from bertkit.errors import UserError
 CHUNK = 32  # questions / texts handed to the pipeline at a time (the progress bar's unit)
 
 
-def service(model_dir: str | Path, max_length: int | None, device: str | None = None) -> Any:
+def service(
+    model_dir: str | Path, max_length: int | None, device: str | None = None, precision: str = "fp32"
+) -> Any:
     """The server's service with no request limits (a file is not a request) and plain batches."""
     from bertkit.serving.limits import Limits
     from bertkit.serving.service import InferenceService
@@ -22,7 +24,12 @@ def service(model_dir: str | Path, max_length: int | None, device: str | None = 
     big = 1 << 62
     limits = Limits(max_body_bytes=big, max_text_chars=big, max_batch_size=CHUNK, max_request_tokens=big)
     return InferenceService(
-        model_dir, limits=limits, max_length=max_length, device=device, batching={"enabled": False}
+        model_dir,
+        limits=limits,
+        max_length=max_length,
+        device=device,
+        batching={"enabled": False},
+        precision=precision,
     )
 
 
@@ -123,7 +130,7 @@ def embed_windows(args: Any, texts: list[str]) -> Any:
     (windows of ``--max-seq-length`` tokens, half a window apart), as the server's ``long_text: windows``."""
     import numpy as np
 
-    svc = service(args.model_dir, args.max_seq_length, device=args.device)
+    svc = service(args.model_dir, args.max_seq_length, device=args.device, precision=args.precision)
     if args.pooling:
         svc.encoder.pooling = args.pooling
     out = [

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..serving.limits import Limits
 from ..serving.quantize import ENGINES
+from . import args as A
 
 
 def _positive(text: str) -> int:
@@ -95,6 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="--int8: the int8 GEMM to pack the weights for (auto: onednn on a CPU with AMX int8, else "
         "PyTorch's default)",
     )
+    A.add_inference_precision(p)
     p.set_defaults(func=run)
 
 
@@ -124,6 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         model_id=args.model_id,
         int8=args.int8,
         int8_engine=args.int8_engine,
+        precision=args.precision,
         batching={
             "max_batch_tokens": args.max_batch_tokens,
             "max_wait_ms": args.max_wait_ms,

@@ -61,6 +61,11 @@ def _backend():
     return _op
 
 
+def onednn_in_use() -> bool:
+    """Whether fp32 GEMMs run on oneDNN in this process (which pads their rows to :func:`bucket` sizes)."""
+    return _backend() is not None
+
+
 def use_backend(name: str | None) -> None:
     """Force the GEMM backend for this process: "onednn", "torch", or None to choose again at next use."""
     global _op

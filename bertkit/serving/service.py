@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
 from .errors import ApiError, validation
 from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
@@ -37,6 +38,8 @@ class InferenceService:
         model_id: the name reported by /info and /v1/embeddings (default: the dir's name).
         int8: run the batched model calls on dynamically quantised int8 copies (CPU).
         int8_engine: the int8 GEMM the weights are packed for (``quantize.choose_engine``; default auto).
+        precision: fp32 (default), bf16 autocast, or auto: bf16 where this machine runs it faster and its
+            outputs agree with fp32's (``bertkit.inference_precision``; measured once, at start-up).
         on_batch: ``(task, sequences, padded tokens)`` callback after each model batch (metrics).
     """
 
@@ -54,6 +57,7 @@ class InferenceService:
         int8_engine: str = "auto",
         on_batch: Any = None,
         max_batch_size: int | None = None,
+        precision: str = "fp32",
     ) -> None:
         from ..config import BertConfig
         from ..embed import SentenceEncoder
@@ -64,6 +68,9 @@ class InferenceService:
         self.model_dir = Path(model_dir)
         if not self.model_dir.is_dir():
             raise UserError(f"{self.model_dir}: model directory not found")
+        check_inference_precision(precision)
+        if int8 and precision != "fp32":
+            raise UserError(f"--int8 and --precision {precision} exclude each other: choose one")
         limits = limits or Limits()
         if max_batch_size is not None:
             limits = Limits(**{**limits.to_dict(), "max_batch_size": max_batch_size})
@@ -75,7 +82,9 @@ class InferenceService:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._tok_lock = threading.Lock()  # the tokenizer's truncation settings are shared state
         if (self.model_dir / "modules.json").is_file():  # a sentence-transformers folder
-            self.encoder = SentenceEncoder.from_pretrained(self.model_dir, device=self.device)
+            self.encoder = SentenceEncoder.from_pretrained(
+                self.model_dir, device=self.device, precision=precision
+            )
             self.model = self.encoder.model
             self.tokenizer = self.encoder.tokenizer
             self.architecture = "SentenceTransformer"
@@ -85,9 +94,12 @@ class InferenceService:
             self.model = cls.from_pretrained(self.model_dir).to(self.device).eval()
             self.tokenizer = Tokenizer.from_pretrained(self.model_dir)
             bert = self.model if isinstance(self.model, BertModel) else self.model.bert
-            self.encoder = SentenceEncoder(bert, self.tokenizer, pooling="mean", max_seq_length=max_length)
+            self.encoder = SentenceEncoder(
+                bert, self.tokenizer, pooling="mean", max_seq_length=max_length, precision=precision
+            )
             self.architecture = type(self.model).__name__
         self.config = self.model.config
+        self.precision = self.encoder.precision_in_use  # "auto" is measured now, not on the first request
         self.int8 = int8
         self._int8_encoder = self._int8_head = None
         self.int8_engine: str | None = None
@@ -178,6 +190,7 @@ class InferenceService:
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
             "rerank": "cross-encoder" if self.cross_encoder else "cosine",
+            "precision": self.precision,
             "int8": self.int8,
             "int8_engine": self.int8_engine,
             "device": str(self.device),
@@ -204,9 +217,10 @@ class InferenceService:
         if self.int8:
             return self._run_int8(task, ids, t_ids, t_types, mask)
         if task == "embed":
-            hidden = self.encoder.model(t_ids, attention_mask=mask).last_hidden_state
+            hidden = self.encoder.hidden_states(t_ids, mask)
             return list(self.encoder.sentence_vectors(hidden, mask).cpu().numpy())
-        out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
+        with inference_autocast(self.precision, t_ids.device):
+            out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
         if task == "classify":
             return list(out.logits.float().cpu().numpy())
         if task == "tokens":
@@ -534,7 +548,8 @@ class InferenceService:
                     "payload_too_large",
                     f"text is {n} tokens long; this model takes at most {self.max_length}",
                 )
-            return fill_mask(self.model, self.tokenizer, text, top_k=top_k)
+            with inference_autocast(self.precision, self.device):
+                return fill_mask(self.model, self.tokenizer, text, top_k=top_k)
 
     def tokenize(self, text: str, pair: str | None = None) -> dict[str, Any]:
         check_text(text, "text", self.limits)
