@@ -169,6 +169,7 @@ def test_train_embed_improves_held_out_retrieval(tiny_dir, tmp_path, hard, symme
     after = _recall_at_1(trained, held_out)
     assert after >= 80.0 and after > before + 30.0, (before, after)
     assert summary["steps"] == 6 * len(train) // 16 and (tmp_path / "run" / "train_log.json").is_file()
+    assert (tmp_path / "run" / "curves.png").is_file()  # drawn by default
 
 
 def test_train_embed_auto_precision_measures_the_nested_batch(tiny_dir, tmp_path, monkeypatch):
@@ -184,7 +185,8 @@ def test_train_embed_auto_precision_measures_the_nested_batch(tiny_dir, tmp_path
     train, _ = synthetic(1)
     model = BiEncoder.from_pretrained(tiny_dir, normalize=True)
     s = EmbedSettings(epochs=1, batch_size=16, lr=1e-3, precision="auto")
-    summary = train_embed(model, train, tmp_path / "run", s, progress=False)
+    summary = train_embed(model, train, tmp_path / "run", s, progress=False, plot=False)
+    assert not (tmp_path / "run" / "curves.png").exists()  # plot=False: no PNG (the bench times the loop alone)
     (key,) = [k for k in tuning.cached_choices() if k.startswith("precision:")]
     assert "q.input_ids" in key and "p.attention_mask" in key
     assert (

@@ -117,9 +117,11 @@ def train_embed(
     corpus: Sequence[str] | None = None,
     eval_fn=None,
     progress: bool = True,
+    plot: bool = True,
 ) -> dict[str, Any]:
     """Train ``model`` on ``pairs``; save it under ``OUT/model`` (sentence-transformers folder) and write
-    ``OUT/train_log.json``. Returns the summary (steps, final loss, pairs/s)."""
+    ``OUT/train_log.json``. Returns the summary (steps, final loss, pairs/s). ``plot``: draw
+    ``OUT/curves.png`` at the end (about 1.5 s of matplotlib; ``train_seconds`` includes it)."""
     from ..train.simple import adamw_trainer
 
     s = settings
@@ -152,7 +154,7 @@ def train_embed(
         model, pairs, s.batch_size, _Collate(model, scored),
         epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
         out_dir=out_dir, loss_fn=make_loss_fn(s), precision=s.precision, log_every=s.log_every,
-        tokens_fn=_tokens, eval_fn=eval_fn, progress=progress, desc="train-embed",
+        tokens_fn=_tokens, eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
     )  # fmt: skip
     t0 = time.perf_counter()
     summary = trainer.fit()
