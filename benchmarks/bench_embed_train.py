@@ -35,7 +35,9 @@ class NoData(Exception):
     pass
 
 
-def _quality(encoder: Any, queries: list[dict], corpus: list[dict]) -> dict[str, float]:
+def _quality(encoder: Any, queries: list[dict], corpus: list[dict], start: Any = None) -> dict[str, float]:
+    """recall@1, MRR@10, nDCG@10 of ``encoder``; with ``start`` (the untrained encoder) also the largest
+    change of any weight in training, so a reader sees the models differ even where the metrics tie."""
     import json
 
     from bertkit.retrieval.evaluate import evaluate_retrieval
@@ -44,7 +46,13 @@ def _quality(encoder: Any, queries: list[dict], corpus: list[dict]) -> dict[str,
     out = evaluate_retrieval(
         encoder, [q["text"] for q in queries], rel, [c["id"] for c in corpus], [c["text"] for c in corpus]
     )
-    return {k: round(out["bi_encoder"][k], 2) for k in ("recall@1", "mrr@10", "ndcg@10")}
+    res = {k: round(out["bi_encoder"][k], 2) for k in ("recall@1", "mrr@10", "ndcg@10")}
+    if start is not None:
+        before = start.model.state_dict()
+        res["max_weight_change"] = float(
+            max((v.float() - before[k].float()).abs().max() for k, v in encoder.model.state_dict().items())
+        )
+    return res
 
 
 def run(args: Any) -> list[dict[str, Any]]:
@@ -103,7 +111,9 @@ def run(args: Any) -> list[dict[str, Any]]:
         ours = BiEncoder.from_pretrained(minilm, max_seq_length=seq)
         summary = train_embed(ours, pairs, tmp / "ours", s, progress=False, plot=False)
         took = summary["train_seconds"]  # Trainer.fit: the training loop alone, as the reference's span
-        quality = _quality(SentenceEncoder.from_pretrained(tmp / "ours" / "model"), queries, corpus)
+        quality = _quality(
+            SentenceEncoder.from_pretrained(tmp / "ours" / "model"), queries, corpus, untrained
+        )
         return took, quality, summary["precision"]
 
     def train_reference(tmp: Path, bf16: bool) -> tuple[float, dict]:
@@ -140,9 +150,10 @@ def run(args: Any) -> list[dict[str, Any]]:
         trainer.train()
         took = time.perf_counter() - t0
         ref.save(str(tmp / "st-model"))
-        return took, _quality(SentenceEncoder.from_pretrained(tmp / "st-model"), queries, corpus)
+        return took, _quality(SentenceEncoder.from_pretrained(tmp / "st-model"), queries, corpus, untrained)
 
-    untrained_q = _quality(SentenceEncoder.from_pretrained(minilm, max_seq_length=seq), queries, corpus)
+    untrained = SentenceEncoder.from_pretrained(minilm, max_seq_length=seq)
+    untrained_q = _quality(untrained, queries, corpus)
     runs = {}
     # fp32 against fp32; then each side's mixed precision: ours "auto" (bf16 autocast where it measured
     # faster on this CPU and the loss agreed) against sentence-transformers with bf16=True (its autocast)
