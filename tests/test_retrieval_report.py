@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from experiments.retrieval.report import distill_section, distill_sections
+from experiments.retrieval.report import distill_section, distill_sections, embed_train_section
 
 
 def _result(teacher_acc: float, student_acc: float, teacher_tput: float, student_tput: float, busy: float):
@@ -175,3 +175,35 @@ def test_squad_section_rows_come_from_the_files(tmp_path):
     assert rows[4].startswith(
         "| + sentence-transformers CrossEncoder.fit on the bi-encoder's top 50 | 200 | 70.0 |"
     )
+
+
+def test_embed_train_table_comes_from_the_file_and_marks_a_missed_goal(tmp_path):
+    def row(name: str, ours: float, ref: float) -> dict:
+        q = {"recall@1": 70.5, "mrr@10": 79.64, "ndcg@10": 83.4, "max_weight_change": 3.0e-05}
+        return {
+            "name": name, "ours": ours, "reference": ref, "ratio": ours / ref, "eval_queries": 200,
+            "eval_corpus": 334, "steps": 16, "quality_ours": q, "quality_reference": q | {"recall@1": 71.0},
+            "quality_untrained": {"recall@1": 70.0, "mrr@10": 79.8, "ndcg@10": 83.6},
+        }  # fmt: skip
+
+    path = tmp_path / "embed-train.json"
+    path.write_text(
+        json.dumps(
+            {
+                "command": "python -m benchmarks.bench_embed_train --threads 2",
+                "environment": {
+                    "commit": "abc1234",
+                    "cpu": "Fake CPU",
+                    "threads": 2,
+                    "load_average": [0.51, 1, 2],
+                },
+                "results": [row("fp32", 18.0, 14.0), row("auto vs default", 36.5, 14.0)],
+            }
+        )
+    )
+    text = "\n".join(embed_train_section(path))
+    assert "commit abc1234; CPU: Fake CPU; 2 threads; load average at the start 0.5, 1.0, 2.0" in text
+    assert "| fp32 | 18.00 | 14.00 | 1.29 ✗ | 70.5 / 79.6 | 71.0 / 79.6 | 3.0e-05 / 3.0e-05 |" in text
+    assert "| auto vs default | 36.50 | 14.00 | 2.61 | " in text
+    assert "the untrained model scores 70.0 / 79.8. The runs train 16 steps" in text
+    assert "(no result file)" in "\n".join(embed_train_section(tmp_path / "missing.json"))

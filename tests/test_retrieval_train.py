@@ -186,7 +186,9 @@ def test_train_embed_auto_precision_measures_the_nested_batch(tiny_dir, tmp_path
     model = BiEncoder.from_pretrained(tiny_dir, normalize=True)
     s = EmbedSettings(epochs=1, batch_size=16, lr=1e-3, precision="auto")
     summary = train_embed(model, train, tmp_path / "run", s, progress=False, plot=False)
-    assert not (tmp_path / "run" / "curves.png").exists()  # plot=False: no PNG (the bench times the loop alone)
+    assert not (
+        tmp_path / "run" / "curves.png"
+    ).exists()  # plot=False: no PNG (the bench times the loop alone)
     (key,) = [k for k in tuning.cached_choices() if k.startswith("precision:")]
     assert "q.input_ids" in key and "p.attention_mask" in key
     assert (
