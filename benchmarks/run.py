@@ -24,11 +24,10 @@ or ``skipped``/``error`` with a reason):
 - ``embed_train`` benchmarks.bench_embed_train  train-embed vs sentence-transformers' trainer (pairs/s, quality)
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
-tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and, unless already set, lets idle
-OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``, set by ``import bertkit`` for every user, not by the
-bench alone): on a machine shared with other jobs, spinning
-threads that lose their core make every parallel region wait (both sides alike), which made 2-thread
-timings 3x slower and far noisier. Outputs are checked equal before anything is timed; a mismatch is
+tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and gets OpenMP's wait policy as every user
+does, from ``import bertkit`` before torch starts (``bertkit.tuning.omp_wait_policy``: idle threads sleep,
+``PASSIVE``, only when the machine is already saturated by other work; else OpenMP's default; a user's
+``OMP_WAIT_POLICY`` wins). The run records which was in effect. Outputs are checked equal before anything is timed; a mismatch is
 reported and makes the exit status 1. Offline: inputs come from ../shared/data and the installed
 all-MiniLM-L6-v2 package.
 """
@@ -118,7 +117,7 @@ def summary(row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     # before torch / tokenizers start their thread pools. OMP_WAIT_POLICY is not set here: `import bertkit`
-    # sets it for every user (bertkit.tuning.PROCESS_DEFAULTS), and the bench gets it the same way below.
+    # decides it for every user (bertkit.tuning.apply_process_defaults), and the bench gets it the same way.
     import bertkit  # noqa: F401
 
     # The per-machine kernel choices (bertkit/tuning.py) are measured afresh in this run, at first use as for

@@ -26,23 +26,41 @@ from typing import Any
 
 logger = logging.getLogger("bertkit")
 
-# Process settings that must be in place before torch starts its OpenMP pool: `import bertkit` (and so the
-# CLI and `make bench`) sets them unless the user already did. PASSIVE: an idle OpenMP thread sleeps rather
-# than spins. On a machine shared with other jobs, spinning threads that lose their core stall every
-# parallel region: with 2 threads on a shared 2-core machine both bertkit and transformers ran 2-3x slower
-# and far noisier (docs/notes-perf.md). OMP_WAIT_POLICY=ACTIVE in the environment keeps spinning.
-PROCESS_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+# How idle OpenMP threads wait must be fixed before torch starts its OpenMP pool, so it cannot be timed at
+# first use like the kernels below; `import bertkit` (and so the CLI and `make bench`) decides it from the
+# machine's load at that moment, unless the user set OMP_WAIT_POLICY:
+# - a machine already saturated by other work (1-minute load average >= its CPU count): PASSIVE, idle threads
+#   sleep. Spinning threads that lose their core stall every parallel region: with 2 threads on a shared
+#   2-core machine both bertkit and transformers ran 2-3x slower and far noisier (docs/notes-perf.md).
+# - otherwise OpenMP's default (spin a while, then sleep). On an idle Intel Xeon, PASSIVE made bertkit's
+#   MiniLM inference 20% slower in fp32 and 37% in bf16 (every small op's parallel region pays a futex
+#   wake-up), while transformers' fp32 moved by under 1% (docs/notes-perf.md, 2026-11-25).
+BUSY_LOAD_PER_CPU = 1.0
+
+
+def omp_wait_policy(load_average: float, cpus: int) -> str | None:
+    """The OMP_WAIT_POLICY for a process starting at this 1-minute load average on ``cpus`` CPUs: "PASSIVE"
+    on a saturated machine, else None (OpenMP's default)."""
+    return "PASSIVE" if load_average >= BUSY_LOAD_PER_CPU * cpus else None
 
 
 def apply_process_defaults() -> dict[str, str]:
-    """Set :data:`PROCESS_DEFAULTS` in ``os.environ`` where unset, if torch has not started yet; returns
-    what is in effect (logged at debug level)."""
+    """Set OMP_WAIT_POLICY by :func:`omp_wait_policy` where the user did not, if torch has not started yet;
+    returns what is in effect (logged at debug level)."""
     import sys
 
-    if "torch" not in sys.modules:
-        for key, value in PROCESS_DEFAULTS.items():
-            os.environ.setdefault(key, value)
-    return {k: os.environ.get(k, "(unset)") for k in PROCESS_DEFAULTS}
+    if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average on this platform: OpenMP's default
+            load = 0.0
+        policy = omp_wait_policy(load, os.cpu_count() or 1)
+        if policy is not None:
+            os.environ["OMP_WAIT_POLICY"] = policy
+        logger.debug(
+            "OMP_WAIT_POLICY=%s (1-minute load average %.2f on %s CPUs)", policy, load, os.cpu_count()
+        )
+    return {"OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset)")}
 
 
 CACHE_FILE = "kernels.json"

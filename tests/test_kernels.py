@@ -228,20 +228,33 @@ def test_first_use_inside_inference_mode_measures_with_autograd(cache, monkeypat
     assert out.last_hidden_state.shape == (2, 6, 128) and "linear" in tuning.cached_choices()
 
 
-def test_import_bertkit_sets_the_benchs_thread_settings_for_users():
+def test_omp_wait_policy_sleeps_only_on_a_saturated_machine():
+    assert tuning.omp_wait_policy(2.0, 2) == "PASSIVE" and tuning.omp_wait_policy(17.5, 2) == "PASSIVE"
+    assert tuning.omp_wait_policy(1.9, 2) is None and tuning.omp_wait_policy(0.0, 1) is None
+
+
+def test_import_bertkit_sets_the_thread_settings_for_users_as_for_the_bench(tmp_path):
     import os
     import subprocess
     import sys
 
-    code = "import {first}, os; print(os.environ.get('OMP_WAIT_POLICY'))"
+    # a fake load average, seen by bertkit.tuning through os.getloadavg, before bertkit is imported
+    code = (
+        "import os, sys; os.getloadavg = lambda: ({load}, 0.0, 0.0); os.cpu_count = lambda: 2; "
+        "import {first}; print(os.environ.get('OMP_WAIT_POLICY'))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
 
-    def run(first: str, **extra: str) -> str:
+    def run(first: str, load: float, **extra: str) -> str:
         out = subprocess.run(
-            [sys.executable, "-c", code.format(first=first)], env=env | extra, capture_output=True, text=True
+            [sys.executable, "-c", code.format(first=first, load=load)],
+            env=env | extra,
+            capture_output=True,
+            text=True,
         )
         return out.stdout.strip()
 
-    assert run("bertkit") == "PASSIVE"  # before torch starts: the same setting `make bench` runs with
-    assert run("bertkit", OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's own setting wins
-    assert run("torch, bertkit") == "None"  # too late once torch runs: left alone
+    assert run("bertkit", 3.0) == "PASSIVE"  # a saturated machine, before torch starts: idle threads sleep
+    assert run("bertkit", 0.5) == "None"  # an idle one: OpenMP's default spinning
+    assert run("bertkit", 3.0, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's own setting wins
+    assert run("torch, bertkit", 3.0) == "None"  # too late once torch runs: left alone
