@@ -315,7 +315,10 @@ def main() -> None:
     lines += index_section(a.results / "index-1m.json")
     lines += embed_train_section(a.results / "embed-train.json")
     lines += distill_sections(a.results)
-    a.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    from bertkit.io import atomic_write
+
+    with atomic_write(a.out) as f:  # a reader never sees half a report
+        f.write("\n".join(lines) + "\n")
     print(a.out)
 
 
