@@ -59,3 +59,52 @@ def test_random_twin_has_the_shape_and_vocabulary_but_not_the_weights(tiny_data,
     )
     again = BertForPreTraining.from_pretrained(random_model(tmp_path / "twin2", like, seed=3)).state_dict()
     assert all(torch.equal(b[k], again[k]) for k in b)  # the seed decides the weights
+
+
+def test_a_model_blind_to_word_order_gains_nothing_from_it(tiny_data, tmp_path):
+    # Without position embeddings a bidirectional encoder sees its context as a bag of words: shuffling the
+    # tokens (labels moving with them) changes nothing, so the gain must be 0; with them it must not be.
+    path = _model(tiny_data, tmp_path / "m")
+    model = BertForMaskedLM.from_pretrained(path)
+    with torch.no_grad():  # sharp predictions (the tied decoder x30) that lean on position (x20)
+        model.bert.embeddings.word_embeddings.weight.mul_(30)
+        model.bert.embeddings.position_embeddings.weight.mul_(20)
+    for name in ("ordered", "bag"):
+        model.save_pretrained(tmp_path / name)
+        Tokenizer.from_pretrained(path).save_pretrained(tmp_path / name)
+        with torch.no_grad():
+            model.bert.embeddings.position_embeddings.weight.zero_()
+    r = heldout_mlm(tmp_path / "ordered", tiny_data, 64, max_batches=2)
+    bag = heldout_mlm(tmp_path / "bag", tiny_data, 64, max_batches=2)
+    assert abs(bag["word_order_gain"]) <= 1e-4 and abs(bag["shuffled_mlm_loss"] - bag["mlm_loss"]) <= 1e-4
+    assert abs(r["word_order_gain"]) > 0.01  # either sign: an untrained model may do better shuffled
+    assert (
+        abs(r["shuffled_mlm_loss"] - (r["mlm_loss"] + r["word_order_gain"])) < 2e-4
+    )  # each rounded to 4 places
+
+
+def test_unigram_loss_is_the_frequency_baseline(tiny_data, tmp_path):
+    import math
+
+    r = heldout_mlm(_model(tiny_data, tmp_path / "m"), tiny_data, 64, max_batches=2)
+    vocab = len(Tokenizer(str(tiny_data / "vocab.txt")))
+    # frequencies beat the uniform guess (log V) on real text; an untrained model is near uniform
+    assert 0 < r["unigram_loss"] < math.log(vocab) - 0.5
+    assert r["mlm_loss"] > r["unigram_loss"]
+
+
+def test_shuffling_keeps_each_sequence_its_tokens_labels_and_ends():
+    from bertkit.mlm_eval import shuffle_within_sequences
+
+    ids = torch.tensor([[101, 5, 6, 7, 8, 9, 102, 0, 0], [101, 11, 12, 13, 14, 15, 16, 17, 102]])
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 5] = 6, 15
+    mask = (ids != 0).long()
+    s_ids, s_labels = shuffle_within_sequences(ids, labels, mask, torch.Generator().manual_seed(0))
+    assert (
+        s_ids[0, 0] == 101 and s_ids[0, 6] == 102 and s_ids[0, 7:].tolist() == [0, 0] and s_ids[1, 8] == 102
+    )
+    for i in range(2):
+        pairs = sorted(zip(ids[i].tolist(), labels[i].tolist()))
+        assert sorted(zip(s_ids[i].tolist(), s_labels[i].tolist())) == pairs  # labels moved with their tokens
+    assert not torch.equal(s_ids, ids)

@@ -176,7 +176,9 @@ def test_results_report_lists_pretraining_and_notes(tmp_path):
     out = write_report(cfg, results=res)
     text = Path(out["report"]).read_text()
     assert "- see [paper.md](paper.md)" in text
-    assert "| mlm+nsp-tiny | 2 / 128 | 0.0M | 100 | 5.704 | 20.0 | 0.0 |" in text
+    assert (
+        "| mlm+nsp-tiny | 2 / 128 | 0.0M | 100 | 5.704 | 20.0 | 0.0 | — | — |" in text
+    )  # predates the measures
     assert "| mlm+nsp-mini | 4 / 256 |" in text and "| ltr-mini | 4 / 256 |" not in text
     assert (
         text.index("## Pre-training") < text.index("## Fine-tuning") < text.index("| mlm+nsp-mini | SST-2 |")
@@ -243,3 +245,16 @@ def test_table7_finding_names_the_gap_to_fine_tuning_and_the_best_feature_varian
         "fine-tuning 81.0 vs best features 87.7 (-6.7: does NOT reproduce, inside the spread); the best variant "
         "is last-hidden, the paper's is concat-last-four (does NOT reproduce)." in text
     )
+
+
+def test_results_report_shows_the_unigram_loss_and_word_order_gain_of_a_pretrained_model(tmp_path):
+    cfg = tmp_path / "probe.toml"
+    cfg.write_text(CONFIG.replace('report_kind = "paper"', 'report_kind = "results"'))
+    _, res = _fixture(tmp_path)
+    path = next(p for p in res.iterdir() if json.loads(p.read_text())["cell"] == "pretrain/mlm+nsp-mini")
+    r = json.loads(path.read_text())
+    r["metrics"].update(unigram_loss=6.9071, shuffled_mlm_loss=5.5, word_order_gain=0.2017)
+    path.write_text(json.dumps(r))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "| mlm+nsp-mini | 4 / 256 | 0.0M | 100 | 5.298 | 20.0 | 0.0 | 6.907 | 0.202 |" in text
+    assert "word-order gain" in text
