@@ -367,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         max_seq_length=args.max_seq_length,
         lr=recipe.lr,
         warmup=recipe.warmup,
+        masked_lm_prob=recipe.masked_lm_prob,
         seed=args.seed,
         log_every=log_every,
         checkpoint_every=max(args.steps // 3, 1),
@@ -376,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"[3/5] pre-training BERT-{args.preset} ({args.layers or 'preset'} layers, MLM + NSP) for {args.steps} steps of "
-        f"{cfg.batch_size} x {args.max_seq_length} tokens, lr {cfg.lr:g} with {cfg.warmup:.0%} warm-up, on "
+        f"{cfg.batch_size} x {args.max_seq_length} tokens ({cfg.masked_lm_prob:.0%} masked), lr {cfg.lr:g} with "
+        f"{cfg.warmup:.0%} warm-up, on "
         f"{torch.get_num_threads()} CPU thread(s)",
         flush=True,
     )

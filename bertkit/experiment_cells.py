@@ -312,6 +312,7 @@ def _transformers(matrix, cell, out, done, progress) -> dict:
     cmd = [sys.executable, script, "--data", str(out / "prepare" / "data"), "--out", str(run_dir),
            "--preset", cfg.preset, "--batch-size", str(cfg.batch_size), "--max-seq-length", str(cfg.max_seq_length),
            "--lr", str(cfg.lr), "--warmup", str(cfg.warmup), "--weight-decay", str(cfg.weight_decay),
+           "--mlm-probability", str(cfg.masked_lm_prob),
            "--cpu-budget", str(budget), "--threads", str(torch.get_num_threads()), "--seed", str(cfg.seed),
            "--max-steps", str(_pretrain_steps(spec) * 4),
            "--model-overrides", json.dumps(cfg.model_overrides)]  # fmt: skip

@@ -130,6 +130,7 @@ def report(results: list[dict], doc: Path) -> str:
             f"warm-up {cfg['warmup']:g}, masked {cfg['masked_lm_prob']:g} (at most "
             f"{cfg['max_predictions_per_seq']} per sequence), dropout "
             f"{cfg.get('model_overrides', {}).get('hidden_dropout_prob', 0.1):g}, seed {cfg['seed']}",
+            f"- pre-training command: {_pretrain_command(cfg)}",
             f"- probe: `{result['command']}`; commit {result['commit']}, {result['cpu']} (`lscpu` model name), "
             f"torch {result['torch']}, 1 thread; SST-2 on {result['train_examples']} sentences, rates "
             f"{', '.join(f'{x:g}' for x in result['lrs'])}, seeds {', '.join(map(str, result['seeds']))}",
@@ -146,6 +147,21 @@ def report(results: list[dict], doc: Path) -> str:
         lines += ["", *_reading(rows), ""]
     _plot(results, doc.with_suffix(".png"))
     return "\n".join(lines)
+
+
+def _pretrain_command(cfg: dict) -> str:
+    """The ``bertkit pretrain`` command line of a run, from its run_config.json."""
+    flags = ["--preset", cfg["preset"], "--objective", cfg["objective"], "--steps", cfg["steps"], "--batch-size",
+             cfg["batch_size"], "--max-seq-length", cfg["max_seq_length"], "--lr", f"{cfg['lr']:g}", "--warmup",
+             f"{cfg['warmup']:g}", "--masked-lm-prob", f"{cfg['masked_lm_prob']:g}", "--max-predictions-per-seq",
+             cfg["max_predictions_per_seq"], "--seed", cfg["seed"], "--valid-documents", cfg.get("valid_documents"),
+             "--checkpoint-every", cfg["checkpoint_every"], "--keep-last", cfg["keep_last"], "--num-threads", 1]  # fmt: skip
+    line = "`bertkit pretrain --data DATA --out RUN " + " ".join(str(f) for f in flags)
+    overrides = cfg.get("model_overrides") or {}
+    if overrides:
+        table = ", ".join(f"{k} = {v}" for k, v in sorted(overrides.items()))
+        return line + f" --config FILE` (FILE: a `[model]` table with {table})"
+    return line + "`"
 
 
 def _label(result: dict) -> str:

@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=float, default=0.06)
     ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument(
+        "--mlm-probability",
+        type=float,
+        default=0.15,
+        help="share of tokens masked (bertkit's masked_lm_prob)",
+    )
     ap.add_argument("--cpu-budget", type=float, required=True, help="process CPU seconds for training")
     ap.add_argument("--max-steps", type=int, default=100000)
     ap.add_argument("--threads", type=int, default=1)
@@ -95,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     ours = OurConfig.preset(args.preset, vocab_size=len(tok.get_vocab()), **json.loads(args.model_overrides))
     cfg = BertConfig(**{k: v for k, v in ours.to_dict().items() if k not in ("architectures", "id2label")})
-    collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15)
+    collator = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=args.mlm_probability)
 
     def training_args(steps: int, where: Path) -> TrainingArguments:
         return TrainingArguments(
@@ -157,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         "calibration_cpu_s_per_step": round(per_step, 4), "cpu_budget_s": args.cpu_budget,
         "train_cpu_s": round(cpu, 1), "train_wall_s": round(wall, 1), "examples": len(examples),
         "hyperparameters": {"lr": args.lr, "warmup": args.warmup, "batch_size": args.batch_size,
-                            "max_seq_length": args.max_seq_length, "weight_decay": args.weight_decay},
+                            "max_seq_length": args.max_seq_length, "weight_decay": args.weight_decay,
+                            "mlm_probability": args.mlm_probability},
         "curve": curve,
     }  # fmt: skip
     (out / "result.json").write_text(json.dumps(result, indent=2))

@@ -72,8 +72,9 @@ def register(subparsers) -> None:
     )  # fmt: skip
     p.add_argument(
         "--recipe", choices=["auto", "cpu", "paper"],
-        help="lr/warm-up/batch defaults: cpu (lr 1e-3 tiny, 5e-4 mini, 2.5e-4 small; 6%% warm-up; batch 16), "
-        "paper (lr 1e-4, 1%% warm-up, batch 256); auto (default) picks cpu for the small presets",
+        help="lr/warm-up/batch/masking defaults: cpu (lr 1e-3 tiny, 5e-4 mini, 2.5e-4 small; 6%% warm-up; batch 16; "
+        "40%% masked), paper (lr 1e-4, 1%% warm-up, batch 256, 15%% masked); auto (default) picks cpu for the "
+        "small presets",
     )  # fmt: skip
     p.add_argument("--weight-decay", type=A.non_negative_float)
     p.add_argument("--optimizer", choices=["adamw", "lamb"])
@@ -84,8 +85,10 @@ def register(subparsers) -> None:
         help="recompute encoder layers in the backward pass (less memory for 512-token phases)",
     )  # fmt: skip
     p.add_argument("--max-seq-length", type=A.int_range(8, 8192))
-    p.add_argument("--masked-lm-prob", type=A.open_probability)
-    p.add_argument("--max-predictions-per-seq", type=A.positive_int)
+    p.add_argument("--masked-lm-prob", type=A.open_probability,
+                   help="share of tokens masked (default: from --recipe: cpu 0.4, paper 0.15)")  # fmt: skip
+    p.add_argument("--max-predictions-per-seq", type=A.positive_int,
+                   help="cap on masked tokens per sequence (default: round(rate x length) + 1, 20 at 15%% of 128)")  # fmt: skip
     p.add_argument("--short-seq-prob", type=A.probability)
     p.add_argument("--whole-word-mask", action="store_true", default=None)
     p.add_argument("--seed", type=int)
