@@ -144,7 +144,7 @@ def report(results: list[dict], doc: Path) -> str:
             lines.append(f"| {r['step']} | {r['tokens'] / 1e6:.1f}M | {h['mlm_loss']:.3f} | {h['unigram_loss']:.3f} | "
                          f"{h['word_order_gain']:.3f} | {100 * h['mlm_accuracy']:.1f} | {r['sst2_mean']:.1f}{spread} | "
                          f"{r['sst2_lr']:g} |")  # fmt: skip
-        lines += ["", *_reading(rows), ""]
+        lines += ["", *_reading(rows, cfg), ""]
     _plot(results, doc.with_suffix(".png"))
     return "\n".join(lines)
 
@@ -168,10 +168,10 @@ def _label(result: dict) -> str:
     cfg = result["run_config"]
     drop = cfg.get("model_overrides", {}).get("hidden_dropout_prob", 0.1)
     return (f"{cfg['preset']}, {cfg['objective']}, {cfg['batch_size']} x {cfg['max_seq_length']}, "
-            f"{100 * cfg['masked_lm_prob']:g}% masked, dropout {drop:g}")  # fmt: skip
+            f"{100 * cfg['masked_lm_prob']:g}% masked, dropout {drop:g}, {cfg['steps']} steps planned")  # fmt: skip
 
 
-def _reading(rows: list[dict]) -> list[str]:
+def _reading(rows: list[dict], cfg: dict) -> list[str]:
     """What the table says, computed from it."""
     rand, trained = rows[0], rows[1:]
     if not trained:
@@ -181,9 +181,12 @@ def _reading(rows: list[dict]) -> list[str]:
     gap = best["sst2_mean"] - rand["sst2_mean"]
     spread = max(best.get("sst2_std") or 0, rand.get("sst2_std") or 0)
     first_order = next((r for r in trained if r["heldout"]["word_order_gain"] >= 0.1), None)
+    planned = cfg["steps"]
+    stopped = (f" (the last checkpoint: the run was stopped there, {planned} steps planned, so its learning rate"
+               " had not decayed)" if last["step"] < planned else "")  # fmt: skip
     return [
         f"- Held-out loss: {rand['heldout']['mlm_loss']:.3f} (random) -> {last['heldout']['mlm_loss']:.3f} at step "
-        f"{last['step']}; word frequencies alone: {last['heldout']['unigram_loss']:.3f}.",
+        f"{last['step']}{stopped}; word frequencies alone: {last['heldout']['unigram_loss']:.3f}.",
         f"- Word order: worth {last['heldout']['word_order_gain']:.3f} nats at step {last['step']}; "
         + (f"first >= 0.1 at step {first_order['step']} ({first_order['tokens'] / 1e6:.1f}M tokens)."
            if first_order else "never >= 0.1: the model still reads its context as a bag of words."),

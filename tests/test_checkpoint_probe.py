@@ -78,4 +78,4 @@ def test_report_command_writes_the_doc_from_result_files(tmp_path):
     doc.parent.mkdir()
     assert main(["--report", str(doc), "--results", *files]) == 0
     text = Path(doc).read_text()
-    assert text.count("## tiny, mlm, 16 x 128, 15% masked, dropout 0.1") == 2
+    assert text.count("## tiny, mlm, 16 x 128, 15% masked, dropout 0.1, 200 steps planned") == 2
