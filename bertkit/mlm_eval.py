@@ -12,8 +12,8 @@ Two baselines say what a score means:
 - **word order**: the same masked sequences with their tokens shuffled (each sequence's tokens between
   ``[CLS]`` and ``[SEP]`` permuted, the masks moving with their tokens). ``word_order_gain`` is the loss on
   shuffled text minus the loss on the text in order, in nats: 0 for a model that reads its context as a
-  bag of words, as BERT does early in pre-training before its attention finds the neighbouring words; the
-  paper's models, and any model whose features transfer, lose much more when the order goes.
+  bag of words, as BERT does early in pre-training before its attention finds the neighbouring words; a
+  model that has learned word order loses nats per token when it goes (docs/checkpoint-probe.md).
 """
 
 from __future__ import annotations
@@ -53,14 +53,15 @@ def heldout_mlm(
 
     data_dir = Path(data_dir)
     ds = _dataset(data_dir, max_seq_length, "valid", valid_documents, seed)
-    counts, text_counts = _training_counts(data_dir, max_seq_length, valid_documents, seed)
-    top = counts.most_common(1)[0][0]
+    top = most_frequent_masked_token(data_dir, max_seq_length, valid_documents, seed)
     model = BertForMaskedLM.from_pretrained(model_dir)
     model.eval()
     n = min(len(ds), batch_size * max_batches)
     sums: dict[str, list[float]] = {}
     unigram_hits, unigram_nll, shuffled_nll, predicted = 0, 0.0, 0.0, Counter()
-    log_unigram = _log_unigram(text_counts, model.config.vocab_size)
+    log_unigram = _log_unigram(
+        text_token_counts(data_dir, max_seq_length, valid_documents, seed), model.config.vocab_size
+    )
     shuffle_gen = torch.Generator().manual_seed(seed)
     for start in range(0, n, batch_size):
         b = ds.collate([ds[i] for i in range(start, min(start + batch_size, n))])
@@ -120,22 +121,22 @@ def masked_token_counts(
     data_dir: Path, max_seq_length: int, valid_documents: int | None, seed: int, batches: int = 50
 ) -> Counter:
     """How often each id is under a mask in the first ``batches`` x 64 training sequences."""
-    return _training_counts(data_dir, max_seq_length, valid_documents, seed, batches)[0]
-
-
-def _training_counts(
-    data_dir: Path, max_seq_length: int, valid_documents: int | None, seed: int, batches: int = 50
-) -> tuple[Counter, Counter]:
-    """(masked-token counts over the first ``batches`` x 64 training sequences, counts of every text token
-    over as many sequences spread evenly through the training split). Masks fall on text tokens uniformly,
-    so the second sample estimates the same frequencies from ~8x the tokens, and from every part of the
-    corpus (its first sequences are one book's); special tokens are left out, as they are never masked."""
     ds = _dataset(data_dir, max_seq_length, "train", valid_documents, seed)
-    masked: Counter = Counter()
+    counts: Counter = Counter()
     for start in range(0, min(len(ds), 64 * batches), 64):
         labels = ds.collate([ds[i] for i in range(start, min(start + 64, len(ds)))])["labels"]
-        masked.update(labels[labels != -100].tolist())
-    text: Counter = Counter()
+        counts.update(labels[labels != -100].tolist())
+    return counts
+
+
+def text_token_counts(
+    data_dir: Path, max_seq_length: int, valid_documents: int | None, seed: int, batches: int = 50
+) -> Counter:
+    """How often each id occurs in ``batches`` x 64 training sequences spread evenly through the training split
+    (its first sequences are one book's). Masks fall on text tokens uniformly, so this estimates the masked
+    tokens' frequencies from ~8x the tokens; special tokens are left out, as they are never masked."""
+    ds = _dataset(data_dir, max_seq_length, "train", valid_documents, seed)
+    counts: Counter = Counter()
     spread = torch.linspace(0, len(ds) - 1, min(len(ds), 64 * batches)).long().unique().tolist()
     for start in range(0, len(spread), 64):
         b = ds.collate([ds[i] for i in spread[start : start + 64]])
@@ -144,8 +145,8 @@ def _training_counts(
         real = b["attention_mask"].bool()
         real[:, 0] = False  # [CLS]
         real[torch.arange(real.size(0)), b["attention_mask"].sum(1) - 1] = False  # the closing [SEP]
-        text.update(original[real].tolist())
-    return masked, text
+        counts.update(original[real].tolist())
+    return counts
 
 
 def most_frequent_masked_token(
