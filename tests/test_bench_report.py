@@ -89,3 +89,31 @@ def test_compare_counts_each_sides_page_faults():
     row = compare("faults", arithmetic, fresh_pages, repeats=3, memory=False)
     assert row["ref_minor_faults"] >= 16 and row["ref_minor_faults"] > 10 * row["ours_minor_faults"]
     assert 0.0 <= row["ours_kernel_share"] <= 1.0 and 0.0 <= row["ref_kernel_share"] <= 1.0
+
+
+def test_gemm_peak_takes_the_faster_kernel_and_names_it(monkeypatch):
+    """On AMD torch.mm runs MKL's generic path while oneDNN runs bertkit's linears about twice as fast: the
+    peak must be the faster kernel's, or model rows read above 100% of it."""
+    import torch
+
+    import bertkit.kernels.gemm as gemm
+    from benchmarks.common import gemm_peak
+
+    r = gemm_peak(torch.float32, n=64, seconds=0.01)
+    assert r["flops_per_s"] == max(r["per_kernel"].values()) == r["per_kernel"][r["kernel"]]
+    if gemm.onednn_op() is not None:
+        assert set(r["per_kernel"]) == {"torch.mm", "onednn"}
+    monkeypatch.setattr(gemm, "onednn_op", lambda: None)  # a build without oneDNN: torch.mm alone
+    r = gemm_peak(torch.float32, n=64, seconds=0.01)
+    assert r["kernel"] == "torch.mm" and set(r["per_kernel"]) == {"torch.mm"}
+
+
+def test_report_names_the_kernel_of_the_peak_when_the_run_recorded_it():
+    from benchmarks.report import section
+
+    old = section(_report(2.0), "old.json")
+    assert "largest of repeated n×n×n `torch.mm`" in old and "fp32 100 GFLOP/s (n=2048)" in old
+    new_run = _report(2.0)
+    new_run["environment"]["gemm_peak"] = {"fp32": {"flops_per_s": 459e9, "n": 2048, "kernel": "onednn"}}
+    text = section(new_run, "new.json")
+    assert "the faster of `torch.mm` and oneDNN" in text and "fp32 459 GFLOP/s (onednn, n=2048)" in text
