@@ -68,8 +68,9 @@ OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
 # rate than BERT-Base's 1e-4 (tiny: 1e-3 beat 5e-4 and 2e-3; mini: 5e-4 beat 1e-3; small, not probed, follows
 # the rate-times-width rule), a short warm-up, small batches (more updates for the same tokens: batch 16
 # reached a lower held-out loss per CPU-second than 32), and 40% of the tokens masked instead of 15% (Wettig
-# et al., 2023): BERT first reads its context as a bag of words, and with 40% masked BERT-tiny started to read
-# word order after about 3,000 steps instead of 9,000, at ~20% more CPU per step. ``recipe = "paper"`` (the
+# et al., 2023): BERT first reads its context as a bag of words, and BERT-tiny started to read word order (a
+# word-order gain >= 0.1 nats) by step 4,000 with 40% masked instead of step 8,000 with 15% (docs/checkpoint-
+# probe.md), at about a third more CPU per step (docs/plateau.md). ``recipe = "paper"`` (the
 # default for medium/base/large; ``--recipe paper``) is the paper's lr 1e-4, warm-up over 1% of the steps
 # (10,000 of 1M), batch 256 and 15% masked. The 80/10/10 replacement rule is the paper's in both.
 RECIPES: dict[str, dict[str, dict[str, float]]] = {
@@ -181,26 +182,18 @@ class PretrainConfig:
         )
 
     def resolved_phases(self) -> list[dict[str, Any]]:
-        """Every phase with its settings filled from the top level (an unset masking rate is the paper's 15%
-        here; :meth:`with_recipe` sets it first), and its cap on masked tokens from its own length and rate
-        where none is set."""
-        base = {k: getattr(self, k) for k in PHASE_KEYS}
-        if base["masked_lm_prob"] is None:
-            base["masked_lm_prob"] = PAPER_RECIPE["masked_lm_prob"]
-        phases = self.phases or [{}]
+        """Every phase with its settings filled from the top level, unset ones from the recipe first
+        (:meth:`with_recipe`)."""
+        filled = self.with_recipe()
+        base = {k: getattr(filled, k) for k in PHASE_KEYS}
         out = []
-        for i, ph in enumerate(phases):
+        for i, ph in enumerate(self.phases or [{}]):
             unknown = set(ph) - set(PHASE_KEYS)
             if unknown:
                 raise UserError(
                     f"phase {i + 1}: unknown setting(s) {sorted(unknown)}; a phase may set {list(PHASE_KEYS)}"
                 )
-            phase = {**base, **ph}
-            if phase["max_predictions_per_seq"] is None:
-                phase["max_predictions_per_seq"] = max_predictions_for(
-                    phase["masked_lm_prob"], phase["max_seq_length"]
-                )
-            out.append(phase)
+            out.append({**base, **ph})
         return out
 
     @classmethod

@@ -64,6 +64,6 @@ def test_the_cap_on_masked_tokens_follows_the_rate_and_length_unless_set():
 def test_the_paper_recipe_masks_fifteen_percent_and_the_cpu_recipe_more():
     assert PAPER_RECIPE["masked_lm_prob"] == 0.15
     assert all(r["masked_lm_prob"] > 0.15 for r in RECIPES["cpu"].values())
-    # a config that never went through with_recipe still resolves to the paper's rate and cap
+    # phases resolve through the recipe too, whether or not with_recipe() ran first
     raw = PretrainConfig(preset="tiny").resolved_phases()[0]
-    assert (raw["masked_lm_prob"], raw["max_predictions_per_seq"]) == (0.15, 20)
+    assert (raw["masked_lm_prob"], raw["max_predictions_per_seq"]) == (0.4, 52)
