@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from experiments.checkpoint_probe import checkpoints, model_dir_at, report
+from bertkit.train.checkpoint import list_checkpoints
+from experiments.checkpoint_probe import model_dir_at, report
 
 
 def test_each_checkpoint_becomes_the_model_it_held(tmp_path, tiny_data):
@@ -21,7 +22,7 @@ def test_each_checkpoint_becomes_the_model_it_held(tmp_path, tiny_data):
                          checkpoint_every=2, keep_last=5, progress=False,
                          model_overrides={"max_position_embeddings": 64})  # fmt: skip
     pretrain(cfg)
-    found = checkpoints(run)
+    found = list_checkpoints(run)
     assert [step for step, _ in found] == [2, 4]
     final = BertForPreTraining.from_pretrained(run / "model").state_dict()
     at_4 = BertForPreTraining.from_pretrained(
@@ -55,7 +56,8 @@ def test_report_rows_and_verdicts_come_from_the_files(tmp_path):
     doc = tmp_path / "probe.md"
     flat = _result([0.0, 0.05, 0.08], [(72.0, 2.0), (71.0, 1.0), (73.0, 1.5)])
     learns = _result([0.0, 0.3, 2.0], [(72.0, 1.0), (74.0, 0.5), (80.0, 1.0)])
-    text = report([flat, learns], doc)
+    text = report([flat, learns], doc, ["flat.json", "learns.json"])
+    assert f"--report {doc} --results flat.json learns.json" in text
     assert "| 200 | 0.4M | 7.000 | 7.000 | 2.000 | 20.0 | 80.0 ± 1.0 | 0.001 |" in text
     assert "never >= 0.1: the model still reads its context as a bag of words" in text  # the flat run
     assert "first >= 0.1 at step 100 (0.2M tokens)" in text  # the run that learns word order
