@@ -96,22 +96,17 @@ def section(report: dict[str, Any], source: str) -> str:
         )
     peaks = env.get("gemm_peak") or {}
     if peaks:
-        if any("kernel" in v for v in peaks.values()):  # runs since the peak takes the faster kernel
-            lines.append(
-                "- **GEMM peak** (largest of repeated n×n×n matmuls, the faster of `torch.mm` and oneDNN, these "
-                "threads): "
-                + ", ".join(
-                    f"{k} {v['flops_per_s'] / 1e9:,.0f} GFLOP/s ({v['kernel']}, n={v['n']})"
-                    for k, v in peaks.items()
-                )  # fmt: skip
-            )
-        else:
-            lines.append(
-                "- **GEMM peak** (largest of repeated n×n×n `torch.mm`, these threads): "
-                + ", ".join(
-                    f"{k} {v['flops_per_s'] / 1e9:,.0f} GFLOP/s (n={v['n']})" for k, v in peaks.items()
-                )
-            )
+        # runs since the peak takes the faster of torch.mm and oneDNN record which one; older ones timed torch.mm
+        named = any("kernel" in v for v in peaks.values())
+        how = "matmuls, the faster of `torch.mm` and oneDNN" if named else "`torch.mm`"
+        lines.append(
+            f"- **GEMM peak** (largest of repeated n×n×n {how}, these threads): "
+            + ", ".join(
+                f"{k} {v['flops_per_s'] / 1e9:,.0f} GFLOP/s ({v['kernel'] + ', ' if 'kernel' in v else ''}"
+                f"n={v['n']})"
+                for k, v in peaks.items()
+            )  # fmt: skip
+        )
     lines += [
         "",
         "| benchmark | ours | reference | ratio | goal | model FLOP/s, fraction of peak (ours / ref) "

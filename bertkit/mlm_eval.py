@@ -53,15 +53,16 @@ def heldout_mlm(
 
     data_dir = Path(data_dir)
     ds = _dataset(data_dir, max_seq_length, "valid", valid_documents, seed)
-    top = most_frequent_masked_token(data_dir, max_seq_length, valid_documents, seed)
+    train = _dataset(
+        data_dir, max_seq_length, "train", valid_documents, seed
+    )  # built once, read for both baselines
+    top = _masked_counts(train).most_common(1)[0][0]
     model = BertForMaskedLM.from_pretrained(model_dir)
     model.eval()
     n = min(len(ds), batch_size * max_batches)
     sums: dict[str, list[float]] = {}
     unigram_hits, unigram_nll, shuffled_nll, predicted = 0, 0.0, 0.0, Counter()
-    log_unigram = _log_unigram(
-        text_token_counts(data_dir, max_seq_length, valid_documents, seed), model.config.vocab_size
-    )
+    log_unigram = _log_unigram(_text_counts(train), model.config.vocab_size)
     shuffle_gen = torch.Generator().manual_seed(seed)
     for start in range(0, n, batch_size):
         b = ds.collate([ds[i] for i in range(start, min(start + batch_size, n))])
@@ -121,25 +122,25 @@ def masked_token_counts(
     data_dir: Path, max_seq_length: int, valid_documents: int | None, seed: int, batches: int = 50
 ) -> Counter:
     """How often each id is under a mask in the first ``batches`` x 64 training sequences."""
-    ds = _dataset(data_dir, max_seq_length, "train", valid_documents, seed)
+    return _masked_counts(_dataset(data_dir, max_seq_length, "train", valid_documents, seed), batches)
+
+
+def _masked_counts(train, batches: int = 50) -> Counter:
     counts: Counter = Counter()
-    for start in range(0, min(len(ds), 64 * batches), 64):
-        labels = ds.collate([ds[i] for i in range(start, min(start + 64, len(ds)))])["labels"]
+    for start in range(0, min(len(train), 64 * batches), 64):
+        labels = train.collate([train[i] for i in range(start, min(start + 64, len(train)))])["labels"]
         counts.update(labels[labels != -100].tolist())
     return counts
 
 
-def text_token_counts(
-    data_dir: Path, max_seq_length: int, valid_documents: int | None, seed: int, batches: int = 50
-) -> Counter:
-    """How often each id occurs in ``batches`` x 64 training sequences spread evenly through the training split
+def _text_counts(train, batches: int = 50) -> Counter:
+    """How often each id occurs in ``batches`` x 64 sequences spread evenly through the training split ``train``
     (its first sequences are one book's). Masks fall on text tokens uniformly, so this estimates the masked
     tokens' frequencies from ~8x the tokens; special tokens are left out, as they are never masked."""
-    ds = _dataset(data_dir, max_seq_length, "train", valid_documents, seed)
     counts: Counter = Counter()
-    spread = torch.linspace(0, len(ds) - 1, min(len(ds), 64 * batches)).long().unique().tolist()
+    spread = torch.linspace(0, len(train) - 1, min(len(train), 64 * batches)).long().unique().tolist()
     for start in range(0, len(spread), 64):
-        b = ds.collate([ds[i] for i in spread[start : start + 64]])
+        b = train.collate([train[i] for i in spread[start : start + 64]])
         labels = b["labels"]
         original = torch.where(labels != -100, labels, b["input_ids"])  # the text before masking
         real = b["attention_mask"].bool()
