@@ -42,6 +42,8 @@ from bertkit.io import atomic_write_json
 logger = logging.getLogger("bertkit")
 
 TASK_KINDS = ("glue", "ner", "squad")
+# The paper's Table 5 rows (report.table5_models)
+TABLE5_ROLES = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm", "random")
 
 
 @dataclass
@@ -107,7 +109,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
              "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric"}  # fmt: skip
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
-            "notes"}  # fmt: skip
+            "notes", "table5", "table6"}  # fmt: skip
 
 
 def seeds_of(raw: dict, entry: dict | None = None) -> list[int]:
@@ -154,6 +156,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         if m["name"] in names:
             raise UserError(f"{where}: duplicate model name {m['name']!r}")
         names.add(m["name"])
+    _check_report_models(path, raw, names)
     for m in models:
         if "from" in m:
             if m["from"] not in names or "from" in next(x for x in models if x["name"] == m["from"]):
@@ -223,6 +226,24 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                 cells.append(Cell(f"features/{f['model']}/{v['name']}/seed{s}", "features", spec,
                                   [f"pretrain/{f['model']}"], cost))  # fmt: skip
     return Matrix(name, path, raw, cells)
+
+
+def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
+    """``table5 = {role = "model"}`` and ``table6 = ["model", ...]`` (the paper report's rows) name models of the
+    matrix, and table5's roles are the paper's."""
+    table5, table6 = raw.get("table5", {}), raw.get("table6", [])
+    if not isinstance(table5, dict) or not isinstance(table6, list):
+        raise UserError(
+            f'{path}: `table5` must be a table {{role = "model"}} and `table6` a list of model names'
+        )
+    for role, model in table5.items():
+        if role not in TABLE5_ROLES:
+            raise UserError(f"{path}: table5: unknown role {role!r}; roles: {list(TABLE5_ROLES)}")
+        if model not in names:
+            raise UserError(f"{path}: table5.{role} = {model!r} is not a [[model]] of the matrix")
+    for model in table6:
+        if model not in names:
+            raise UserError(f"{path}: table6: {model!r} is not a [[model]] of the matrix")
 
 
 def _pretrain_fields() -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment import Matrix, load_matrix, read_results, results_dir, seeds_of
+from bertkit.experiment import TABLE5_ROLES, Matrix, load_matrix, read_results, results_dir, seeds_of
 from bertkit.io import atomic_write
 
 NOT_RUN = "not yet run"
@@ -97,6 +97,22 @@ def fmt(ms: tuple[float, float] | None, n: int | None = None, expected: int | No
     if n is not None and expected and n < expected:
         s += f" ({n}/{expected} seeds)"
     return s
+
+
+def table5_models(matrix: Matrix) -> dict[str, str]:
+    """Role -> model name of Table 5's rows (and of every finding that compares them): the config's
+    ``table5 = {role = "model"}`` where it names one, else ``<role>-<report_size>`` (``mlm+nsp-mini``)."""
+    size = matrix.raw.get("report_size", "mini")
+    named = matrix.raw.get("table5") or {}
+    return {role: named.get(role, f"{role}-{size}") for role in TABLE5_ROLES}
+
+
+def table6_models(matrix: Matrix) -> list[str]:
+    """Table 6's models (one per size): the config's ``table6 = [...]``, else every ``mlm+nsp-<size>`` model."""
+    named = matrix.raw.get("table6")
+    if named:
+        return list(named)
+    return [m["name"] for m in matrix.raw["model"] if _model_base(m["name"])[0] == "mlm+nsp"]
 
 
 def _model_base(name: str) -> tuple[str, str]:
@@ -227,18 +243,17 @@ def _seeds_line(matrix: Matrix) -> str:
 
 def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
     n_seeds = len(seeds_of(matrix.raw))
-    rows = [f"mlm+nsp-{size}", f"mlm-{size}", f"ltr-{size}", f"ltr+bilstm-{size}", f"random-{size}"]
     names = {m["name"] for m in matrix.raw["model"]}
     out = ["| model (BERT-" + size + ") | " + " | ".join(f"{t} ({metric_name(matrix, t)})" for t in tasks) + " |",
            "| --- |" + " --- |" * len(tasks)]  # fmt: skip
-    for m in rows:
+    for role, m in table5_models(matrix).items():
         if m not in names:
             continue
         cells = []
         for t in tasks:
             xs = seed_scores(results, m, t)
             cells.append(fmt(mean_std(xs), len(xs), n_seeds))
-        out.append(f"| {ROW_LABELS.get(_model_base(m)[0], m)} | " + " | ".join(cells) + " |")
+        out.append(f"| {ROW_LABELS[role]} (`{m}`) | " + " | ".join(cells) + " |")
     out += ["", "The paper's Table 5 (BERT-Base, dev) for reference:", "",
             "| | " + " | ".join(PAPER_TABLE5["columns"]) + " |", "| --- |" + " --- |" * len(PAPER_TABLE5["columns"])]  # fmt: skip
     for k, v in PAPER_TABLE5["rows"].items():
@@ -248,7 +263,7 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
 
 def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     n_seeds = len(seeds_of(matrix.raw))
-    sized = [m["name"] for m in matrix.raw["model"] if _model_base(m["name"])[0] == "mlm+nsp"]
+    sized = table6_models(matrix)
     out = ["| L | H | A | tokens | held-out MLM perplexity | held-out MLM acc | SST-2 (acc) | MRPC (F1) |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     rows = []
@@ -366,7 +381,7 @@ def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
     return out
 
 
-def _positive_control(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str], ms) -> list[str]:
+def _positive_control(matrix: Matrix, results: dict[str, dict], tasks: list[str], ms) -> list[str]:
     """Published checkpoints (``package`` models) fine-tuned by the same cells as random init: whether the
     fine-tuning itself can show transfer, so that a pre-trained-vs-random gap that is missing above is read
     as a pre-training budget matter, not a fine-tuning one."""
@@ -374,7 +389,7 @@ def _positive_control(matrix: Matrix, results: dict[str, dict], size: str, tasks
     for spec in matrix.raw["model"]:
         if not (spec.get("package") or spec.get("pretrained")):
             continue
-        name, rnd, ours = spec["name"], f"random-{size}", f"mlm+nsp-{size}"
+        name, rnd, ours = spec["name"], table5_models(matrix)["random"], table5_models(matrix)["mlm+nsp"]
         parts = []
         for t in tasks:
             c, r, o = ms(name, t), ms(rnd, t), ms(ours, t)
@@ -389,7 +404,7 @@ def _positive_control(matrix: Matrix, results: dict[str, dict], size: str, tasks
     return out
 
 
-def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
+def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
     """The issue's "must show" claims, each checked against the result files."""
     out = []
 
@@ -397,7 +412,8 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
         return mean_std(seed_scores(results, m, t))
 
     # pre-trained beats random on every task by more than the seeds' spread
-    base, rnd = f"mlm+nsp-{size}", f"random-{size}"
+    rows = table5_models(matrix)
+    base, rnd = rows["mlm+nsp"], rows["random"]
     verdicts = []
     for t in tasks:
         a, b = ms(base, t), ms(rnd, t)
@@ -413,8 +429,8 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
         if t not in tasks:
             continue
         parts = []
-        for m in (f"mlm+nsp-{size}", f"mlm-{size}"):
-            for ltr in (f"ltr-{size}", f"ltr+bilstm-{size}"):
+        for m in (rows["mlm+nsp"], rows["mlm"]):
+            for ltr in (rows["ltr"], rows["ltr+bilstm"]):
                 a, b = ms(m, t), ms(ltr, t)
                 if a is None or b is None:
                     parts.append(f"{m} vs {ltr}: {NOT_RUN}")
@@ -425,13 +441,17 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
         out.append(f"- **MLM beats left-to-right on {t}**: " + "; ".join(parts) + ".")
     parts = []
     for t in tasks:
-        a, b = ms(f"mlm+nsp-{size}", t), ms(f"mlm-{size}", t)
+        a, b = ms(rows["mlm+nsp"], t), ms(rows["mlm"], t)
         parts.append(f"{t}: {NOT_RUN}" if a is None or b is None else f"{t} {a[0] - b[0]:+.1f}")
     out.append("- **NSP effect** (MLM + NSP minus MLM only; the paper: NSP helps QNLI, MNLI and SQuAD): "
                + "; ".join(parts) + ".")  # fmt: skip
-    sized = sorted(((r["model_config"]["num_hidden_layers"] * r["model_config"]["hidden_size"] ** 2, r["model"],
-                     r["metrics"]["mlm_perplexity"]) for n, r in results.items()
-                    if n.startswith("pretrain/mlm+nsp-") and r.get("metrics")))  # fmt: skip
+    done = [
+        results[f"pretrain/{m}"]
+        for m in table6_models(matrix)
+        if results.get(f"pretrain/{m}", {}).get("metrics")
+    ]
+    sized = sorted((r["model_config"]["num_hidden_layers"] * r["model_config"]["hidden_size"] ** 2, r["model"],
+                    r["metrics"]["mlm_perplexity"]) for r in done)  # fmt: skip
     if len(sized) >= 2:
         mono = all(sized[i][2] > sized[i + 1][2] for i in range(len(sized) - 1))
         out.append("- **Size effect** (held-out MLM perplexity, smallest to largest, same tokens): "
@@ -440,7 +460,7 @@ def findings(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[st
     else:
         out.append(f"- **Size effect**: {NOT_RUN}.")
     out += _table7_finding(matrix, results, ms)
-    out += _positive_control(matrix, results, size, tasks, ms)
+    out += _positive_control(matrix, results, tasks, ms)
     for spec in matrix.raw["model"]:
         if spec.get("runner") != "transformers":
             continue
@@ -573,7 +593,8 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "last ones (the shared data has no SQuAD training file); the learning rate of SST-2, CoLA and CoNLL "
               "is picked on dev from a grid on the first seed, then used for every seed (the paper's practice)",
               ""]  # fmt: skip
-    lines += ["## Findings", ""] + findings(matrix, results, size, tasks) + _notes(matrix)
+    lines += ["## Findings", ""] + findings(matrix, results, tasks) + _notes(matrix)
+    lines += _pretrain_rows(matrix, results)
     lines += [f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)", ""]
     lines += _table5(matrix, results, size, tasks)
     lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + _table6(matrix, results)
@@ -593,7 +614,8 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     else:
         lines += [f"Pre-training curves: {NOT_RUN}.", ""]
     models = [m["name"] for m in matrix.raw["model"] if not m.get("pretrained")]
-    bars = [m for m in models if m.endswith(f"-{size}")]
+    bars = list(table5_models(matrix).values()) + [m["name"] for m in matrix.raw["model"] if m.get("runner")]
+    bars = [m for m in bars if m in models]
     if plot_bars(
         results, bars, tasks, doc.parent / f"{stem}-scores.png", {t: metric_name(matrix, t) for t in tasks}
     ):
@@ -632,7 +654,7 @@ def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
             "reads its context as a bag of words; — where the result file predates the measure).",
             "", "| model | layers / hidden | tokens | training CPU s | held-out MLM loss | MLM acc | unigram acc | "
             "unigram loss | word-order gain |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows, "", "## Fine-tuning", ""]  # fmt: skip
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -646,7 +668,8 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
     lines = [f"# {matrix.raw.get('description', matrix.name)}", ""] + _provenance(
         matrix, results, config_arg, folder
     )
-    lines += _notes(matrix) + _pretrain_rows(matrix, results)
+    pretraining = _pretrain_rows(matrix, results)
+    lines += _notes(matrix) + pretraining + (["## Fine-tuning", ""] if pretraining else [])
     lines += [
         "| model | task | metric | result | other metrics (last seed) | settings |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -704,4 +727,5 @@ def write_report(
     with atomic_write(path) as f:
         f.write(text if text.endswith("\n") else text + "\n")
     return {"report": str(path), "results": len(res), "cells": len(matrix.cells),
-            "figures": sorted(str(p) for p in path.parent.glob(f"{path.stem}-*.png"))}  # fmt: skip
+            "figures": sorted(str(p) for p in (path.parent / f"{path.stem}-{kind}.png"
+                                               for kind in ("curves", "scores")) if p.exists())}  # fmt: skip

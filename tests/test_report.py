@@ -119,7 +119,7 @@ def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
     text = Path(out["report"]).read_text()
     assert out["report"] == str(tmp_path / "doc" / "paper.md")
     # Table 5: mean ± sample std, partial seeds flagged, missing cells say so
-    assert "| MLM + NSP (BERT) | 81.0 ± 1.0 | 30.0 ± 1.0 | not yet run |" in text
+    assert "| MLM + NSP (BERT) (`mlm+nsp-mini`) | 81.0 ± 1.0 | 30.0 ± 1.0 | not yet run |" in text
     assert "| SQuAD-v1.1 (F1) | CoNLL-2003 (F1) | SST-2-1k (acc) |" in text  # a variant: its task's metric
     assert "79.5 ± 0.7 (2/3 seeds)" in text
     # the verdicts: SST-2 reproduces, SQuAD does not (the margin is inside the seeds' spread)
@@ -258,3 +258,46 @@ def test_results_report_shows_the_unigram_loss_and_word_order_gain_of_a_pretrain
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     assert "| mlm+nsp-mini | 4 / 256 | 0.0M | 100 | 5.298 | 20.0 | 0.0 | 6.907 | 0.202 |" in text
     assert "word-order gain" in text
+
+
+def test_paper_report_rows_named_by_the_config_instead_of_the_size_suffix(tmp_path):
+    """``table5``/``table6`` name the rows: models called anything (``bert-41M``) fill Table 5, the verdicts
+    compare them, and the size effect reads Table 6's models only (not every mlm+nsp-* model)."""
+    cfg, res = _fixture(tmp_path)
+    text = cfg.read_text().replace('name = "mlm+nsp-mini"\n', 'name = "bert-41M"\n')
+    text = text.replace('model = "mlm+nsp-mini"', 'model = "bert-41M"')
+    text = text.replace('report_size = "mini"', 'report_size = "tiny"\n'
+                        'table5 = { "mlm+nsp" = "bert-41M", mlm = "mlm-mini", ltr = "ltr-mini", random = "random-mini" }\n'
+                        'table6 = ["bert-41M"]')  # fmt: skip
+    cfg.write_text(text)
+    for f in res.glob("*.json"):
+        f.write_text(f.read_text().replace("mlm+nsp-mini", "bert-41M"))
+    body = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "| MLM + NSP (BERT) (`bert-41M`) | 81.0 ± 1.0 | 30.0 ± 1.0 | not yet run |" in body
+    assert "## Table 5 — pre-training tasks (BERT-tiny" in body
+    assert "(bert-41M vs random-mini): SST-2: +20.0 (reproduces)" in body
+    assert "bert-41M vs ltr-mini: +19.0 (reproduces)" in body
+    # ltr+bilstm keeps its conventional name (ltr+bilstm-tiny), which is not a model here: no row for it
+    assert "LTR & No NSP + BiLSTM" not in body.split("## Table 5")[1].split("The paper's")[0]
+    # Table 6 names one model: no size verdict from mlm+nsp-tiny, which is not in it
+    assert "- **Size effect**: not yet run." in body
+    assert "mlm+nsp-tiny 300.0" not in body
+
+
+def test_paper_report_rows_must_name_models_of_the_matrix(tmp_path):
+    import pytest
+
+    from bertkit.errors import UserError
+
+    cfg, res = _fixture(tmp_path)
+    base = cfg.read_text()
+    for bad, message in [
+        ('table5 = { mlm = "nope" }', "table5.mlm = 'nope' is not a [[model]] of the matrix"),
+        ('table5 = { elmo = "mlm-mini" }', "table5: unknown role 'elmo'"),
+        ('table6 = ["mlm-mini", "missing"]', "table6: 'missing' is not a [[model]] of the matrix"),
+        ('table6 = "mlm-mini"', "`table6` a list of model names"),
+    ]:
+        cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{bad}'))
+        with pytest.raises(UserError, match=__import__("re").escape(message)) as err:
+            write_report(cfg, results=res)
+        assert str(cfg) in str(err.value)
