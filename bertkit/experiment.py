@@ -101,6 +101,23 @@ def _nonembedding_params(preset_or_cfg: Any) -> int:
     return c.num_hidden_layers * (4 * h * h + 2 * h * i)
 
 
+def _shape(spec: dict):
+    """The BertConfig a model spec trains: its preset with its ``model = {...}`` overrides."""
+    from bertkit.config import BertConfig
+
+    return BertConfig.preset(spec.get("preset", "mini"), **(spec.get("model") or {}))
+
+
+def _pretrain_cost(spec: dict, vocab_size: int) -> float:
+    """Training FLOPs of a pre-training cell (for the ETA): 6 x the parameters each token passes through, the
+    encoder layers for every token and the output layer (transform + vocabulary decoder) for the predicted ones:
+    the masked share under MLM, every token under LTR (which makes LTR ~3x dearer than MLM at BERT-tiny)."""
+    c = _shape(spec)
+    predicted = 1.0 if spec.get("objective") == "ltr" else float(spec.get("masked_lm_prob") or 0.15)
+    head = c.hidden_size * (c.hidden_size + vocab_size)
+    return 6.0 * (_nonembedding_params(c) + predicted * head) * int(spec.get("tokens", 0))
+
+
 MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner", "script", "same_cpu_as",
               "pretrained", "package", "tokens", "model"}  # fmt: skip
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
@@ -175,9 +192,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                     f"{path}: model {m['name']!r}: same_cpu_as {m['same_cpu_as']!r} is not a model"
                 )
             needs.append(f"pretrain/{m['same_cpu_as']}")
-        tokens = int(spec.get("tokens", 0)) if not m.get("random") else 0
-        preset = spec.get("preset", "mini")
-        cost = 6.0 * _nonembedding_params(preset) * tokens
+        cost = 0.0 if m.get("random") else _pretrain_cost(spec, int(raw.get("vocab_size", 8192)))
         cells.append(
             Cell(f"pretrain/{m['name']}", "random" if m.get("random") else "pretrain", spec, needs, cost)
         )
@@ -195,7 +210,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             if mname not in by_name:
                 raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
             root = by_name[mname].get("from", mname)
-            mcost = _finetune_cost(t, by_name[root])
+            mcost = _finetune_cost(t, {**defaults, **by_name[root]})
             grid = []
             if len(lrs) > 1:
                 for lr in lrs:
@@ -222,7 +237,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         for v in f.get("variants", []):
             for s in seeds_of(raw, f):
                 spec = {**f, "variant": v, "seed": s, "task": tasks[f["task"]]}
-                cost = _finetune_cost(tasks[f["task"]], by_name[f["model"]]) / 3
+                cost = _finetune_cost(tasks[f["task"]], {**defaults, **by_name[f["model"]]}) / 3
                 cells.append(Cell(f"features/{f['model']}/{v['name']}/seed{s}", "features", spec,
                                   [f"pretrain/{f['model']}"], cost))  # fmt: skip
     return Matrix(name, path, raw, cells)
@@ -257,9 +272,7 @@ def _pretrain_fields() -> list[str]:
 def _finetune_cost(task: dict, model: dict) -> float:
     n = int(task.get("max_train_examples") or 5000)
     seq = int(task.get("max_seq_length", 128))
-    return (
-        6.0 * _nonembedding_params(model.get("preset", "mini")) * n * float(task.get("epochs", 3)) * seq / 2
-    )
+    return 6.0 * _nonembedding_params(_shape(model)) * n * float(task.get("epochs", 3)) * seq / 2
 
 
 # ------------------------------------------------------------------------------------------------ results
