@@ -578,7 +578,8 @@ def base_estimate() -> list[str]:
 
 def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
     size = matrix.raw.get("report_size", "mini")
-    tasks = [t["name"] for t in matrix.raw.get("task", [])]
+    rows = set(table5_models(matrix).values())
+    tasks = [t["name"] for t in matrix.raw.get("task", []) if rows & set(task_models(matrix, t))]
     lines = [f"# {matrix.raw.get('description', matrix.name)}", ""]
     lines += _provenance(matrix, results, config_arg, folder)
     prep = results.get("prepare", {}).get("metrics", {})
@@ -607,6 +608,7 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "BertTokenizerFast, DataCollatorForLanguageModeling, BertForMaskedLM, Trainer); both models are "
               "scored on the same held-out masks and fine-tuned by the same bertkit code.", ""]  # fmt: skip
     lines += _compare(matrix, results, tasks)
+    lines += _other_models(matrix, results)
     stem = doc.stem
     lines += ["## Figures", ""]
     if plot_curves(results, doc.parent / f"{stem}-curves.png"):
@@ -623,6 +625,40 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
     lines += ["## BERT-Base as published, on paper", ""] + base_estimate()
     return "\n".join(lines)
+
+
+def task_models(matrix: Matrix, task: dict) -> list[str]:
+    """The models a [[task]] fine-tunes: its ``models``, else the matrix's ``finetune_models``, else all."""
+    return task.get("models") or matrix.raw.get("finetune_models") or [m["name"] for m in matrix.raw["model"]]
+
+
+def _other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
+    """Every fine-tuned model that is not a row of Table 5 or 6, the transformers comparison or a published
+    checkpoint (e.g. a masking-rate variant, a probe), on each of its tasks."""
+    shown = set(table5_models(matrix).values()) | set(table6_models(matrix))
+    shown |= {
+        m["name"] for m in matrix.raw["model"] if m.get("runner") or m.get("package") or m.get("pretrained")
+    }
+    tasks = matrix.raw.get("task", [])
+    models = [m["name"] for m in matrix.raw["model"] if m["name"] not in shown]
+    models = [m for m in models if any(m in task_models(matrix, t) for t in tasks)]
+    if not models:
+        return []
+    cols = [t for t in tasks if any(m in task_models(matrix, t) for m in models)]
+    out = ["## Other models", "",
+           "| model | " + " | ".join(f"{t['name']} ({metric_name(matrix, t['name'], 'primary')})" for t in cols) + " |",
+           "| --- |" + " --- |" * len(cols)]  # fmt: skip
+    for m in models:
+        cells = []
+        for t in cols:
+            xs = seed_scores(results, m, t["name"])
+            cells.append(
+                fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, t)))
+                if m in task_models(matrix, t)
+                else ""
+            )
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def _notes(matrix: Matrix) -> list[str]:
@@ -676,7 +712,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
     ]
     for m in [x["name"] for x in matrix.raw["model"]]:
         for t in matrix.raw.get("task", []):
-            if m not in t.get("models", matrix.raw.get("finetune_models") or [m]):
+            if m not in task_models(matrix, t):
                 continue
             xs = seed_scores(results, m, t["name"])
             last = next((r for n, r in sorted(results.items(), reverse=True)

@@ -95,3 +95,25 @@ def test_weighted_sum_tagger_mixes_layers():
     with torch.no_grad():
         tagger.mix_weights.copy_(torch.tensor([0.0, 0.0, 30.0]))  # all weight on the last layer
     assert torch.allclose(tagger(x, lengths), ref(x[..., 8:], lengths), atol=1e-5)
+
+
+def test_mean_pooling_head_classifies_the_mean_of_the_real_tokens_states():
+    """``classifier_pooling = "mean"``: logits = classifier(mean of the last layer over real tokens), padding
+    changes nothing, the first token alone does not decide (unlike [CLS]); an unknown pooling is refused."""
+    import pytest
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(_config(classifier_pooling="mean")).eval()
+    g = torch.Generator().manual_seed(3)
+    ids = _ids(g, b=1, t=6)
+    states = model.bert(ids).last_hidden_state  # [1, 6, H]
+    expected = model.classifier(states.mean(1))
+    assert torch.allclose(model(ids).logits, expected, atol=1e-5)
+    padded = torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], 1)
+    mask = torch.cat([torch.ones(1, 6), torch.zeros(1, 4)], 1).long()
+    assert torch.allclose(model(padded, attention_mask=mask).logits, expected, atol=1e-5)
+    cls = BertForSequenceClassification(_config()).eval()
+    cls.load_state_dict(model.state_dict())
+    assert not torch.allclose(cls(ids).logits, expected, atol=1e-3)  # [CLS] pooling is another vector
+    with pytest.raises(ValueError, match="classifier_pooling must be one of"):
+        BertForSequenceClassification(_config(classifier_pooling="max"))

@@ -26,6 +26,11 @@ Two config keys serve the paper's left-to-right ablation (Table 5), read from ``
   output is H wide) between the encoder and the output layer, the paper's "LTR & No NSP + BiLSTM" row.
   Token/span heads read its per-token outputs; sequence heads its mean over the real tokens. Its
   parameters are ``bilstm.*`` (transformers does not know them).
+
+``"classifier_pooling": "mean"`` (default ``"cls"``) makes the sequence heads classify the mean of the last
+layer over the real tokens instead of the pooled ``[CLS]`` (as sentence-transformers pools): with
+``--freeze-encoder`` it is a linear probe of what pre-training put into the tokens' states, which an MLM-only
+model never trains ``[CLS]`` or the pooler to summarise. transformers ignores the key (it pools ``[CLS]``).
 """
 
 from __future__ import annotations
@@ -120,21 +125,31 @@ class HeadBiLSTM(nn.Module):
         return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.size(1))[0]
 
 
+POOLINGS = ("cls", "mean")
+
+
 def _ltr_settings(module: nn.Module, config: BertConfig) -> None:
-    """``module.causal`` and ``module.bilstm`` from the config (see the module docstring)."""
+    """``module.causal``, ``module.bilstm`` and ``module.pooling`` from the config (see the module docstring)."""
     module.causal = bool(_setting(config, "causal", False))
     module.bilstm = HeadBiLSTM(config.hidden_size) if _setting(config, "head_bilstm", False) else None
+    module.pooling = _setting(config, "classifier_pooling", "cls")
+    if module.pooling not in POOLINGS:
+        raise ValueError(f"classifier_pooling must be one of {POOLINGS}, not {module.pooling!r}")
 
 
 def _sequence_vector(model: nn.Module, out, attention_mask: Tensor | None) -> Tensor:
     """The [B, H] vector a sequence head classifies: the pooled [CLS]; the pooled last real token under a
-    causal mask; the BiLSTM's mean over real tokens with ``head_bilstm``."""
+    causal mask; the BiLSTM's mean over real tokens with ``head_bilstm``; the last layer's mean over real
+    tokens with ``classifier_pooling = "mean"``."""
     seq = out.last_hidden_state
     mask = attention_mask if attention_mask is not None else torch.ones(seq.shape[:2], device=seq.device)
     if model.bilstm is not None:
         h = model.bilstm(seq, mask)
         m = mask.to(h.dtype).unsqueeze(-1)
         return (h * m).sum(1) / m.sum(1).clamp(min=1)
+    if model.pooling == "mean":
+        m = mask.to(seq.dtype).unsqueeze(-1)
+        return (seq * m).sum(1) / m.sum(1).clamp(min=1)
     if model.causal:
         last = (mask.sum(-1).long() - 1).clamp(min=0)
         return model.bert.pooler(seq[torch.arange(seq.size(0), device=seq.device), last].unsqueeze(1))
