@@ -301,3 +301,36 @@ def test_paper_report_rows_must_name_models_of_the_matrix(tmp_path):
         with pytest.raises(UserError, match=__import__("re").escape(message)) as err:
             write_report(cfg, results=res)
         assert str(cfg) in str(err.value)
+
+
+def test_models_outside_tables_5_and_6_get_their_own_table_and_their_tasks_stay_out_of_table_5(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    extra = """
+[[model]]
+name = "probe"
+from = "mlm-mini"
+head = { classifier_pooling = "mean" }
+[[task]]
+name = "SST-2-probe"
+task = "SST-2"
+kind = "glue"
+freeze_encoder = true
+models = ["probe"]
+"""
+    cfg.write_text(cfg.read_text() + extra)
+    for i, x in enumerate([70.0, 72.0], 1):
+        (res / f"probe{i}.json").write_text(json.dumps({"cell": f"finetune/probe/SST-2-probe/seed{i}",
+                                                        "kind": "finetune", "primary": x}))  # fmt: skip
+    body = Path(write_report(cfg, results=res)["report"]).read_text()
+    table5 = body.split("## Table 5")[1].split("The paper's")[0]
+    assert "SST-2-probe" not in table5 and "| SST-2 (acc) |" in table5
+    other = body.split("## Other models")[1].split("\n## ")[0]
+    assert (
+        "| model | SST-2 (acc) | SQuAD-v1.1 (F1) | CoNLL-2003 (F1) | SST-2-1k (acc) | SST-2-probe (acc) |"
+        in other
+    )
+    assert (
+        "| probe | not yet run | not yet run | not yet run | not yet run | 71.0 ± 1.4 (2/3 seeds) |" in other
+    )
+    # Table 5's rows, the transformers run and the published checkpoint are not repeated there
+    assert "mlm+nsp-mini" not in other and "transformers-mlm-mini" not in other and "control" not in other
