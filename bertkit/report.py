@@ -676,11 +676,26 @@ def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
         if not r or "mlm_accuracy" not in r.get("metrics", {}):
             continue
         met, shape = r["metrics"], r.get("model_config") or {}
+        loss, acc, gain = (
+            f"{met['mlm_loss']:.3f}",
+            f"{100 * met['mlm_accuracy']:.1f}",
+            _num(met.get("word_order_gain")),
+        )
+        if r.get("objective") == "ltr":
+            # A causal LM has no masked-LM scores (the masked test gives it context it never saw); its own
+            # held-out next-token loss and accuracy from the trainer's evaluation instead, on the same sequences.
+            held = r.get("train_eval") or {}
+            loss = f"{_num(held.get('masked_lm_loss'))} (next-token)"
+            acc = (
+                f"{100 * held['masked_lm_accuracy']:.1f} (next-token)"
+                if "masked_lm_accuracy" in held
+                else "—"
+            )
+            gain = "—"
         rows.append(f"| {m['name']} | {shape.get('num_hidden_layers', '?')} / {shape.get('hidden_size', '?')} | "
                     f"{(r.get('tokens') or 0) / 1e6:.1f}M | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
-                    f"{met['mlm_loss']:.3f} | {100 * met['mlm_accuracy']:.1f} | "
-                    f"{100 * met.get('unigram_accuracy', 0):.1f} | {_num(met.get('unigram_loss'))} | "
-                    f"{_num(met.get('word_order_gain'))} |")  # fmt: skip
+                    f"{loss} | {acc} | {100 * met.get('unigram_accuracy', 0):.1f} | {_num(met.get('unigram_loss'))} | "
+                    f"{gain} |")  # fmt: skip
     if not rows:
         return []
     return ["## Pre-training", "",

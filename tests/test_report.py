@@ -260,6 +260,18 @@ def test_results_report_shows_the_unigram_loss_and_word_order_gain_of_a_pretrain
     assert "word-order gain" in text
 
 
+def test_pretraining_table_gives_a_left_to_right_model_its_next_token_scores_not_masked_ones(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    ltr = _pretrain("ltr-mini", 4, 256, 7000.0, 4000, objective="ltr")
+    ltr["train_eval"] = {"masked_lm_loss": 4.7071, "masked_lm_accuracy": 0.3003}
+    ltr["metrics"]["word_order_gain"] = 0.02
+    (res / "ltr.json").write_text(json.dumps(ltr))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| ltr-mini | 4 / 256"))
+    assert "| 4.707 (next-token) | 30.0 (next-token) |" in row and row.endswith("| — |")
+    assert "8.854" not in row  # log(7000): the masked-LM loss a causal model cannot be scored by
+
+
 def test_paper_report_rows_named_by_the_config_instead_of_the_size_suffix(tmp_path):
     """``table5``/``table6`` name the rows: models called anything (``bert-41M``) fill Table 5, the verdicts
     compare them, and the size effect reads Table 6's models only (not every mlm+nsp-* model)."""
