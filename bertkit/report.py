@@ -372,7 +372,10 @@ def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
             f"| held-out MLM perplexity | {a['metrics']['mlm_perplexity']:.1f} | {b['metrics']['mlm_perplexity']:.1f} |",
             f"| held-out MLM accuracy | {100 * a['metrics']['mlm_accuracy']:.1f} | {100 * b['metrics']['mlm_accuracy']:.1f} |",
         ]  # fmt: skip
+        by_name = {t["name"]: t for t in matrix.raw.get("task", [])}
         for t in tasks:
+            if not {ours, theirs} <= set(task_models(matrix, by_name[t])):
+                continue  # a task the matrix does not run on both models (e.g. SQuAD on Table 5's rows only)
             xa, xb = seed_scores(results, ours, t), seed_scores(results, theirs, t)
             if xa or xb:
                 out.append(f"| {t} ({metric_name(matrix, t)}), fine-tuned by bertkit | "
