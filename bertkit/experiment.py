@@ -112,8 +112,12 @@ def _pretrain_cost(spec: dict, vocab_size: int) -> float:
     """Training FLOPs of a pre-training cell (for the ETA): 6 x the parameters each token passes through, the
     encoder layers for every token and the output layer (transform + vocabulary decoder) for the predicted ones:
     the masked share under MLM, every token under LTR (which makes LTR ~3x dearer than MLM at BERT-tiny)."""
+    from bertkit.pretrain import PretrainConfig
+
     c = _shape(spec)
-    predicted = 1.0 if spec.get("objective") == "ltr" else float(spec.get("masked_lm_prob") or 0.15)
+    recipe = PretrainConfig(preset=spec.get("preset", "mini"), recipe=spec.get("recipe", "auto"),
+                            masked_lm_prob=spec.get("masked_lm_prob")).with_recipe()  # fmt: skip
+    predicted = 1.0 if spec.get("objective") == "ltr" else recipe.masked_lm_prob
     head = c.hidden_size * (c.hidden_size + vocab_size)
     return 6.0 * (_nonembedding_params(c) + predicted * head) * int(spec.get("tokens", 0))
 
@@ -127,6 +131,12 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
             "notes", "table5", "table6"}  # fmt: skip
+
+
+def task_models(raw: dict, task: dict) -> list[str]:
+    """The models a [[task]] fine-tunes: its ``models``, else the matrix's ``finetune_models``, else every
+    model (one rule for the plan and the report)."""
+    return task.get("models") or raw.get("finetune_models") or [m["name"] for m in raw.get("model", [])]
 
 
 def seeds_of(raw: dict, entry: dict | None = None) -> list[int]:
@@ -197,7 +207,6 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             Cell(f"pretrain/{m['name']}", "random" if m.get("random") else "pretrain", spec, needs, cost)
         )
 
-    ft_models = raw.get("finetune_models") or [m["name"] for m in models]
     by_name = {m["name"]: m for m in models}
     for i, t in enumerate(raw.get("task", [])):
         _check_keys(f"{path}: [[task]] #{i + 1}", t, TASK_KEYS)
@@ -206,7 +215,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         lrs = t.get("lr", 5e-5)
         lrs = [float(x) for x in (lrs if isinstance(lrs, list) else [lrs])]
         task_seeds = seeds_of(raw, t)
-        for mname in t.get("models", ft_models):
+        for mname in task_models(raw, t):
             if mname not in by_name:
                 raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
             root = by_name[mname].get("from", mname)

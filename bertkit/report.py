@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment import TABLE5_ROLES, Matrix, load_matrix, read_results, results_dir, seeds_of
+from bertkit.experiment import (
+    TABLE5_ROLES,
+    Matrix,
+    load_matrix,
+    read_results,
+    results_dir,
+    seeds_of,
+    task_models,
+)
 from bertkit.io import atomic_write
 
 NOT_RUN = "not yet run"
@@ -374,7 +382,7 @@ def _compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
         ]  # fmt: skip
         by_name = {t["name"]: t for t in matrix.raw.get("task", [])}
         for t in tasks:
-            if not {ours, theirs} <= set(task_models(matrix, by_name[t])):
+            if not {ours, theirs} <= set(task_models(matrix.raw, by_name[t])):
                 continue  # a task the matrix does not run on both models (e.g. SQuAD on Table 5's rows only)
             xa, xb = seed_scores(results, ours, t), seed_scores(results, theirs, t)
             if xa or xb:
@@ -392,7 +400,8 @@ def _positive_control(matrix: Matrix, results: dict[str, dict], tasks: list[str]
     for spec in matrix.raw["model"]:
         if not (spec.get("package") or spec.get("pretrained")):
             continue
-        name, rnd, ours = spec["name"], table5_models(matrix)["random"], table5_models(matrix)["mlm+nsp"]
+        rows = table5_models(matrix)
+        name, rnd, ours = spec["name"], rows["random"], rows["mlm+nsp"]
         parts = []
         for t in tasks:
             c, r, o = ms(name, t), ms(rnd, t), ms(ours, t)
@@ -582,7 +591,7 @@ def base_estimate() -> list[str]:
 def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
     size = matrix.raw.get("report_size", "mini")
     rows = set(table5_models(matrix).values())
-    tasks = [t["name"] for t in matrix.raw.get("task", []) if rows & set(task_models(matrix, t))]
+    tasks = [t["name"] for t in matrix.raw.get("task", []) if rows & set(task_models(matrix.raw, t))]
     lines = [f"# {matrix.raw.get('description', matrix.name)}", ""]
     lines += _provenance(matrix, results, config_arg, folder)
     prep = results.get("prepare", {}).get("metrics", {})
@@ -630,11 +639,6 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     return "\n".join(lines)
 
 
-def task_models(matrix: Matrix, task: dict) -> list[str]:
-    """The models a [[task]] fine-tunes: its ``models``, else the matrix's ``finetune_models``, else all."""
-    return task.get("models") or matrix.raw.get("finetune_models") or [m["name"] for m in matrix.raw["model"]]
-
-
 def _other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     """Every fine-tuned model that is not a row of Table 5 or 6, the transformers comparison or a published
     checkpoint (e.g. a masking-rate variant, a probe), on each of its tasks."""
@@ -644,10 +648,10 @@ def _other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     }
     tasks = matrix.raw.get("task", [])
     models = [m["name"] for m in matrix.raw["model"] if m["name"] not in shown]
-    models = [m for m in models if any(m in task_models(matrix, t) for t in tasks)]
+    models = [m for m in models if any(m in task_models(matrix.raw, t) for t in tasks)]
     if not models:
         return []
-    cols = [t for t in tasks if any(m in task_models(matrix, t) for m in models)]
+    cols = [t for t in tasks if any(m in task_models(matrix.raw, t) for m in models)]
     out = ["## Other models", "",
            "| model | " + " | ".join(f"{t['name']} ({metric_name(matrix, t['name'], 'primary')})" for t in cols) + " |",
            "| --- |" + " --- |" * len(cols)]  # fmt: skip
@@ -657,7 +661,7 @@ def _other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
             xs = seed_scores(results, m, t["name"])
             cells.append(
                 fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, t)))
-                if m in task_models(matrix, t)
+                if m in task_models(matrix.raw, t)
                 else ""
             )
         out.append(f"| {m} | " + " | ".join(cells) + " |")
@@ -730,7 +734,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
     ]
     for m in [x["name"] for x in matrix.raw["model"]]:
         for t in matrix.raw.get("task", []):
-            if m not in task_models(matrix, t):
+            if m not in task_models(matrix.raw, t):
                 continue
             xs = seed_scores(results, m, t["name"])
             last = next((r for n, r in sorted(results.items(), reverse=True)

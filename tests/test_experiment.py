@@ -62,8 +62,9 @@ def test_matrix_expands_in_dependency_order(tmp_path):
 
 
 def test_eta_costs_follow_the_shape_and_objective_each_cell_trains(tmp_path):
-    """The ETA's FLOP estimates: LTR predicts every token through the vocabulary decoder (dearer than MLM's
-    15%), a ``model = {...}`` override's depth counts, and fine-tuning costs follow [pretrain]'s preset."""
+    """The ETA's FLOP estimates: LTR predicts every token through the vocabulary decoder, MLM the masked share
+    (the recipe's 40% for tiny unless the model sets its own), a ``model = {...}`` override's depth counts,
+    and fine-tuning costs follow [pretrain]'s preset."""
     extra = """
 [[model]]
 name = "l"
@@ -71,12 +72,13 @@ objective = "ltr"
 [[model]]
 name = "deep"
 objective = "mlm"
+masked_lm_prob = 0.15
 model = { num_hidden_layers = 4 }
 """
     m = load_matrix(_write(tmp_path, MINIMAL + extra))
     mlm, ltr, deep = (m.cell(f"pretrain/{n}").cost for n in ("a", "l", "deep"))
     # tiny, vocabulary 8192: encoder 393,216 parameters a token, output layer 1,064,960 a predicted token
-    assert mlm == pytest.approx(6 * (393_216 + 0.15 * 1_064_960) * 1000)
+    assert mlm == pytest.approx(6 * (393_216 + 0.4 * 1_064_960) * 1000)
     assert ltr == pytest.approx(6 * (393_216 + 1_064_960) * 1000)
     assert deep == pytest.approx(6 * (2 * 393_216 + 0.15 * 1_064_960) * 1000)
     tuned = m.cell("finetune/a/SST-2/lr0.0001/seed1").cost

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from bertkit.config import BertConfig
@@ -100,8 +101,6 @@ def test_weighted_sum_tagger_mixes_layers():
 def test_mean_pooling_head_classifies_the_mean_of_the_real_tokens_states():
     """``classifier_pooling = "mean"``: logits = classifier(mean of the last layer over real tokens), padding
     changes nothing, the first token alone does not decide (unlike [CLS]); an unknown pooling is refused."""
-    import pytest
-
     torch.manual_seed(0)
     model = BertForSequenceClassification(_config(classifier_pooling="mean")).eval()
     g = torch.Generator().manual_seed(3)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
+import pytest
+
+from bertkit.errors import UserError
 from bertkit.report import write_report
 
 CONFIG = """
@@ -83,7 +88,7 @@ SCORES = {  # (model, task): primary per seed
 
 def _pretrain(model: str, layers: int, hidden: int, ppl: float, tokens: int, **extra) -> dict:
     return {"cell": f"pretrain/{model}", "kind": "pretrain", "model": model, "tokens": tokens, "steps": 10,
-            "primary": 20.0, "metrics": {"mlm_loss": round(__import__("math").log(ppl), 4), "mlm_perplexity": ppl,
+            "primary": 20.0, "metrics": {"mlm_loss": round(math.log(ppl), 4), "mlm_perplexity": ppl,
                                           "mlm_accuracy": 0.2, "masked_tokens": 456, "sequences": 24}, "model_config": {"num_hidden_layers": layers,
             "hidden_size": hidden, "num_attention_heads": 4}, "train_cpu_s": 100.0, "commit": "abc1234",
             "cpu": "Test CPU", "torch": "2.13.0", "threads": 1, "cpu_s": 120.0,
@@ -297,10 +302,6 @@ def test_paper_report_rows_named_by_the_config_instead_of_the_size_suffix(tmp_pa
 
 
 def test_paper_report_rows_must_name_models_of_the_matrix(tmp_path):
-    import pytest
-
-    from bertkit.errors import UserError
-
     cfg, res = _fixture(tmp_path)
     base = cfg.read_text()
     for bad, message in [
@@ -310,7 +311,7 @@ def test_paper_report_rows_must_name_models_of_the_matrix(tmp_path):
         ('table6 = "mlm-mini"', "`table6` a list of model names"),
     ]:
         cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{bad}'))
-        with pytest.raises(UserError, match=__import__("re").escape(message)) as err:
+        with pytest.raises(UserError, match=re.escape(message)) as err:
             write_report(cfg, results=res)
         assert str(cfg) in str(err.value)
 

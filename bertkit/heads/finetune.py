@@ -128,7 +128,7 @@ class HeadBiLSTM(nn.Module):
 POOLINGS = ("cls", "mean")
 
 
-def _ltr_settings(module: nn.Module, config: BertConfig) -> None:
+def _head_settings(module: nn.Module, config: BertConfig) -> None:
     """``module.causal``, ``module.bilstm`` and ``module.pooling`` from the config (see the module docstring)."""
     module.causal = bool(_setting(config, "causal", False))
     module.bilstm = HeadBiLSTM(config.hidden_size) if _setting(config, "head_bilstm", False) else None
@@ -183,7 +183,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.bert = BertModel(config)
         self.dropout = _dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        _ltr_settings(self, config)
+        _head_settings(self, config)
         self.post_init()
 
     def forward(
@@ -311,7 +311,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.use_crf = bool(_setting(config, "use_crf", False))
         self.crf = CRF(config.num_labels) if self.use_crf else None
-        _ltr_settings(self, config)
+        _head_settings(self, config)
         self.post_init()
 
     def forward(
@@ -359,7 +359,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
-        _ltr_settings(self, config)
+        _head_settings(self, config)
         self.post_init()
 
     def forward(
@@ -402,7 +402,7 @@ class BertForMultipleChoice(BertPreTrainedModel):
         self.bert = BertModel(config)
         self.dropout = _dropout(config)
         self.classifier = nn.Linear(config.hidden_size, 1)
-        _ltr_settings(self, config)
+        _head_settings(self, config)
         self.post_init()
 
     def forward(
