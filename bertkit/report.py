@@ -680,28 +680,14 @@ def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     rows = []
     for m in matrix.raw["model"]:
         r = results.get(f"pretrain/{m['name']}")
-        if not r or "mlm_accuracy" not in r.get("metrics", {}):
+        scores = _heldout_scores(r) if r else None
+        if scores is None:
             continue
+        loss, acc, gain = scores
         met, shape = r["metrics"], r.get("model_config") or {}
-        loss, acc, gain = (
-            f"{met['mlm_loss']:.3f}",
-            f"{100 * met['mlm_accuracy']:.1f}",
-            _num(met.get("word_order_gain")),
-        )
-        if r.get("objective") == "ltr":
-            # A causal LM has no masked-LM scores (the masked test gives it context it never saw); its own
-            # held-out next-token loss and accuracy from the trainer's evaluation instead, on the same sequences.
-            held = r.get("train_eval") or {}
-            loss = f"{_num(held.get('masked_lm_loss'))} (next-token)"
-            acc = (
-                f"{100 * held['masked_lm_accuracy']:.1f} (next-token)"
-                if "masked_lm_accuracy" in held
-                else "—"
-            )
-            gain = "—"
         rows.append(f"| {m['name']} | {shape.get('num_hidden_layers', '?')} / {shape.get('hidden_size', '?')} | "
                     f"{(r.get('tokens') or 0) / 1e6:.1f}M | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
-                    f"{loss} | {acc} | {100 * met.get('unigram_accuracy', 0):.1f} | {_num(met.get('unigram_loss'))} | "
+                    f"{loss} | {acc} | {_num(_percent(met.get('unigram_accuracy')), 1)} | {_num(met.get('unigram_loss'))} | "
                     f"{gain} |")  # fmt: skip
     if not rows:
         return []
@@ -713,6 +699,28 @@ def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
             "", "| model | layers / hidden | tokens | training CPU s | held-out MLM loss | MLM acc | unigram acc | "
             "unigram loss | word-order gain |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
+
+
+def _heldout_scores(r: dict) -> tuple[str, str, str] | None:
+    """(loss, accuracy, word-order gain) of a pre-training result's held-out row: masked-LM scores, or a
+    left-to-right model's next-token ones (result files before stop 23 kept those under ``train_eval`` and
+    masked-LM scores a causal model cannot be given under ``metrics``); None when it has neither."""
+    met = r.get("metrics") or {}
+    if r.get("objective") == "ltr":
+        ev = met if "next_token_loss" in met else {
+            "next_token_loss": (r.get("train_eval") or {}).get("masked_lm_loss"),
+            "next_token_accuracy": (r.get("train_eval") or {}).get("masked_lm_accuracy"),
+        }  # fmt: skip
+        acc = ev.get("next_token_accuracy")
+        return (f"{_num(ev.get('next_token_loss'))} (next-token)",
+                "—" if acc is None else f"{100 * acc:.1f} (next-token)", "—")  # fmt: skip
+    if "mlm_accuracy" not in met:
+        return None
+    return f"{met['mlm_loss']:.3f}", f"{100 * met['mlm_accuracy']:.1f}", _num(met.get("word_order_gain"))
+
+
+def _percent(value: float | None) -> float | None:
+    return None if value is None else 100 * value
 
 
 def _num(value: float | None, digits: int = 3) -> str:

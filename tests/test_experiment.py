@@ -204,6 +204,10 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
     assert hf["cpu_budget_s"] == pre["train_cpu_s"] and hf["tokens"] > 0
     # the LTR model keeps its causal mask at fine-tuning time; the derived model adds a BiLSTM
     assert json.loads((out / "pretrain/ltr-tiny/model/config.json").read_text())["causal"] is True
+    # a left-to-right model gets its held-out next-token scores, not masked-LM ones it cannot be given
+    ltr = results["pretrain/ltr-tiny"]
+    assert set(ltr["metrics"]) == {"next_token_loss", "next_token_accuracy", "sequences"}
+    assert ltr["primary"] == round(100 * ltr["metrics"]["next_token_accuracy"], 2)
     view = json.loads((out / "models/ltr+bilstm-tiny/config.json").read_text())
     assert view["causal"] is True and view["head_bilstm"] is True
     # every seed uses the grid's best rate; the first seed is the grid run itself

@@ -182,7 +182,7 @@ def test_results_report_lists_pretraining_and_notes(tmp_path):
     text = Path(out["report"]).read_text()
     assert "- see [paper.md](paper.md)" in text
     assert (
-        "| mlm+nsp-tiny | 2 / 128 | 0.0M | 100 | 5.704 | 20.0 | 0.0 | — | — |" in text
+        "| mlm+nsp-tiny | 2 / 128 | 0.0M | 100 | 5.704 | 20.0 | — | — | — |" in text
     )  # predates the measures
     assert "| mlm+nsp-mini | 4 / 256 |" in text and "| ltr-mini | 4 / 256 |" not in text
     assert (
@@ -261,7 +261,7 @@ def test_results_report_shows_the_unigram_loss_and_word_order_gain_of_a_pretrain
     r["metrics"].update(unigram_loss=6.9071, shuffled_mlm_loss=5.5, word_order_gain=0.2017)
     path.write_text(json.dumps(r))
     text = Path(write_report(cfg, results=res)["report"]).read_text()
-    assert "| mlm+nsp-mini | 4 / 256 | 0.0M | 100 | 5.298 | 20.0 | 0.0 | 6.907 | 0.202 |" in text
+    assert "| mlm+nsp-mini | 4 / 256 | 0.0M | 100 | 5.298 | 20.0 | — | 6.907 | 0.202 |" in text
     assert "word-order gain" in text
 
 
@@ -275,6 +275,12 @@ def test_pretraining_table_gives_a_left_to_right_model_its_next_token_scores_not
     row = next(line for line in text.splitlines() if line.startswith("| ltr-mini | 4 / 256"))
     assert "| 4.707 (next-token) | 30.0 (next-token) |" in row and row.endswith("| — |")
     assert "8.854" not in row  # log(7000): the masked-LM loss a causal model cannot be scored by
+    # result files since stop 23: the next-token scores are the metrics, with no unigram baseline
+    ltr["metrics"] = {"next_token_loss": 4.5, "next_token_accuracy": 0.31, "sequences": 24}
+    (res / "ltr.json").write_text(json.dumps(ltr))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| ltr-mini | 4 / 256"))
+    assert row.endswith("| 4.500 (next-token) | 31.0 (next-token) | — | — | — |")
 
 
 def test_paper_report_rows_named_by_the_config_instead_of_the_size_suffix(tmp_path):
