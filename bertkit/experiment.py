@@ -4,6 +4,8 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
 
     vocab                                   WordPiece vocabulary of the corpus (bertkit vocab)
     prepare                                 token shards (bertkit prepare)
+    tasktext/<model>, prepare/<model>       for a model with ``task_text = [tasks]``: those tasks' training
+                                            text (bertkit.task_text) and its shards with the corpus
     pretrain/<model>                        one pre-training run per model (or: random init, an existing
                                             model, transformers' own pipeline in a subprocess)
     finetune/<model>/<task>/lr<x>/seed<s>   the learning-rate grid (only when a task lists several rates)
@@ -123,7 +125,7 @@ def _pretrain_cost(spec: dict, vocab_size: int) -> float:
 
 
 MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner", "script", "same_cpu_as",
-              "pretrained", "package", "tokens", "model"}  # fmt: skip
+              "pretrained", "package", "tokens", "model", "task_text"}  # fmt: skip
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
              "max_train_examples", "epochs", "batch_size", "lr", "max_seq_length", "doc_stride",
              "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
@@ -146,6 +148,36 @@ def seeds_of(raw: dict, entry: dict | None = None) -> list[int]:
     return [int(s) for s in entry["seeds"]] if entry and "seeds" in entry else top
 
 
+def prepare_cell_of(spec: dict) -> str:
+    """The prepare cell whose shards a pre-training model reads: the matrix corpus's (``prepare``), or for a
+    model with ``task_text`` its own (``prepare/<model>``: the tasks' training text, then the corpus)."""
+    return f"prepare/{spec['name']}" if spec.get("task_text") else "prepare"
+
+
+def _task_text_cells(where: str, spec: dict, raw: dict, corpus: list[str]) -> list[Cell]:
+    """The cells that give a model with ``task_text = ["TASK", ...]`` its own corpus: the named [[task]]s'
+    training text (full training splits, labels dropped) written first, then the matrix corpus, tokenized with
+    the matrix vocabulary (so the held-out documents, the corpus's last ones, are the same as every model's)."""
+    names = spec["task_text"]
+    tasks = {t.get("name"): t for t in raw.get("task", [])}
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise UserError(f'{where}: task_text must be a list of [[task]] names, e.g. ["SST-2"]')
+    for n in names:
+        if n not in tasks:
+            raise UserError(
+                f"{where}: task_text: {n!r} is not a [[task]] of the matrix; tasks: {sorted(tasks)}"
+            )
+    for bad in ("random", "runner", "same_cpu_as"):
+        if spec.get(bad):
+            raise UserError(f"{where}: task_text applies to a model bertkit pre-trains, not one with `{bad}`")
+    name = spec["name"]
+    text = Cell(f"tasktext/{name}", "tasktext", {"model": name, "tasks": [tasks[n] for n in names]})
+    prep = Cell(f"prepare/{name}", "prepare",
+                {"corpus": corpus, "max_seq_length": int(raw.get("max_seq_length", 128)), "task_text_of": name},
+                needs=["vocab", text.name])  # fmt: skip
+    return [text, prep]
+
+
 def load_matrix(path: str | os.PathLike) -> Matrix:
     """Read a matrix TOML and expand it into cells (in run order: data, pre-training, fine-tuning)."""
     from bertkit.pretrain import load_config_file
@@ -160,6 +192,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
     if not isinstance(models, list) or not models:
         raise UserError(f"{path}: needs at least one [[model]] table")
     cells: list[Cell] = []
+    corpus: list[str] = []
     uses_corpus = any(not (m.get("pretrained") or m.get("package")) for m in models)
     if uses_corpus:
         root = Path(_resolve(base, raw.get("data_root", "../../shared/data")))
@@ -190,12 +223,18 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                 raise UserError(
                     f"{path}: model {m['name']!r}: `from = {m['from']!r}` must name a trained model"
                 )
+            if "task_text" in m:
+                raise UserError(f"{path}: model {m['name']!r}: task_text belongs on the model it is `from`")
             continue
         spec = {**defaults, **m}
         if m.get("pretrained") or m.get("package"):
+            if "task_text" in m:
+                raise UserError(f"{path}: model {m['name']!r}: task_text needs a model pre-trained here")
             cells.append(Cell(f"pretrain/{m['name']}", "pretrained", spec))
             continue
-        needs = ["prepare"]
+        if "task_text" in m:
+            cells.extend(_task_text_cells(f"{path}: model {m['name']!r}", spec, raw, corpus))
+        needs = [prepare_cell_of(spec)]
         if m.get("same_cpu_as"):
             if m["same_cpu_as"] not in names:
                 raise UserError(

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from bertkit.errors import UserError
-from bertkit.experiment import Cell, Matrix, _resolve
+from bertkit.experiment import Cell, Matrix, _resolve, prepare_cell_of
 from bertkit.io import atomic_write_json
 from bertkit.mlm_eval import heldout_mlm
 
@@ -32,11 +32,25 @@ def artifact(cell: Cell, out: Path) -> Path | None:
     """The file whose presence means a finished cell's output is usable by later cells (None: no output)."""
     if cell.kind == "vocab":
         return out / "vocab" / "vocab.txt"
+    if cell.kind == "tasktext":
+        return task_text_file(out, cell.spec["model"])
     if cell.kind == "prepare":
-        return out / "prepare" / "data" / "manifest.json"
+        return prepared_data(out, cell.name) / "manifest.json"
     if cell.kind in ("pretrain", "random"):
         return out / cell.name / "model" / "config.json"
     return None
+
+
+def prepared_data(out: Path, prepare_cell: str) -> Path:
+    """The shards a prepare cell writes: ``OUT/prepare/data`` for the matrix corpus, and
+    ``OUT/prepare-task-text/<model>/data`` for cell ``prepare/<model>`` (a model with ``task_text``)."""
+    if prepare_cell == "prepare":
+        return out / "prepare" / "data"
+    return out / "prepare-task-text" / prepare_cell.split("/", 1)[1] / "data"
+
+
+def task_text_file(out: Path, model: str) -> Path:
+    return out / "tasktext" / model / "task-text.txt"
 
 
 def data_root(matrix: Matrix) -> Path:
@@ -48,6 +62,7 @@ def run_cell(
 ) -> dict[str, Any]:
     fn = {
         "vocab": _vocab,
+        "tasktext": _tasktext,
         "prepare": _prepare,
         "pretrain": _pretrain,
         "random": _random,
@@ -71,12 +86,46 @@ def _vocab(matrix, cell, out, done, progress) -> dict:
     return {"primary": None, "metrics": {k: v for k, v in r.items() if isinstance(v, (int, float, str))}}
 
 
+def _tasktext(matrix, cell, out, done, progress) -> dict:
+    """The training text of the model's ``task_text`` tasks as one corpus file (see bertkit.task_text); a
+    data source named by several tasks (SST-2 and a 1k-example SST-2 task) is written once."""
+    from bertkit.task_text import squad_documents, task_documents, write_corpus
+
+    def documents():
+        seen = set()
+        for t in cell.spec["tasks"]:
+            if t["kind"] == "squad":
+                from bertkit.tasks.squad import load_squad_json
+                from bertkit.tasks.squad_train import split_articles
+
+                file = data_root(matrix) / t.get("file", "squad/dev-v1.1.json")
+                source = ("squad", str(file), t.get("dev_articles", 8), t.get("train_articles"))
+                if source not in seen:
+                    seen.add(source)
+                    train, _ = split_articles(load_squad_json(file), int(t.get("dev_articles", 8)),
+                                              t.get("train_articles"))  # fmt: skip
+                    yield from squad_documents(train)
+                continue
+            task = _read_task(matrix, t)
+            source = (t["kind"], t.get("dir") or t.get("train") or t.get("task", t["name"]))
+            if source not in seen:
+                seen.add(source)
+                yield from task_documents(task.kind, task.train)
+
+    stats = write_corpus(documents(), task_text_file(out, cell.spec["model"]))
+    return {"primary": None, "metrics": stats, "tasks": [t["name"] for t in cell.spec["tasks"]]}
+
+
 def _prepare(matrix, cell, out, done, progress) -> dict:
     from bertkit.data.shards import prepare
 
-    data = out / "prepare" / "data"
+    data = prepared_data(out, cell.name)
+    corpus = list(cell.spec["corpus"])
+    if cell.spec.get("task_text_of"):
+        # the task text goes first: the held-out split is the last documents, the corpus's as for every model
+        corpus = [str(task_text_file(out, cell.spec["task_text_of"])), *corpus]
     shutil.rmtree(data, ignore_errors=True)  # a half-written one from a killed run
-    r = prepare(cell.spec["corpus"], out / "vocab" / "vocab.txt", data, cell.spec["max_seq_length"],
+    r = prepare(corpus, out / "vocab" / "vocab.txt", data, cell.spec["max_seq_length"],
                 progress=progress)  # fmt: skip
     keep = ("documents", "sentences", "tokens", "vocab_size", "max_seq_length", "text_bytes")
     return {"primary": None, "metrics": {k: r[k] for k in keep if k in r}}
@@ -144,7 +193,9 @@ def _pretrain_config(matrix: Matrix, cell: Cell, out: Path, progress: bool):
         kw["model_overrides"] = dict(spec["model"])
     if "tokens" in spec:
         kw["steps"] = _pretrain_steps(spec)
-    kw.update(data=str(out / "prepare" / "data"), out=str(out / cell.name), progress=progress)
+    kw.update(
+        data=str(prepared_data(out, prepare_cell_of(spec))), out=str(out / cell.name), progress=progress
+    )
     kw.setdefault("checkpoint_every", 100)
     return PretrainConfig(**kw).with_recipe()
 
@@ -223,8 +274,10 @@ def _pretrain(matrix, cell, out, done, progress) -> dict:
         held = _next_token_scores(res.get("eval") or {})
         primary = held.get("next_token_accuracy")
     else:
+        # every model is scored on the matrix corpus's held-out documents (a task_text model's own shards end
+        # with the same documents), with that corpus's unigram baseline
         held = heldout_mlm(
-            run_dir / "model", out / "prepare" / "data", cfg.max_seq_length, cfg.valid_documents
+            run_dir / "model", prepared_data(out, "prepare"), cfg.max_seq_length, cfg.valid_documents
         )
         primary = held["mlm_accuracy"]
     return {
@@ -271,7 +324,7 @@ def _random(matrix, cell, out, done, progress) -> dict:
     from bertkit.pretrain import save_tokenizer
 
     cfg = _pretrain_config(matrix, cell, out, progress)
-    data = out / "prepare" / "data"
+    data = prepared_data(out, "prepare")
     vocab = data / "vocab.txt"
     mc = BertConfig.preset(cfg.preset, vocab_size=len(vocab.read_text(encoding="utf-8").splitlines()),
                            **cfg.model_overrides)  # fmt: skip
@@ -328,7 +381,7 @@ def _transformers(matrix, cell, out, done, progress) -> dict:
     run_dir.mkdir(parents=True)
     cfg = _pretrain_config(matrix, cell, out, progress)
     script = _resolve(matrix.base, spec.get("script", "transformers_mlm.py"))
-    cmd = [sys.executable, script, "--data", str(out / "prepare" / "data"), "--out", str(run_dir),
+    cmd = [sys.executable, script, "--data", str(prepared_data(out, "prepare")), "--out", str(run_dir),
            "--preset", cfg.preset, "--batch-size", str(cfg.batch_size), "--max-seq-length", str(cfg.max_seq_length),
            "--lr", str(cfg.lr), "--warmup", str(cfg.warmup), "--weight-decay", str(cfg.weight_decay),
            "--mlm-probability", str(cfg.masked_lm_prob),
@@ -339,7 +392,9 @@ def _transformers(matrix, cell, out, done, progress) -> dict:
         cmd += ["--valid-documents", str(cfg.valid_documents)]
     subprocess.run(cmd, check=True)
     rep = json.loads((run_dir / "result.json").read_text())
-    held = heldout_mlm(run_dir / "model", out / "prepare" / "data", cfg.max_seq_length, cfg.valid_documents)
+    held = heldout_mlm(
+        run_dir / "model", prepared_data(out, "prepare"), cfg.max_seq_length, cfg.valid_documents
+    )
     return {"model": spec["name"], "objective": "mlm", "preset": cfg.preset, "seed": cfg.seed,
             "primary": round(100 * held["mlm_accuracy"], 2), "metrics": held, "tokens": rep["tokens"],
             "steps": rep["steps"], "train_cpu_s": rep["train_cpu_s"], "cpu_budget_s": budget,

@@ -416,6 +416,29 @@ def _positive_control(matrix: Matrix, results: dict[str, dict], tasks: list[str]
     return out
 
 
+def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str], ms) -> list[str]:
+    """Models pre-trained on their tasks' training text as well (``task_text``): against random init and
+    against Table 5's MLM + NSP row, task by task (is the corpus why a task does not transfer?)."""
+    out = []
+    rows = table5_models(matrix)
+    rnd, base = rows.get("random"), rows.get("mlm+nsp")
+    for spec in matrix.raw["model"]:
+        if not spec.get("task_text"):
+            continue
+        name, parts = spec["name"], []
+        for t in tasks:
+            x, r, b = ms(name, t), ms(rnd, t), ms(base, t)
+            if x is None or r is None:
+                continue
+            beyond = x[0] - r[0] > max(x[1], r[1])
+            vs_base = f", {x[0] - b[0]:+.1f} vs {base}" if b is not None else ""
+            parts.append(f"{t} {x[0] - r[0]:+.1f} vs random ({'reproduces' if beyond else 'does NOT reproduce'}"
+                         f"{vs_base})")  # fmt: skip
+        out.append(f"- **Pre-training with the tasks' training text** ({name}: {', '.join(spec['task_text'])}'s "
+                   f"training text before the corpus): " + ("; ".join(parts) if parts else NOT_RUN) + ".")  # fmt: skip
+    return out
+
+
 def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
     """The issue's "must show" claims, each checked against the result files."""
     out = []
@@ -472,6 +495,7 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
     else:
         out.append(f"- **Size effect**: {NOT_RUN}.")
     out += _table7_finding(matrix, results, ms)
+    out += _task_text_finding(matrix, results, tasks, ms)
     out += _positive_control(matrix, results, tasks, ms)
     for spec in matrix.raw["model"]:
         if spec.get("runner") != "transformers":

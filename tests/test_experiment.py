@@ -43,6 +43,15 @@ def _write(tmp_path: Path, text: str) -> Path:
     return p
 
 
+def test_a_task_text_model_gets_its_own_corpus_cells(tmp_path):
+    m = load_matrix(_write(tmp_path, MINIMAL + '[[model]]\nname = "t"\ntask_text = ["SST-2"]\n'))
+    names = [c.name for c in m.cells]
+    assert names.index("tasktext/t") < names.index("prepare/t") < names.index("pretrain/t")
+    assert m.cell("prepare/t").needs == ["vocab", "tasktext/t"]
+    assert m.cell("pretrain/t").needs == ["prepare/t"] and m.cell("pretrain/a").needs == ["prepare"]
+    assert [t["name"] for t in m.cell("tasktext/t").spec["tasks"]] == ["SST-2"]
+
+
 def test_matrix_expands_in_dependency_order(tmp_path):
     m = load_matrix(_write(tmp_path, MINIMAL))
     names = [c.name for c in m.cells]
@@ -155,6 +164,10 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
         ('[[model]]\nname = "b"\nfrom = "nope"\n', "must name a trained model"),
         ('[[model]]\nname = "b"\ncolour = 1\n', "unknown setting"),
         ('[[task]]\nname = "X"\nkind = "nope"\n', "kind must be one of"),
+        ('[[model]]\nname = "b"\ntask_text = ["MNLI"]\n', "'MNLI' is not a \\[\\[task\\]\\]"),
+        ('[[model]]\nname = "b"\ntask_text = "SST-2"\n', "task_text must be a list"),
+        ('[[model]]\nname = "b"\nrandom = true\ntask_text = ["SST-2"]\n', "not one with `random`"),
+        ('[[model]]\nname = "b"\nfrom = "a"\ntask_text = ["SST-2"]\n', "belongs on the model it is `from`"),
     ],
 )
 def test_bad_matrices_name_the_problem(tmp_path, bad, match):
@@ -221,6 +234,30 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
         1,
         2,
     ]
+
+    # task text: only the tasks' training splits, first in the model's own shards; held out is the corpus's
+    text = (out / "tasktext/mlm-tiny-tasktext/task-text.txt").read_text(encoding="utf-8")
+    lines = set(text.splitlines())
+    assert results["tasktext/mlm-tiny-tasktext"]["metrics"]["documents"] > 100
+    from bertkit.data.shards import ShardSet
+    from bertkit.tasks.glue import glue_task_data
+    from bertkit.tasks.squad import load_squad_json
+
+    sst2 = glue_task_data("SST-2", shared_data / "glue/SST-2")
+    assert " ".join(sst2.train[0].text_a.split()) in lines
+    assert not lines & {" ".join(e.text_a.split()) for e in sst2.dev if len(e.text_a.split()) > 8}
+    squad = load_squad_json(shared_data / "squad/dev-v1.1.json")["data"]
+    assert squad[0]["paragraphs"][0]["qas"][0]["question"].strip() in lines  # the train article
+    assert squad[-1]["paragraphs"][0]["qas"][0]["question"].strip() not in lines  # the dev article
+    base, own = ShardSet(out / "prepare/data"), ShardSet(out / "prepare-task-text/mlm-tiny-tasktext/data")
+    assert own.documents > base.documents
+    for k in range(1, 21):  # the last valid_documents (20) documents: the same held-out split
+        assert all(
+            (a == b).all() for a, b in zip(base.document(base.documents - k), own.document(own.documents - k))
+        )
+    held, base_held = results["pretrain/mlm-tiny-tasktext"]["metrics"], pre["metrics"]
+    for key in ("masked_tokens", "unigram_loss", "unigram_accuracy"):  # scored on the same blanks
+        assert held[key] == base_held[key], key
 
     # a second run finds everything done; a deleted result re-runs that cell only (its model is still there)
     assert run_matrix(SMOKE, out=out, results=res, progress=False)["to_run"] == []

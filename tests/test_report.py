@@ -364,3 +364,20 @@ def test_same_budget_table_leaves_out_tasks_the_matrix_does_not_run_on_both_mode
     same_budget = body.split("## Same CPU budget")[1].split("\n## ")[0]
     assert "| SST-2 (acc), fine-tuned by bertkit | 79.5 ± 0.7 (2/3 seeds) | 76.0 ± 1.0 |" in same_budget
     assert "SQuAD" not in same_budget  # not "not yet run": transformers' model is not fine-tuned on it
+
+
+def test_task_text_finding_compares_with_random_and_the_table5_baseline(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    cfg.write_text(
+        cfg.read_text() + '[[model]]\nname = "tapt"\nobjective = "mlm+nsp"\ntask_text = ["SST-2"]\n'
+    )
+    for i, (sst, squad) in enumerate([(70.0, 33.0), (71.0, 34.0), (72.0, 35.0)], 1):
+        for t, x in (("SST-2", sst), ("SQuAD-v1.1", squad)):
+            (res / f"tapt-{t}-{i}.json").write_text(json.dumps({"cell": f"finetune/tapt/{t}/seed{i}",
+                                                                "kind": "finetune", "primary": x}))  # fmt: skip
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert (
+        "- **Pre-training with the tasks' training text** (tapt: SST-2's training text before the corpus): "
+        "SST-2 +10.0 vs random (reproduces, -10.0 vs mlm+nsp-mini); "
+        "SQuAD-v1.1 +4.0 vs random (reproduces, +4.0 vs mlm+nsp-mini)." in text
+    )
