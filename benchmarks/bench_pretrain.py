@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
+from pathlib import Path
 
 import torch
 
 from .common import compare, training_flops
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -188,9 +192,18 @@ def bench_size(
     return result
 
 
-def ours_only(size: str, repeats: int = 2, warmup: int = 1, batch_size: int = 32, seq: int = 128) -> dict:
+def ours_only(
+    size: str,
+    repeats: int = 2,
+    warmup: int = 2,
+    batch_size: int = 32,
+    seq: int = 128,
+    keep_memory: bool = False,
+) -> dict:
     """Our fp32 pre-training step alone (no reference: a BERT-base step of transformers takes minutes on 2
-    cores): tokens/s and, through ``model_flops_per_call``, the fraction of the machine's GEMM peak."""
+    cores): tokens/s and, through ``model_flops_per_call``, the fraction of the machine's GEMM peak.
+    ``keep_memory``: first make malloc keep freed blocks, as bertkit's Trainer does (it is process-wide, so
+    :func:`ours_only_in_child` runs it in a process of its own)."""
     import statistics
     import time
 
@@ -198,6 +211,10 @@ def ours_only(size: str, repeats: int = 2, warmup: int = 1, batch_size: int = 32
     from bertkit.heads.pretraining import BertForPreTraining
     from bertkit.train.optim import build_optimizer
 
+    if keep_memory:
+        from bertkit.kernels.freed_memory import keep_freed_memory
+
+        keep_memory = keep_freed_memory()
     torch.manual_seed(0)
     cfg = BertConfig.preset(size)
     model = BertForPreTraining(cfg).train()
@@ -213,8 +230,9 @@ def ours_only(size: str, repeats: int = 2, warmup: int = 1, batch_size: int = 32
     t = statistics.median(times)
     tokens = int(batch["attention_mask"].sum())
     masked = int((batch["labels"] != -100).sum())
+    memory = ", freed memory kept as bertkit's Trainer does" if keep_memory else ", glibc's default malloc"
     return {
-        "name": f"pretrain step BERT-{size} ({batch_size}x{seq}), ours only: fraction of GEMM peak",
+        "name": f"pretrain step BERT-{size} ({batch_size}x{seq}{memory}), ours only: fraction of GEMM peak",
         "ratio": None,
         "ours_s": t,
         "ours_per_s": tokens / t,
@@ -224,6 +242,19 @@ def ours_only(size: str, repeats: int = 2, warmup: int = 1, batch_size: int = 32
         "model_flops_per_call": training_flops(cfg, batch["attention_mask"].sum(1).tolist(), masked),
         "goal": "≥ 50% of fp32 GEMM peak",
     }
+
+
+def ours_only_in_child(size: str, keep_memory: bool, threads: int | None, batch_size: int, seq: int) -> dict:
+    """:func:`ours_only` in a fresh process (a malloc setting, once made, holds for the whole process: the
+    rows after it, the reference's included, must not inherit it)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "benchmarks.bench_pretrain", "--ours-only", size, "--batch-size", str(batch_size),
+           "--seq", str(seq)] + (["--threads", str(threads)] if threads else []) + (["--keep-freed-memory"] if keep_memory else [])  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "BERTKIT_KEEP_FREED_MEMORY"}
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def work(sizes: list[str], batch_size: int = 32, seq: int = 128) -> dict:
@@ -275,7 +306,8 @@ def run(args=None) -> list[dict]:
                 )
             )
             rows.append(bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16"))
-    rows += [ours_only(s, batch_size=ns.batch_size, seq=ns.seq) for s in ns.ours_only_sizes]
+    for s in ns.ours_only_sizes:  # glibc's default (as the paired rows above) and as the Trainer runs it
+        rows += [ours_only_in_child(s, keep, ns.threads, ns.batch_size, ns.seq) for keep in (False, True)]
     return rows
 
 
@@ -292,7 +324,15 @@ def main(argv=None) -> None:
         action="store_true",
         help="print each size's FLOPs per step, ours and transformers', for the bench's batch (no timing)",
     )
+    p.add_argument("--ours-only", dest="ours_only", default=None, help="time only our step of this size")
+    p.add_argument("--keep-freed-memory", action="store_true", help="with --ours-only: as bertkit's Trainer")
     args = p.parse_args(argv)
+    if args.ours_only:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        print(json.dumps(ours_only(args.ours_only, batch_size=args.batch_size, seq=args.seq,
+                                   keep_memory=args.keep_freed_memory)), flush=True)  # fmt: skip
+        return
     if args.work_only:
         print(json.dumps(work(args.sizes, args.batch_size, args.seq), indent=2))
         return

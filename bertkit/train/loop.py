@@ -71,6 +71,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.errors import UserError
+from bertkit.kernels.freed_memory import keep_freed_memory
 from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
 from bertkit.train.checkpoint import (
     latest_checkpoint,
@@ -377,6 +378,9 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict:
         """Train until ``max_steps``; with ``resume`` continue from the newest checkpoint in ``out_dir``."""
+        # every step frees and re-allocates the same large blocks: keep them in the process rather than
+        # fault them in afresh each step (bertkit.kernels.freed_memory; BERTKIT_KEEP_FREED_MEMORY=0: off)
+        keep_freed_memory()
         resumed_from = self._begin(resume)
         if self.tensorboard and self.is_main:
             try:
