@@ -7,7 +7,8 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
     tasktext/<model>, prepare/<model>       for a model with ``task_text = [tasks]``: those tasks' training
                                             text (bertkit.task_text) and its shards with the corpus
     pretrain/<model>                        one pre-training run per model (or: random init, an existing
-                                            model, transformers' own pipeline in a subprocess)
+                                            model, transformers' own pipeline in a subprocess); with
+                                            ``continue_from = "<model>"`` it starts from that model's weights
     finetune/<model>/<task>/lr<x>/seed<s>   the learning-rate grid (only when a task lists several rates)
     finetune/<model>/<task>/seed<s>         every model on every task, each seed (best grid rate on dev)
     features/<model>/<variant>/seed<s>      the feature-based approach (paper Table 7)
@@ -125,7 +126,7 @@ def _pretrain_cost(spec: dict, vocab_size: int) -> float:
 
 
 MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner", "script", "same_cpu_as",
-              "pretrained", "package", "tokens", "model", "task_text"}  # fmt: skip
+              "pretrained", "package", "tokens", "model", "task_text", "continue_from"}  # fmt: skip
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
              "max_train_examples", "epochs", "batch_size", "lr", "max_seq_length", "doc_stride",
              "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
@@ -176,6 +177,20 @@ def _task_text_cells(where: str, spec: dict, raw: dict, corpus: list[str]) -> li
                 {"corpus": corpus, "max_seq_length": int(raw.get("max_seq_length", 128)), "task_text_of": name},
                 needs=["vocab", text.name])  # fmt: skip
     return [text, prep]
+
+
+def _continue_from(where: str, spec: dict, models: list[dict]) -> str:
+    """The pre-training cell a ``continue_from = "<model>"`` model starts from (its weights, a fresh optimiser
+    and schedule): a model bertkit pre-trains in this matrix, not itself continued (no chains)."""
+    base = next((m for m in models if m["name"] == spec["continue_from"]), None)
+    if base is None or base is spec:
+        raise UserError(f"{where}: continue_from = {spec['continue_from']!r} must name another [[model]]")
+    if any(base.get(k) for k in ("random", "runner", "from", "pretrained", "package", "continue_from")):
+        raise UserError(f"{where}: continue_from = {base['name']!r} must be a model bertkit pre-trains here "
+                        "from scratch")  # fmt: skip
+    if spec.get("random") or spec.get("runner"):
+        raise UserError(f"{where}: continue_from applies to a model bertkit pre-trains")
+    return f"pretrain/{base['name']}"
 
 
 def load_matrix(path: str | os.PathLike) -> Matrix:
@@ -235,6 +250,8 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         if "task_text" in m:
             cells.extend(_task_text_cells(f"{path}: model {m['name']!r}", spec, raw, corpus))
         needs = [prepare_cell_of(spec)]
+        if "continue_from" in m:
+            needs.append(_continue_from(f"{path}: model {m['name']!r}", m, models))
         if m.get("same_cpu_as"):
             if m["same_cpu_as"] not in names:
                 raise UserError(

@@ -196,6 +196,8 @@ def _pretrain_config(matrix: Matrix, cell: Cell, out: Path, progress: bool):
     kw.update(
         data=str(prepared_data(out, prepare_cell_of(spec))), out=str(out / cell.name), progress=progress
     )
+    if spec.get("continue_from"):  # the weights of an earlier pre-training of this matrix
+        kw["init_from"] = str(out / f"pretrain/{spec['continue_from']}" / "model")
     kw.setdefault("checkpoint_every", 100)
     return PretrainConfig(**kw).with_recipe()
 
@@ -290,6 +292,14 @@ def _pretrain(matrix, cell, out, done, progress) -> dict:
         "train_eval": res.get("eval"),
         "tokens": tokens,
         "steps": cfg.steps,
+        **(
+            {
+                "continued_from": spec["continue_from"],
+                "tokens_before": done[f"pretrain/{spec['continue_from']}"]["tokens"],
+            }
+            if spec.get("continue_from")
+            else {}
+        ),
         "train_cpu_s": round(train_cpu, 1),
         "train_wall_s": round(time.time() - w0, 1),
         "resumed": resume,

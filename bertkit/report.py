@@ -709,8 +709,11 @@ def _pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
             continue
         loss, acc, gain = scores
         met, shape = r["metrics"], r.get("model_config") or {}
+        tokens = f"{(r.get('tokens') or 0) / 1e6:.1f}M"
+        if r.get("continued_from"):  # the tokens of the run it started from, then its own
+            tokens = f"{r['tokens_before'] / 1e6:.1f}M ({r['continued_from']}) + {tokens}"
         rows.append(f"| {m['name']} | {shape.get('num_hidden_layers', '?')} / {shape.get('hidden_size', '?')} | "
-                    f"{(r.get('tokens') or 0) / 1e6:.1f}M | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
+                    f"{tokens} | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
                     f"{loss} | {acc} | {_num(_percent(met.get('unigram_accuracy')), 1)} | {_num(met.get('unigram_loss'))} | "
                     f"{gain} |")  # fmt: skip
     if not rows:

@@ -168,6 +168,16 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
         ('[[model]]\nname = "b"\ntask_text = "SST-2"\n', "task_text must be a list"),
         ('[[model]]\nname = "b"\nrandom = true\ntask_text = ["SST-2"]\n', "not one with `random`"),
         ('[[model]]\nname = "b"\nfrom = "a"\ntask_text = ["SST-2"]\n', "belongs on the model it is `from`"),
+        ('[[model]]\nname = "b"\ncontinue_from = "zz"\n', "must name another"),
+        ('[[model]]\nname = "b"\ncontinue_from = "b"\n', "must name another"),
+        (
+            '[[model]]\nname = "r"\nrandom = true\n[[model]]\nname = "b"\ncontinue_from = "r"\n',
+            "from scratch",
+        ),
+        (
+            '[[model]]\nname = "b"\ncontinue_from = "a"\n[[model]]\nname = "c"\ncontinue_from = "b"\n',
+            "from scratch",
+        ),
     ],
 )
 def test_bad_matrices_name_the_problem(tmp_path, bad, match):
@@ -255,6 +265,16 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
         assert all(
             (a == b).all() for a, b in zip(base.document(base.documents - k), own.document(own.documents - k))
         )
+    # a continued model starts from the other's weights and says so; its tokens are its own steps'
+    more = results["pretrain/mlm+nsp-tiny-continued"]
+    assert more["continued_from"] == "mlm+nsp-tiny" and more["tokens_before"] == pre["tokens"]
+    assert more["tokens"] == 4096
+    run_cfg = json.loads((out / "pretrain/mlm+nsp-tiny-continued/run_config.json").read_text())
+    assert run_cfg["init_from"] == str(out / "pretrain/mlm+nsp-tiny/model")
+    assert matrix.cell("pretrain/mlm+nsp-tiny-continued").needs == [
+        "prepare/mlm+nsp-tiny-continued",
+        "pretrain/mlm+nsp-tiny",
+    ]
     held, base_held = results["pretrain/mlm-tiny-tasktext"]["metrics"], pre["metrics"]
     for key in ("masked_tokens", "unigram_loss", "unigram_accuracy"):  # scored on the same blanks
         assert held[key] == base_held[key], key
