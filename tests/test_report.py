@@ -381,3 +381,14 @@ def test_task_text_finding_compares_with_random_and_the_table5_baseline(tmp_path
         "SST-2 +10.0 vs random (reproduces, -10.0 vs mlm+nsp-mini); "
         "SQuAD-v1.1 +4.0 vs random (reproduces, +4.0 vs mlm+nsp-mini)." in text
     )
+
+
+def test_pretraining_table_shows_a_continued_model_with_both_token_counts(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    cfg.write_text(
+        cfg.read_text() + '[[model]]\nname = "more"\nobjective = "mlm+nsp"\ncontinue_from = "mlm+nsp-mini"\n'
+    )
+    row = _pretrain("more", 4, 256, 150.0, 8_200_000, continued_from="mlm+nsp-mini", tokens_before=41_000_000)
+    (res / "more.json").write_text(json.dumps(row))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "| more | 4 / 256 | 41.0M (mlm+nsp-mini) + 8.2M |" in text
