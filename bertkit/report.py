@@ -426,14 +426,21 @@ def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str
         if not spec.get("task_text"):
             continue
         name, parts = spec["name"], []
+        # a continued model's control: continued from the same model as long, on the corpus alone
+        controls = [m["name"] for m in matrix.raw["model"] if spec.get("continue_from")
+                    and m.get("continue_from") == spec["continue_from"] and not m.get("task_text")]  # fmt: skip
         for t in tasks:
-            x, r, b = ms(name, t), ms(rnd, t), ms(base, t)
+            x, r = ms(name, t), ms(rnd, t)
             if x is None or r is None:
                 continue
             beyond = x[0] - r[0] > max(x[1], r[1])
-            vs_base = f", {x[0] - b[0]:+.1f} vs {base}" if b is not None else ""
+            versus = ""
+            for other in [*controls, base]:
+                o = ms(other, t)
+                if o is not None:
+                    versus += f", {x[0] - o[0]:+.1f} vs {other}"
             parts.append(f"{t} {x[0] - r[0]:+.1f} vs random ({'reproduces' if beyond else 'does NOT reproduce'}"
-                         f"{vs_base})")  # fmt: skip
+                         f"{versus})")  # fmt: skip
         out.append(f"- **Pre-training with the tasks' training text** ({name}: {', '.join(spec['task_text'])}'s "
                    f"training text before the corpus): " + ("; ".join(parts) if parts else NOT_RUN) + ".")  # fmt: skip
     return out

@@ -392,3 +392,23 @@ def test_pretraining_table_shows_a_continued_model_with_both_token_counts(tmp_pa
     (res / "more.json").write_text(json.dumps(row))
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     assert "| more | 4 / 256 | 41.0M (mlm+nsp-mini) + 8.2M |" in text
+
+
+def test_task_text_finding_of_a_continued_model_names_its_corpus_only_control(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    extra = """
+[[model]]
+name = "more-tapt"
+continue_from = "mlm+nsp-mini"
+task_text = ["SST-2"]
+[[model]]
+name = "more"
+continue_from = "mlm+nsp-mini"
+"""
+    cfg.write_text(cfg.read_text() + extra)
+    for m, xs in (("more-tapt", [70.0, 71.0, 72.0]), ("more", [66.0, 67.0, 68.0])):
+        for i, x in enumerate(xs, 1):
+            (res / f"{m}-{i}.json").write_text(json.dumps({"cell": f"finetune/{m}/SST-2/seed{i}",
+                                                           "kind": "finetune", "primary": x}))  # fmt: skip
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "SST-2 +10.0 vs random (reproduces, +4.0 vs more, -10.0 vs mlm+nsp-mini)" in text
