@@ -412,3 +412,14 @@ continue_from = "mlm+nsp-mini"
                                                            "kind": "finetune", "primary": x}))  # fmt: skip
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     assert "SST-2 +10.0 vs random (reproduces, +4.0 vs more, -10.0 vs mlm+nsp-mini)" in text
+
+
+def test_cpu_time_line_splits_off_the_task_text_and_continued_models(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    extra = '[[model]]\nname = "tapt"\ntask_text = ["SST-2"]\n[[model]]\nname = "tapt-probe"\nfrom = "tapt"\n'
+    cfg.write_text(cfg.read_text() + extra)
+    for i, cell in enumerate(["tasktext/tapt", "pretrain/tapt", "finetune/tapt-probe/SST-2/seed1"]):
+        (res / f"x{i}.json").write_text(json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": 1200.0}))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    total = float(re.search(r"CPU time of the finished cells: ([\d.]+) CPU-hours", text).group(1))
+    assert f"({total - 1.0:.2f} without the task-text and continued models: 1.00)" in text
