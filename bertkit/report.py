@@ -281,11 +281,27 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
     return out + [""]
 
 
+def same_shape_random(matrix: Matrix, model: str) -> str | None:
+    """The matrix's random-init model of the same architecture as ``model`` (its preset with its ``model``
+    overrides), if it has one: the start a pre-trained model of that size has to beat."""
+    from bertkit.experiment import _shape
+
+    defaults = matrix.raw.get("pretrain", {})
+    specs = {m["name"]: {**defaults, **m} for m in matrix.raw["model"]}
+    if model not in specs:
+        return None
+    target = _shape(specs[model])
+    return next((n for n, s in specs.items() if s.get("random") and _shape(s) == target), None)
+
+
 def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     n_seeds = len(seeds_of(matrix.raw))
     sized = table6_models(matrix)
-    out = ["| L | H | A | tokens | held-out MLM perplexity | held-out MLM acc | SST-2 (acc) | MRPC (F1) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    randoms = {m: same_shape_random(matrix, m) for m in sized}
+    with_random = any(randoms.values())
+    extra_head = " random init, same shape: SST-2 / MRPC |" if with_random else ""
+    out = [f"| L | H | A | tokens | held-out MLM perplexity | held-out MLM acc | SST-2 (acc) | MRPC (F1) |{extra_head}",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if with_random else "")]  # fmt: skip
     rows = []
     for m in sized:
         r = results.get(f"pretrain/{m}")
@@ -295,6 +311,13 @@ def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
             fmt(mean_std(xs), len(xs), n_seeds)
             for xs in (seed_scores(results, m, "SST-2"), seed_scores(results, m, "MRPC"))
         ]
+        if with_random:
+            rnd = randoms[m]
+            scores.append(
+                " / ".join(fmt(mean_std(xs), len(xs), n_seeds)
+                           for xs in (seed_scores(results, rnd, "SST-2"), seed_scores(results, rnd, "MRPC")))
+                if rnd else "—"
+            )  # fmt: skip
         if r is None:
             rows.append(((99, 99), f"| {m} | | | | {NOT_RUN} | | " + " | ".join(scores) + " |"))
             continue

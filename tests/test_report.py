@@ -419,7 +419,44 @@ def test_cpu_time_line_splits_off_the_task_text_and_continued_models(tmp_path):
     extra = '[[model]]\nname = "tapt"\ntask_text = ["SST-2"]\n[[model]]\nname = "tapt-probe"\nfrom = "tapt"\n'
     cfg.write_text(cfg.read_text() + extra)
     for i, cell in enumerate(["tasktext/tapt", "pretrain/tapt", "finetune/tapt-probe/SST-2/seed1"]):
-        (res / f"x{i}.json").write_text(json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": 1200.0}))
+        (res / f"x{i}.json").write_text(
+            json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": 1200.0})
+        )
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     total = float(re.search(r"CPU time of the finished cells: ([\d.]+) CPU-hours", text).group(1))
     assert f"({total - 1.0:.2f} without the task-text and continued models: 1.00)" in text
+
+
+def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    table6 = text.split("## Table 6")[1].split("The paper's")[0]
+    assert "| random init, same shape: SST-2 / MRPC |" in table6
+    # mini has random-mini (same preset, no overrides); tiny has no random model of its shape
+    assert (
+        "| 4 | 256 | 4 | 0.0M | 200.0 | 20.0 | 81.0 ± 1.0 | not yet run | 61.0 ± 1.0 / not yet run |"
+        in table6
+    )
+    assert "| 2 | 128 | 4 | 0.0M | 300.0 | 20.0 | not yet run | not yet run | — |" in table6
+
+
+def test_same_shape_random_follows_the_model_overrides(tmp_path):
+    from bertkit.experiment import load_matrix
+    from bertkit.report import same_shape_random
+
+    cfg, _ = _fixture(tmp_path)
+    extra = """
+[[model]]
+name = "deep"
+objective = "mlm+nsp"
+model = { num_hidden_layers = 8 }
+[[model]]
+name = "random-deep"
+random = true
+model = { num_hidden_layers = 8 }
+"""
+    cfg.write_text(cfg.read_text() + extra)
+    m = load_matrix(cfg)
+    assert same_shape_random(m, "deep") == "random-deep"
+    assert same_shape_random(m, "mlm+nsp-mini") == "random-mini"
+    assert same_shape_random(m, "mlm+nsp-tiny") is None
