@@ -190,6 +190,8 @@ def _continue_from(where: str, spec: dict, models: list[dict]) -> str:
                         "from scratch")  # fmt: skip
     if spec.get("random") or spec.get("runner"):
         raise UserError(f"{where}: continue_from applies to a model bertkit pre-trains")
+    if models.index(base) > models.index(spec):  # cells run in the matrix's order
+        raise UserError(f"{where}: declare [[model]] {base['name']!r} before the model that continues it")
     return f"pretrain/{base['name']}"
 
 
@@ -238,13 +240,15 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                 raise UserError(
                     f"{path}: model {m['name']!r}: `from = {m['from']!r}` must name a trained model"
                 )
-            if "task_text" in m:
-                raise UserError(f"{path}: model {m['name']!r}: task_text belongs on the model it is `from`")
+            for key in ("task_text", "continue_from"):
+                if key in m:
+                    raise UserError(f"{path}: model {m['name']!r}: {key} belongs on the model it is `from`")
             continue
         spec = {**defaults, **m}
         if m.get("pretrained") or m.get("package"):
-            if "task_text" in m:
-                raise UserError(f"{path}: model {m['name']!r}: task_text needs a model pre-trained here")
+            for key in ("task_text", "continue_from"):
+                if key in m:
+                    raise UserError(f"{path}: model {m['name']!r}: {key} needs a model pre-trained here")
             cells.append(Cell(f"pretrain/{m['name']}", "pretrained", spec))
             continue
         if "task_text" in m:

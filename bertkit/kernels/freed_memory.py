@@ -3,13 +3,14 @@
 A training step allocates and frees the same large blocks every step (activations, their gradients, the
 word-embedding gradient: tens of MB each at BERT-base). glibc's malloc serves blocks above its mmap threshold
 with a fresh ``mmap`` and unmaps them on ``free``, so every step faults its memory in again page by page (the
-kernel zeroes each 4 KiB page): BERT-base at 32 x 128 took ~1.2 million minor faults per step on the AMD EPYC
-VM of docs/notes-perf.md, and ran 20-23% faster with them gone. This is work bertkit does not need to do on
-any CPU vendor, not a vendor-specific kernel.
+kernel zeroes each 4 KiB page). Measured side by side in ``docs/perf/freed-memory.json``
+(``python -m benchmarks.bench_freed_memory``; read in docs/notes-perf.md, session 5). This is work bertkit
+does not need to do on any CPU vendor, not a vendor-specific kernel.
 
 :func:`keep_freed_memory` tells glibc (through ``mallopt``) to serve large blocks from the heap too and never
-to trim the heap's top, so freed blocks are reused by the next step. The cost: the process keeps its peak
-memory until it exits (which a training process reaches on its first step anyway). The Trainer calls it at
+to trim the heap's top, so freed blocks are reused by the next step. The cost: resident memory stays at its
+high-water mark until the process exits, and that mark is higher (an aligned block that does not fit a freed
+hole grows the heap), flat after the first steps; the same file records it. The Trainer calls it at
 the start of ``fit``; ``BERTKIT_KEEP_FREED_MEMORY=0`` leaves malloc alone. Elsewhere than glibc (macOS,
 musl, Windows) it does nothing.
 """
