@@ -21,7 +21,7 @@ def cycle():  # a step's worth: a 64 MB activation allocated, written and freed
     x = torch.empty(16 * 2**20)
     x.fill_(1.0)
     del x
-for _ in range(10):  # the first steps grow the heap until freed blocks fit the next requests
+for _ in range(20):  # the first steps grow the heap until freed blocks fit the next requests
     cycle()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
