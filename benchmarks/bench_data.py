@@ -62,7 +62,6 @@ import importlib
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import threading
@@ -211,12 +210,10 @@ def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original
 
 
 def _subprocess(mode: str, corpus: Path, args) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.bench_data", "--_measure", mode, "--_corpus", str(corpus)]
-    cmd += ["--workers", str(args.workers), "--max-seq-length", str(args.max_seq_length)]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"{mode} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    from .common import child_json
+
+    measure = ["--_measure", mode, "--_corpus", str(corpus), "--workers", str(args.workers)]
+    return child_json(["-m", "benchmarks.bench_data", *measure, "--max-seq-length", str(args.max_seq_length)])
 
 
 def _algorithm(corpus: Path, original: str | None, dupe_factor: int = 1, repeat: int = 3) -> dict:

@@ -15,19 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = {"pretrain-small": 12, "pretrain-base": 5, "classify-mini-varying": 300}  # case -> steps
-
-
-def _rss_mb() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
 
 
 def _stepper(case: str):
@@ -71,6 +65,8 @@ def measure(case: str, keep: bool, threads: int | None) -> dict:
     """One case in this process (call it in a fresh one: see the module docstring)."""
     import torch
 
+    from benchmarks.common import rss_bytes
+
     if threads:
         torch.set_num_threads(threads)
     applied = False
@@ -86,7 +82,7 @@ def measure(case: str, keep: bool, threads: int | None) -> dict:
         step()
         times.append(time.perf_counter() - t0)
         if i % max(1, steps // 6) == 0 or i == steps - 1:
-            rss.append(_rss_mb())
+            rss.append(rss_bytes() >> 20)
     steady = sorted(times[steps // 3 :])
     return {"case": case, "freed_memory_kept": applied, "steps": steps, "threads": torch.get_num_threads(),
             "s_per_step": round(steady[len(steady) // 2], 4), "rss_mb": rss,
@@ -105,21 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.case:
         print(json.dumps(measure(args.case, args.keep, args.threads)), flush=True)
         return
-    from benchmarks.common import environment
+    from benchmarks.common import child_json, environment
     from bertkit.io import atomic_write_json
 
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "BERTKIT_KEEP_FREED_MEMORY" and not k.startswith("MALLOC_")
-    }
     rows = []
     for case in CASES:
-        for keep in (False, True):  # each in a fresh process
-            cmd = [sys.executable, "-m", "benchmarks.bench_freed_memory", "--case", case]
-            cmd += (["--keep"] if keep else []) + (["--threads", str(args.threads)] if args.threads else [])
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
-            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for keep in (False, True):  # each in a fresh process, glibc's malloc as the environment leaves it
+            child = ["-m", "benchmarks.bench_freed_memory", "--case", case]
+            child += (["--keep"] if keep else []) + (["--threads", str(args.threads)] if args.threads else [])
+            rows.append(child_json(child, drop_env=("BERTKIT_KEEP_FREED_MEMORY", "MALLOC_*")))
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         command = "python -m benchmarks.bench_freed_memory " + " ".join(

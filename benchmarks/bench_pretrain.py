@@ -19,15 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
-from pathlib import Path
 
 import torch
 
-from .common import compare, training_flops
-
-ROOT = Path(__file__).resolve().parents[1]
+from .common import child_json, compare, training_flops
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -247,14 +243,20 @@ def ours_only(
 def ours_only_in_child(size: str, keep_memory: bool, threads: int | None, batch_size: int, seq: int) -> dict:
     """:func:`ours_only` in a fresh process (a malloc setting, once made, holds for the whole process: the
     rows after it, the reference's included, must not inherit it)."""
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, "-m", "benchmarks.bench_pretrain", "--ours-only", size, "--batch-size", str(batch_size),
-           "--seq", str(seq)] + (["--threads", str(threads)] if threads else []) + (["--keep-freed-memory"] if keep_memory else [])  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "BERTKIT_KEEP_FREED_MEMORY"}
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT, env=env)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    args = [
+        "-m",
+        "benchmarks.bench_pretrain",
+        "--ours-only",
+        size,
+        "--batch-size",
+        str(batch_size),
+        "--seq",
+        str(seq),
+    ]
+    args += (["--threads", str(threads)] if threads else []) + (
+        ["--keep-freed-memory"] if keep_memory else []
+    )
+    return child_json(args, drop_env=("BERTKIT_KEEP_FREED_MEMORY",))
 
 
 def work(sizes: list[str], batch_size: int = 32, seq: int = 128) -> dict:

@@ -250,9 +250,31 @@ def _trim() -> None:
         pass
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux /proc)."""
     with open("/proc/self/statm", encoding="ascii") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_json(args: list[str], drop_env: tuple[str, ...] = ()) -> Any:
+    """Run ``python ARGS`` from the project root in a fresh process (without the environment variables
+    ``drop_env``: names, or prefixes ending in ``*``) and return the JSON object on the last line of its output; a failed child raises with the
+    tail of its stderr. For measurements whose setting holds for a whole process (malloc, cold starts)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def dropped(k: str) -> bool:
+        return any(k == d or (d.endswith("*") and k.startswith(d[:-1])) for d in drop_env)
+
+    env = {k: v for k, v in os.environ.items() if not dropped(k)}
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"python {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def peak_memory(fn: Callable[[], Any]) -> int:
@@ -260,14 +282,14 @@ def peak_memory(fn: Callable[[], Any]) -> int:
     if not os.path.exists("/proc/self/statm"):
         return -1
     _trim()
-    base = _rss_bytes()
+    base = rss_bytes()
     peak = base
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, _rss_bytes())
+            peak = max(peak, rss_bytes())
             time.sleep(0.001)
 
     t = threading.Thread(target=sample, daemon=True)
@@ -277,7 +299,7 @@ def peak_memory(fn: Callable[[], Any]) -> int:
     finally:
         done.set()
         t.join()
-    peak = max(peak, _rss_bytes())
+    peak = max(peak, rss_bytes())
     return peak - base
 
 

@@ -243,3 +243,15 @@ def test_pretrain_bench_pair_agrees_under_bf16_autocast():
     bf16 = [loss(m, "bf16") for m in (ours, theirs)]
     assert abs(bf16[0] - bf16[1]) < 0.02 * abs(bf16[1]), bf16
     assert bf16[0] != loss(ours, "fp32")  # autocast was in effect
+
+
+def test_child_json_reads_the_last_line_drops_variables_and_reports_a_failure(monkeypatch):
+    from benchmarks.common import child_json
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    monkeypatch.setenv("KEEP_ME", "1")
+    code = "import json, os; print('noise'); print(json.dumps(sorted(k for k in os.environ if k in ('MALLOC_ARENA_MAX', 'KEEP_ME'))))"
+    # the child prints a list: child_json returns whatever JSON the last line holds
+    assert child_json(["-c", code], drop_env=("MALLOC_*",)) == ["KEEP_ME"]
+    with pytest.raises(RuntimeError, match="boom"):
+        child_json(["-c", "import sys; sys.exit('boom')"])
