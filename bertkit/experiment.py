@@ -155,6 +155,20 @@ def prepare_cell_of(spec: dict) -> str:
     return f"prepare/{spec['name']}" if spec.get("task_text") else "prepare"
 
 
+# keys that only a model bertkit pre-trains from scratch here can take, and the keys that make a model not one
+PRETRAINING_ONLY = ("task_text", "continue_from")
+NOT_PRETRAINED_HERE = ("from", "pretrained", "package", "random", "runner", "same_cpu_as")
+
+
+def _check_pretraining_only(where: str, m: dict) -> None:
+    for key in PRETRAINING_ONLY:
+        clash = next((k for k in NOT_PRETRAINED_HERE if m.get(k)), None)
+        if key in m and clash:
+            raise UserError(
+                f"{where}: {key} applies to a model bertkit pre-trains here, not one with `{clash}`"
+            )
+
+
 def _task_text_cells(where: str, spec: dict, raw: dict, corpus: list[str]) -> list[Cell]:
     """The cells that give a model with ``task_text = ["TASK", ...]`` its own corpus: the named [[task]]s'
     training text (full training splits, labels dropped) written first, then the matrix corpus, tokenized with
@@ -168,9 +182,6 @@ def _task_text_cells(where: str, spec: dict, raw: dict, corpus: list[str]) -> li
             raise UserError(
                 f"{where}: task_text: {n!r} is not a [[task]] of the matrix; tasks: {sorted(tasks)}"
             )
-    for bad in ("random", "runner", "same_cpu_as"):
-        if spec.get(bad):
-            raise UserError(f"{where}: task_text applies to a model bertkit pre-trains, not one with `{bad}`")
     name = spec["name"]
     text = Cell(f"tasktext/{name}", "tasktext", {"model": name, "tasks": [tasks[n] for n in names]})
     prep = Cell(f"prepare/{name}", "prepare",
@@ -185,11 +196,9 @@ def _continue_from(where: str, spec: dict, models: list[dict]) -> str:
     base = next((m for m in models if m["name"] == spec["continue_from"]), None)
     if base is None or base is spec:
         raise UserError(f"{where}: continue_from = {spec['continue_from']!r} must name another [[model]]")
-    if any(base.get(k) for k in ("random", "runner", "from", "pretrained", "package", "continue_from")):
+    if any(base.get(k) for k in (*NOT_PRETRAINED_HERE, "continue_from")):
         raise UserError(f"{where}: continue_from = {base['name']!r} must be a model bertkit pre-trains here "
                         "from scratch")  # fmt: skip
-    if spec.get("random") or spec.get("runner"):
-        raise UserError(f"{where}: continue_from applies to a model bertkit pre-trains")
     if models.index(base) > models.index(spec):  # cells run in the matrix's order
         raise UserError(f"{where}: declare [[model]] {base['name']!r} before the model that continues it")
     return f"pretrain/{base['name']}"
@@ -233,6 +242,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         if m["name"] in names:
             raise UserError(f"{where}: duplicate model name {m['name']!r}")
         names.add(m["name"])
+        _check_pretraining_only(f"{path}: model {m['name']!r}", m)
     _check_report_models(path, raw, names)
     for m in models:
         if "from" in m:
@@ -240,15 +250,9 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                 raise UserError(
                     f"{path}: model {m['name']!r}: `from = {m['from']!r}` must name a trained model"
                 )
-            for key in ("task_text", "continue_from"):
-                if key in m:
-                    raise UserError(f"{path}: model {m['name']!r}: {key} belongs on the model it is `from`")
             continue
         spec = {**defaults, **m}
         if m.get("pretrained") or m.get("package"):
-            for key in ("task_text", "continue_from"):
-                if key in m:
-                    raise UserError(f"{path}: model {m['name']!r}: {key} needs a model pre-trained here")
             cells.append(Cell(f"pretrain/{m['name']}", "pretrained", spec))
             continue
         if "task_text" in m:

@@ -88,28 +88,20 @@ def _vocab(matrix, cell, out, done, progress) -> dict:
 
 def _tasktext(matrix, cell, out, done, progress) -> dict:
     """The training text of the model's ``task_text`` tasks as one corpus file (see bertkit.task_text); a
-    data source named by several tasks (SST-2 and a 1k-example SST-2 task) is written once."""
+    training file named by several tasks (SST-2 and a 1k-example SST-2 task) is written once."""
     from bertkit.task_text import squad_documents, task_documents, write_corpus
 
     def documents():
         seen = set()
         for t in cell.spec["tasks"]:
-            if t["kind"] == "squad":
-                from bertkit.tasks.squad import load_squad_json
-                from bertkit.tasks.squad_train import split_articles
-
-                file = data_root(matrix) / t.get("file", "squad/dev-v1.1.json")
-                source = ("squad", str(file), t.get("dev_articles", 8), t.get("train_articles"))
-                if source not in seen:
-                    seen.add(source)
-                    train, _ = split_articles(load_squad_json(file), int(t.get("dev_articles", 8)),
-                                              t.get("train_articles"))  # fmt: skip
-                    yield from squad_documents(train)
+            source = _train_source(matrix, t)
+            if source in seen:
                 continue
-            task = _read_task(matrix, t)
-            source = (t["kind"], t.get("dir") or t.get("train") or t.get("task", t["name"]))
-            if source not in seen:
-                seen.add(source)
+            seen.add(source)
+            if t["kind"] == "squad":
+                yield from squad_documents(_squad_train_part(matrix, t))
+            else:
+                task = _read_task(matrix, t)
                 yield from task_documents(task.kind, task.train)
 
     stats = write_corpus(documents(), task_text_file(out, cell.spec["model"]))
@@ -489,27 +481,53 @@ def _task_data(matrix: Matrix, t: dict):
     return task
 
 
-def _read_task(matrix: Matrix, t: dict):
+def _train_source(matrix: Matrix, t: dict) -> tuple:
+    """Where a [[task]]'s training examples come from: the GLUE folder, the NER training file, or the SQuAD file
+    with its article split (one place for the defaults the readers below use)."""
     root = data_root(matrix)
+    if t["kind"] == "glue":
+        name = t.get("task", t["name"])
+        return ("glue", name, root / t.get("dir", f"glue/{name}"))
+    if t["kind"] == "ner":
+        return ("ner", root / t.get("train", "conll2003/train.txt"))
+    if t["kind"] == "squad":
+        return ("squad", root / t.get("file", "squad/dev-v1.1.json"), int(t.get("dev_articles", 8)),
+                t.get("train_articles"))  # fmt: skip
+    raise UserError(f"task {t['name']}: kind {t['kind']!r} has no reader here")
+
+
+def _read_task(matrix: Matrix, t: dict):
+    source = _train_source(matrix, t)
     if t["kind"] == "glue":
         from bertkit.tasks.glue import glue_task_data
 
-        name = t.get("task", t["name"])
-        return glue_task_data(name, root / t.get("dir", f"glue/{name}"))
+        return glue_task_data(source[1], source[2])
     if t["kind"] == "ner":
         from bertkit.tasks.ner import ner_task_data
 
-        return ner_task_data(root / t.get("train", "conll2003/train.txt"), root / t.get("dev", "conll2003/valid.txt"),
+        root = data_root(matrix)
+        return ner_task_data(source[1], root / t.get("dev", "conll2003/valid.txt"),
                              root / t["test"] if t.get("test") else None, name=t["name"])  # fmt: skip
     raise UserError(f"task {t['name']}: kind {t['kind']!r} has no reader here")
+
+
+def _squad_train_part(matrix: Matrix, t: dict) -> dict:
+    """The training articles of a SQuAD [[task]] (the file minus its last ``dev_articles``), as ``_squad``
+    trains on them."""
+    from bertkit.tasks.squad import load_squad_json
+    from bertkit.tasks.squad_train import split_articles
+
+    _, file, dev_articles, train_articles = _train_source(matrix, t)
+    return split_articles(load_squad_json(file), dev_articles, train_articles)[0]
 
 
 def _squad(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, progress: bool) -> dict:
     from bertkit.tasks.squad_train import run
 
+    _, file, dev_articles, train_articles = _train_source(matrix, t)
     args = argparse.Namespace(
-        train=str(data_root(matrix) / t.get("file", "squad/dev-v1.1.json")), dev=None, version=str(t.get("version", "1.1")),
-        dev_articles=int(t.get("dev_articles", 8)), train_articles=t.get("train_articles"),
+        train=str(file), dev=None, version=str(t.get("version", "1.1")),
+        dev_articles=dev_articles, train_articles=train_articles,
         model=str(model_dir), out=str(work), epochs=float(t.get("epochs", 2)), batch_size=int(t.get("batch_size", 32)),
         lr=lr, max_seq_length=int(t.get("max_seq_length", 256)), seed=int(seed), doc_stride=int(t.get("doc_stride", 128)),
         max_query_length=int(t.get("max_query_length", 64)), n_best_size=20, max_answer_length=30, null_score_diff_threshold=0.0,

@@ -65,15 +65,14 @@ def task_documents(
     kind: str, examples: list, per_document: int = SENTENCES_PER_DOCUMENT
 ) -> Iterator[list[str]]:
     """A task's training examples as documents: NER sentences by their source document (CoNLL's -DOCSTART-
-    blocks: the text's own documents), everything else ``per_document`` consecutive sentences at a time."""
-    if kind == "token" and examples and hasattr(examples[0], "doc"):
+    blocks, the text's own documents, whatever their length: a file without those lines is one document),
+    everything else ``per_document`` consecutive sentences at a time."""
+    if kind == "token":
         by_doc: dict[int, list] = {}
         for sentence in examples:
-            by_doc.setdefault(sentence.doc, []).append(sentence)
+            by_doc.setdefault(getattr(sentence, "doc", 0), []).append(sentence)
         for group in by_doc.values():
-            doc = list(example_sentences(kind, group))
-            if doc:
-                yield doc
+            yield list(example_sentences(kind, group))
         return
     yield from group_documents(example_sentences(kind, examples), per_document)
 

@@ -167,13 +167,14 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
         ('[[model]]\nname = "b"\ntask_text = ["MNLI"]\n', "'MNLI' is not a \\[\\[task\\]\\]"),
         ('[[model]]\nname = "b"\ntask_text = "SST-2"\n', "task_text must be a list"),
         ('[[model]]\nname = "b"\nrandom = true\ntask_text = ["SST-2"]\n', "not one with `random`"),
-        ('[[model]]\nname = "b"\nfrom = "a"\ntask_text = ["SST-2"]\n', "belongs on the model it is `from`"),
+        ('[[model]]\nname = "b"\npackage = "x"\ncontinue_from = "a"\n', "not one with `package`"),
+        ('[[model]]\nname = "b"\nfrom = "a"\ntask_text = ["SST-2"]\n', "not one with `from`"),
         ('[[model]]\nname = "b"\ncontinue_from = "zz"\n', "must name another"),
         (
             '[[model]]\nname = "b"\ncontinue_from = "c"\n[[model]]\nname = "c"\n',
             "declare \\[\\[model\\]\\] 'c' before",
         ),
-        ('[[model]]\nname = "b"\nfrom = "a"\ncontinue_from = "a"\n', "belongs on the model it is `from`"),
+        ('[[model]]\nname = "b"\nfrom = "a"\ncontinue_from = "a"\n', "not one with `from`"),
         ('[[model]]\nname = "b"\ncontinue_from = "b"\n', "must name another"),
         (
             '[[model]]\nname = "r"\nrandom = true\n[[model]]\nname = "b"\ncontinue_from = "r"\n',

@@ -37,6 +37,8 @@ def test_ner_sentences_group_by_their_source_document():
         Sentence(["d"], ["O"], doc=1),
     ]
     assert list(task_documents("token", sents)) == [["a", "b c"], ["d"]]
+    # a source document stays whole (the committed task-text cells were built so)
+    assert list(task_documents("token", sents, per_document=1)) == [["a", "b c"], ["d"]]
     exs = [Example(str(i), f"s{i}") for i in range(5)]
     assert list(task_documents("seq", exs, per_document=2)) == [["s0", "s1"], ["s2", "s3"], ["s4"]]
 
