@@ -107,6 +107,12 @@ def fmt(ms: tuple[float, float] | None, n: int | None = None, expected: int | No
     return s
 
 
+def beyond_spread(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two (mean, std) scores differ by more than the seeds' spread (the larger of the two stds): the
+    one rule every verdict of the report uses."""
+    return abs(a[0] - b[0]) > max(a[1], b[1])
+
+
 def table5_models(matrix: Matrix) -> dict[str, str]:
     """Role -> model name of Table 5's rows (and of every finding that compares them): the config's
     ``table5 = {role = "model"}`` where it names one, else ``<role>-<report_size>`` (``mlm+nsp-mini``)."""
@@ -223,8 +229,9 @@ def _provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folde
     # models pre-trained with the tasks' text or continued from another (diagnostics), and models `from` them
     extra = {m["name"] for m in matrix.raw["model"] if m.get("task_text") or m.get("continue_from")}
     extra |= {m["name"] for m in matrix.raw["model"] if m.get("from") in extra}
+    # a cell's model is its name's second part (pretrain/M, finetune/M/..., tasktext/M, prepare/M)
     extra_h = sum(
-        r.get("cpu_s") or 0 for c, r in results.items() if c.split("/")[1:2] and c.split("/")[1] in extra
+        r.get("cpu_s") or 0 for c, r in results.items() if c.partition("/")[2].split("/")[0] in extra
     )
     extra_h /= 3600
     split = (
@@ -360,7 +367,7 @@ def _table7_finding(matrix: Matrix, results: dict[str, dict], ms) -> list[str]:
             continue
         best = max(scored, key=lambda k: scored[k][0])
         gap = tuned[0] - scored[best][0]
-        beyond = abs(gap) > max(tuned[1], scored[best][1])
+        beyond = beyond_spread(tuned, scored[best])
         first = ("reproduces" if gap >= 0 else "does NOT reproduce") + (
             "" if beyond else ", inside the spread"
         )
@@ -442,7 +449,7 @@ def _positive_control(matrix: Matrix, results: dict[str, dict], tasks: list[str]
             c, r, o = ms(name, t), ms(rnd, t), ms(ours, t)
             if c is None or r is None:
                 continue
-            beyond = c[0] - r[0] > max(c[1], r[1])
+            beyond = c[0] > r[0] and beyond_spread(c, r)
             mine = f"; {ours} {o[0]:.1f}" if o is not None else ""
             parts.append(f"{t} {c[0]:.1f} vs random {r[0]:.1f} ({c[0] - r[0]:+.1f}, "
                          f"{'beyond' if beyond else 'inside'} the spread{mine})")  # fmt: skip
@@ -456,7 +463,7 @@ def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str
     against Table 5's MLM + NSP row, task by task (is the corpus why a task does not transfer?)."""
     out = []
     rows = table5_models(matrix)
-    rnd, base = rows.get("random"), rows.get("mlm+nsp")
+    rnd, base = rows["random"], rows["mlm+nsp"]
     for spec in matrix.raw["model"]:
         if not spec.get("task_text"):
             continue
@@ -468,12 +475,12 @@ def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str
             x, r = ms(name, t), ms(rnd, t)
             if x is None or r is None:
                 continue
-            beyond = x[0] - r[0] > max(x[1], r[1])
+            beyond = x[0] > r[0] and beyond_spread(x, r)
             versus = ""
             for other in [*controls, base]:
                 o = ms(other, t)
                 if o is not None:
-                    inside = abs(x[0] - o[0]) <= max(x[1], o[1])
+                    inside = not beyond_spread(x, o)
                     versus += f", {x[0] - o[0]:+.1f} vs {other}{' (inside the spread)' if inside else ''}"
             parts.append(f"{t} {x[0] - r[0]:+.1f} vs random ({'reproduces' if beyond else 'does NOT reproduce'}"
                          f"{versus})")  # fmt: skip
@@ -499,7 +506,7 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
             verdicts.append(f"{t}: {NOT_RUN}")
             continue
         margin = a[0] - b[0]
-        ok = margin > max(a[1], b[1])
+        ok = margin > 0 and beyond_spread(a, b)
         verdicts.append(f"{t}: {margin:+.1f} ({'reproduces' if ok else 'does NOT reproduce'})")
     out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread** ({base} vs {rnd}): "
                + "; ".join(verdicts) + ".")  # fmt: skip
@@ -552,7 +559,7 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
         for t in tasks:
             x, y = ms(spec["same_cpu_as"], t), ms(spec["name"], t)
             if x is not None and y is not None:
-                gaps.append((t, x[0] - y[0], abs(x[0] - y[0]) > max(x[1], y[1])))
+                gaps.append((t, x[0] - y[0], beyond_spread(x, y)))
         listed = ", ".join(f"{t} {d:+.1f}{'' if beyond else ' (inside the spread)'}" for t, d, beyond in gaps)
         worse = [t for t, d, _ in gaps if d < 0]
         if worse:
