@@ -96,6 +96,14 @@ def _pretrain(model: str, layers: int, hidden: int, ppl: float, tokens: int, **e
                        "masked_lm_accuracy": s / 100} for s in (10, 20, 30)], **extra}  # fmt: skip
 
 
+def _write_seeds(res: Path, model: str, task: str, scores: list[float]) -> None:
+    """Fine-tuning result files of ``model`` on ``task``, one per seed (1, 2, ...)."""
+    for i, x in enumerate(scores, 1):
+        (res / f"ft-{model}-{task}-{i}.json").write_text(
+            json.dumps({"cell": f"finetune/{model}/{task}/seed{i}", "kind": "finetune", "primary": x})
+        )
+
+
 def _fixture(tmp_path: Path) -> tuple[Path, Path]:
     cfg = tmp_path / "m.toml"
     cfg.write_text(CONFIG)
@@ -337,9 +345,7 @@ freeze_encoder = true
 models = ["probe"]
 """
     cfg.write_text(cfg.read_text() + extra)
-    for i, x in enumerate([70.0, 72.0], 1):
-        (res / f"probe{i}.json").write_text(json.dumps({"cell": f"finetune/probe/SST-2-probe/seed{i}",
-                                                        "kind": "finetune", "primary": x}))  # fmt: skip
+    _write_seeds(res, "probe", "SST-2-probe", [70.0, 72.0])
     body = Path(write_report(cfg, results=res)["report"]).read_text()
     table5 = body.split("## Table 5")[1].split("The paper's")[0]
     assert "SST-2-probe" not in table5 and "| SST-2 (acc) |" in table5
@@ -371,10 +377,8 @@ def test_task_text_finding_compares_with_random_and_the_table5_baseline(tmp_path
     cfg.write_text(
         cfg.read_text() + '[[model]]\nname = "tapt"\nobjective = "mlm+nsp"\ntask_text = ["SST-2"]\n'
     )
-    for i, (sst, squad) in enumerate([(70.0, 33.0), (71.0, 34.0), (72.0, 35.0)], 1):
-        for t, x in (("SST-2", sst), ("SQuAD-v1.1", squad)):
-            (res / f"tapt-{t}-{i}.json").write_text(json.dumps({"cell": f"finetune/tapt/{t}/seed{i}",
-                                                                "kind": "finetune", "primary": x}))  # fmt: skip
+    _write_seeds(res, "tapt", "SST-2", [70.0, 71.0, 72.0])
+    _write_seeds(res, "tapt", "SQuAD-v1.1", [33.0, 34.0, 35.0])
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     assert (
         "- **Pre-training with the tasks' training text** (tapt: SST-2's training text before the corpus): "
@@ -406,10 +410,8 @@ name = "more"
 continue_from = "mlm+nsp-mini"
 """
     cfg.write_text(cfg.read_text() + extra)
-    for m, xs in (("more-tapt", [70.0, 71.0, 72.0]), ("more", [66.0, 67.0, 68.0])):
-        for i, x in enumerate(xs, 1):
-            (res / f"{m}-{i}.json").write_text(json.dumps({"cell": f"finetune/{m}/SST-2/seed{i}",
-                                                           "kind": "finetune", "primary": x}))  # fmt: skip
+    _write_seeds(res, "more-tapt", "SST-2", [70.0, 71.0, 72.0])
+    _write_seeds(res, "more", "SST-2", [66.0, 67.0, 68.0])
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     assert "SST-2 +10.0 vs random (reproduces, +4.0 vs more, -10.0 vs mlm+nsp-mini)" in text
 
