@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from bertkit.config import BertConfig
 from bertkit.dropout import Dropout
+from bertkit.embed import pool  # the sentence encoders' pooling: mean over the real tokens
 from bertkit.model import BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
 
@@ -144,12 +145,9 @@ def _sequence_vector(model: nn.Module, out, attention_mask: Tensor | None) -> Te
     seq = out.last_hidden_state
     mask = attention_mask if attention_mask is not None else torch.ones(seq.shape[:2], device=seq.device)
     if model.bilstm is not None:
-        h = model.bilstm(seq, mask)
-        m = mask.to(h.dtype).unsqueeze(-1)
-        return (h * m).sum(1) / m.sum(1).clamp(min=1)
+        return pool(model.bilstm(seq, mask), mask, "mean")
     if model.pooling == "mean":
-        m = mask.to(seq.dtype).unsqueeze(-1)
-        return (seq * m).sum(1) / m.sum(1).clamp(min=1)
+        return pool(seq, mask, "mean")
     if model.causal:
         last = (mask.sum(-1).long() - 1).clamp(min=0)
         return model.bert.pooler(seq[torch.arange(seq.size(0), device=seq.device), last].unsqueeze(1))
