@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertkit import kernels
 from bertkit.cli import main as cli_main
 from bertkit.config import BertConfig
 from bertkit.embed import CrossEncoder, Dense, SentenceEncoder
@@ -23,7 +24,7 @@ from bertkit.retrieval.evaluate import evaluate_retrieval
 from bertkit.retrieval.losses import cosent, cosine_loss, mnrl
 from bertkit.retrieval.metrics import query_metrics, retrieval_metrics
 from bertkit.retrieval.rerank import RerankSettings, build_triples, train_rerank
-from bertkit.retrieval.train_embed import EmbedSettings, mine_hard_negatives, train_embed
+from bertkit.retrieval.train_embed import EmbedSettings, embed_together, mine_hard_negatives, train_embed
 from bertkit.tokenizer import Tokenizer
 
 TOPICS = "cat dog bird fish horse cow sheep goat lion tiger bear wolf fox deer mouse frog".split()
@@ -138,6 +139,23 @@ def test_dense_loading_refuses_what_it_cannot_trust(tiny_dir, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ training
+
+
+@pytest.mark.parametrize("kernels_on", [True, False])
+def test_one_pass_over_queries_and_passages_gives_each_batch_its_own_vectors(tiny_dir, kernels_on):
+    pairs, _ = synthetic(1, per_topic=1)
+    model = BiEncoder.from_pretrained(tiny_dir).eval()
+    queries = model.tokenize(
+        [p.query for p in pairs[:5]]
+    )  # short: padded to the passages' length in the pass
+    passages = model.tokenize([p.positive + " and the red fox" * (i % 3) for i, p in enumerate(pairs[:7])])
+    assert queries["input_ids"].shape[1] < passages["input_ids"].shape[1]
+    with torch.no_grad(), kernels.reference_ops() if not kernels_on else torch.enable_grad():
+        q, p = embed_together(model, [dict(queries), dict(passages)])
+        alone = [model(e["input_ids"], e["attention_mask"], e["token_type_ids"]) for e in (queries, passages)]
+    assert q.shape == alone[0].shape and p.shape == alone[1].shape
+    torch.testing.assert_close(q, alone[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(p, alone[1], rtol=1e-5, atol=1e-5)
 
 
 def test_mined_hard_negatives_exclude_the_positive(tiny_dir):

@@ -91,16 +91,32 @@ def _tokens(batch: dict[str, Any]) -> int:
     return sum(int(v["attention_mask"].sum()) for k, v in batch.items() if isinstance(v, dict))
 
 
+def embed_together(model: BiEncoder, encodings: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+    """Embeddings [B_i, D] of several tokenized batches ([B_i, T_i] each: queries, passages, negatives) from
+    one forward pass over them all, padded to the longest T. The same vectors as one pass per batch (the
+    padding is masked; bertkit's packing skips it): one pass runs each layer's ops once instead of once per
+    batch, and the queries' few tokens join the passages' in the same GEMMs."""
+    if len(encodings) == 1:
+        e = encodings[0]
+        return [model(e["input_ids"], e["attention_mask"], e.get("token_type_ids"))]
+    longest = max(e["input_ids"].shape[1] for e in encodings)
+
+    def cat(key: str) -> torch.Tensor:
+        return torch.cat([torch.nn.functional.pad(e[key], (0, longest - e[key].shape[1])) for e in encodings])
+
+    types = cat("token_type_ids") if all(e.get("token_type_ids") is not None for e in encodings) else None
+    out = model(cat("input_ids"), cat("attention_mask"), types)
+    return list(out.split([e["input_ids"].shape[0] for e in encodings]))
+
+
 def make_loss_fn(settings: EmbedSettings):
     """``loss_fn(model, batch)`` for the Trainer."""
 
-    def embed(model, enc: dict) -> torch.Tensor:
-        return model(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids"))
-
     def loss_fn(model, batch):
-        q, p = embed(model, batch["q"]), embed(model, batch["p"])
+        parts = embed_together(model, [batch[k] for k in ("q", "p", "n") if k in batch])
+        q, p = parts[0], parts[1]
         if settings.loss == "mnrl":
-            n = embed(model, batch["n"]) if "n" in batch else None
+            n = parts[2] if len(parts) > 2 else None
             return mnrl(q, p, n, scale=settings.scale, symmetric=settings.symmetric)
         if settings.loss == "cosine":
             return cosine_loss(q, p, batch["scores"])
