@@ -447,28 +447,67 @@ def _fmt_s(s: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{int(s) % 60:02d}s"
 
 
+POLL_OTHER_RUNNERS_S = 5.0  # how often a runner waiting on another runner's cell looks for its result
+
+
+def _lock_path(out: Path, cell: Cell) -> Path:
+    return out / "locks" / cell.result_name.replace(".json", ".lock")
+
+
+def _holder(path: Path) -> int | None:
+    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's)."""
+    try:
+        pid = int(path.read_text() or 0)
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, FileNotFoundError):
+        return None
+    except PermissionError:  # alive, another user's
+        return pid
+    return pid
+
+
 def _lock(out: Path, cell: Cell) -> Path | None:
     """``OUT/locks/<cell>.lock`` holding this process id, or None when a live process holds it (two runners
     on one matrix share the work instead of doing a cell twice). A lock of a dead process is taken over."""
-    path = out / "locks" / cell.result_name.replace(".json", ".lock")
+    path = _lock_path(out, cell)
     path.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(2):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                pid = int(path.read_text() or 0)
-                os.kill(pid, 0)
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                path.unlink(missing_ok=True)  # stale: its process is gone
-                continue
-            except PermissionError:
-                return None  # alive, another user's
-            return None
+            if _holder(path) is not None:
+                return None
+            path.unlink(missing_ok=True)  # stale: its process is gone
+            continue
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
         return path
     return None
+
+
+def _held_elsewhere(out: Path, cell: Cell) -> bool:
+    """Whether a live process other than this one holds ``cell``'s lock."""
+    return _holder(_lock_path(out, cell)) not in (None, os.getpid())
+
+
+def _wait_for_other_runners(
+    elsewhere: dict[str, Cell], out: Path, res_dir: Path, done: dict[str, Any]
+) -> list[Cell]:
+    """Block until a cell another runner holds is over: its result file appeared (read into ``done``) or its
+    lock was let go without one (that runner failed or was killed). Returns the latter, for this runner to
+    try; both leave ``elsewhere``."""
+    while True:
+        over = [
+            c
+            for c in elsewhere.values()
+            if (res_dir / c.result_name).is_file() or not _held_elsewhere(out, c)
+        ]
+        if over:
+            done.update(read_results(res_dir))
+            for c in over:
+                del elsewhere[c.name]
+            return [c for c in over if c.name not in done]
+        time.sleep(POLL_OTHER_RUNNERS_S)
 
 
 def _still_needed(name: str, later: list[Cell], rebuilds: set[str], res_dir: Path) -> bool:
@@ -541,25 +580,34 @@ def run_matrix(
     t_start = time.time()
     # finished before this sitting, planned only because a pending cell reads their output (see plan)
     rebuilds = {c.name for c in todo if c.name in done}
-    for k, cell in enumerate(todo):
+    queue = list(todo)
+    elsewhere: dict[str, Cell] = {}  # cells another live runner holds: the cells that need them wait
+    k = 0
+    while queue:
+        cell = next((c for c in queue if not any(n in elsewhere for n in c.needs)), None)
+        if cell is None:  # every cell left needs one that another runner is on: wait for it
+            queue[:0] = _wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
+            continue
+        queue.remove(cell)
+        k += 1
         blocked = [n for n in cell.needs if n in failed]
         if blocked:  # an input failed: this cell cannot run in this sitting
             failed[cell.name] = f"needs {blocked[0]}, which failed"
             continue
-        left = _seconds_left(todo[k:], timed)
+        left = _seconds_left([cell, *queue], timed)
         print(
-            f"[experiment {matrix.name}] cell {k + 1}/{len(todo)} {cell.name} | done "
+            f"[experiment {matrix.name}] cell {k}/{len(todo)} {cell.name} | done "
             f"{len(done)}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
             f"{time.strftime('%H:%M', time.localtime(time.time() + left))}",
             flush=True,
         )
         # `done` also gains what other runners finish meanwhile: that is no reason to rebuild a cell
         rebuild = cell.name in rebuilds
-        if rebuild and not _still_needed(cell.name, todo[k + 1 :], rebuilds, res_dir):
+        if rebuild and not _still_needed(cell.name, queue, rebuilds, res_dir):
             continue  # every cell that needed it rebuilt has been finished by another runner
         lock = _lock(out, cell)
-        if lock is None:  # another live runner is on this cell: leave it (and what needs it) to that one
-            failed[cell.name] = "running in another process"
+        if lock is None:  # another live runner is on this cell: leave it to that one; what needs it waits
+            elsewhere[cell.name] = cell
             continue
         try:  # the lock goes last, after the result file: a runner that finds no lock must find the result
             if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
@@ -592,5 +640,6 @@ def run_matrix(
         print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "
               f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
     summary.update({"ran": ran, "failed": failed, "seconds": round(time.time() - t_start, 1),
+                    "left_to_other_runners": sorted(elsewhere),
                     "finished": len([c for c in matrix.cells if c.name in done])})  # fmt: skip
     return summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -333,3 +334,53 @@ def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, 
     assert summary["ran"] == [] and summary["failed"] == {}
     assert all(json.loads(f.read_text())["primary"] == 1.0 for f in res.glob("*.json"))  # nothing overwritten
     assert not list((tmp_path / "out" / "locks").glob("*.lock"))
+
+
+@pytest.mark.parametrize("other_runner", ["finishes", "is killed"])
+def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch, other_runner):
+    """A second runner finds pretrain/a locked by a live runner: it runs what it can, then waits for that
+    cell instead of failing the fine-tuning cells that need it. If the other runner dies without a result,
+    this one takes the cell over."""
+    import subprocess
+    import sys
+    import threading
+
+    from bertkit import experiment, experiment_cells
+
+    monkeypatch.setattr(experiment, "POLL_OTHER_RUNNERS_S", 0.05)
+    cfg = _write(tmp_path, MINIMAL)
+    m = load_matrix(cfg)
+    res, out = tmp_path / "res", tmp_path / "out"
+    res.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    lock = experiment._lock_path(out, m.cell("pretrain/a"))
+    lock.parent.mkdir(parents=True)
+    lock.write_text(str(other.pid))
+    calls = []
+
+    def other_runner_ends():
+        while "prepare" not in calls:  # this runner got past the locked cell to what it could do
+            time.sleep(0.01)
+        if other_runner == "finishes":
+            _finished_elsewhere(m, res, "pretrain/a")
+            (out / "pretrain" / "a").mkdir(parents=True)
+        other.kill()
+        other.wait()
+
+    def fake_run_cell(matrix, cell, out_, done, info, progress=True):
+        calls.append(cell.name)
+        return {"primary": 2.0, "seed": cell.spec.get("seed")}
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    ender = threading.Thread(target=other_runner_ends)
+    ender.start()
+    try:
+        summary = run_matrix(cfg, out=out, results=res, progress=False)
+    finally:
+        ender.join()
+        other.kill()
+    assert summary["failed"] == {} and summary["left_to_other_runners"] == []
+    took_over = other_runner == "is killed"
+    assert ("pretrain/a" in calls) == took_over
+    assert calls.index("prepare") < min(calls.index(c) for c in calls if c.startswith("finetune/"))
+    assert {c.name for c in m.cells if c.name.startswith("finetune/")} <= set(calls)
