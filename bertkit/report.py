@@ -226,8 +226,10 @@ def _provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folde
     torches = sorted({r["torch"] for r in results.values() if r.get("torch")})
     threads = sorted({str(r["threads"]) for r in results.values() if r.get("threads")})
     cpu_h = sum(r.get("cpu_s") or 0 for r in results.values()) / 3600
-    # models pre-trained with the tasks' text or continued from another (diagnostics), and models `from` them
-    extra = {m["name"] for m in matrix.raw["model"] if m.get("task_text") or m.get("continue_from")}
+    # diagnostics: the config's `diagnostics`, models pre-trained with the tasks' text or continued from another,
+    # and models `from` any of those
+    extra = set(matrix.raw.get("diagnostics", []))
+    extra |= {m["name"] for m in matrix.raw["model"] if m.get("task_text") or m.get("continue_from")}
     extra |= {m["name"] for m in matrix.raw["model"] if m.get("from") in extra}
     # a cell's model is its name's second part (pretrain/M, finetune/M/..., tasktext/M, prepare/M)
     extra_h = sum(
@@ -235,7 +237,8 @@ def _provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folde
     )
     extra_h /= 3600
     split = (
-        f" ({cpu_h - extra_h:.2f} without the task-text and continued models: {extra_h:.2f})"
+        f" ({cpu_h - extra_h:.2f} without the diagnostic models: {extra_h:.2f} for "
+        f"{', '.join(f'`{m}`' for m in sorted(extra))})"
         if extra_h
         else ""
     )

@@ -323,6 +323,8 @@ def test_paper_report_rows_must_name_models_of_the_matrix(tmp_path):
         ('table5 = { elmo = "mlm-mini" }', "table5: unknown role 'elmo'"),
         ('table6 = ["mlm-mini", "missing"]', "table6: 'missing' is not a [[model]] of the matrix"),
         ('table6 = "mlm-mini"', "`table6` a list of model names"),
+        ('diagnostics = ["ghost"]', "diagnostics: 'ghost' is not a [[model]] of the matrix"),
+        ('diagnostics = "mlm-mini"', "`diagnostics` must be a list of model names"),
     ]:
         cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{bad}'))
         with pytest.raises(UserError, match=re.escape(message)) as err:
@@ -416,17 +418,23 @@ continue_from = "mlm+nsp-mini"
     assert "SST-2 +10.0 vs random (reproduces, +4.0 vs more, -10.0 vs mlm+nsp-mini)" in text
 
 
-def test_cpu_time_line_splits_off_the_task_text_and_continued_models(tmp_path):
+def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
     cfg, res = _fixture(tmp_path)
     extra = '[[model]]\nname = "tapt"\ntask_text = ["SST-2"]\n[[model]]\nname = "tapt-probe"\nfrom = "tapt"\n'
-    cfg.write_text(cfg.read_text() + extra)
-    for i, cell in enumerate(["tasktext/tapt", "pretrain/tapt", "finetune/tapt-probe/SST-2/seed1"]):
+    extra += '[[model]]\nname = "wide"\nobjective = "mlm"\n'
+    cfg.write_text(
+        cfg.read_text().replace('report_size = "mini"', 'report_size = "mini"\ndiagnostics = ["wide"]')
+        + extra
+    )
+    cells = ["tasktext/tapt", "pretrain/tapt", "finetune/tapt-probe/SST-2/seed1", "pretrain/wide"]
+    for i, cell in enumerate(cells):
         (res / f"x{i}.json").write_text(
             json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": 1200.0})
         )
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     total = float(re.search(r"CPU time of the finished cells: ([\d.]+) CPU-hours", text).group(1))
-    assert f"({total - 1.0:.2f} without the task-text and continued models: 1.00)" in text
+    split = r"\(([\d.]+) without the diagnostic models: 1.33 for `tapt`, `tapt-probe`, `wide`\)"
+    assert float(re.search(split, text).group(1)) == pytest.approx(total - 4 * 1200 / 3600, abs=0.011)  # 2 roundings
 
 
 def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):
