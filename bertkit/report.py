@@ -113,6 +113,11 @@ def beyond_spread(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return abs(a[0] - b[0]) > max(a[1], b[1])
 
 
+def beats(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether score ``a`` is above ``b`` by more than the seeds' spread: the "reproduces" of a finding."""
+    return a[0] > b[0] and beyond_spread(a, b)
+
+
 def table5_models(matrix: Matrix) -> dict[str, str]:
     """Role -> model name of Table 5's rows (and of every finding that compares them): the config's
     ``table5 = {role = "model"}`` where it names one, else ``<role>-<report_size>`` (``mlm+nsp-mini``)."""
@@ -291,17 +296,24 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
     return out + [""]
 
 
-def same_shape_random(matrix: Matrix, model: str) -> str | None:
-    """The matrix's random-init model of the same architecture as ``model`` (its preset with its ``model``
-    overrides), if it has one: the start a pre-trained model of that size has to beat."""
+def model_shape(matrix: Matrix, model: str):
+    """The BertConfig ``model`` trains: the matrix's [pretrain] defaults, then the model's own preset and
+    ``model = {...}`` overrides."""
     from bertkit.experiment import _shape
 
-    defaults = matrix.raw.get("pretrain", {})
-    specs = {m["name"]: {**defaults, **m} for m in matrix.raw["model"]}
-    if model not in specs:
+    spec = next(m for m in matrix.raw["model"] if m["name"] == model)
+    return _shape({**matrix.raw.get("pretrain", {}), **spec})
+
+
+def same_shape_random(matrix: Matrix, model: str) -> str | None:
+    """The matrix's random-init model of the same architecture as ``model``, if it has one: the start a
+    pre-trained model of that size has to beat."""
+    names = {m["name"] for m in matrix.raw["model"]}
+    if model not in names:
         return None
-    target = _shape(specs[model])
-    return next((n for n, s in specs.items() if s.get("random") and _shape(s) == target), None)
+    target = model_shape(matrix, model)
+    randoms = [m["name"] for m in matrix.raw["model"] if m.get("random")]
+    return next((n for n in randoms if model_shape(matrix, n) == target), None)
 
 
 def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
@@ -452,7 +464,7 @@ def _positive_control(matrix: Matrix, results: dict[str, dict], tasks: list[str]
             c, r, o = ms(name, t), ms(rnd, t), ms(ours, t)
             if c is None or r is None:
                 continue
-            beyond = c[0] > r[0] and beyond_spread(c, r)
+            beyond = beats(c, r)
             mine = f"; {ours} {o[0]:.1f}" if o is not None else ""
             parts.append(f"{t} {c[0]:.1f} vs random {r[0]:.1f} ({c[0] - r[0]:+.1f}, "
                          f"{'beyond' if beyond else 'inside'} the spread{mine})")  # fmt: skip
@@ -478,7 +490,7 @@ def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str
             x, r = ms(name, t), ms(rnd, t)
             if x is None or r is None:
                 continue
-            beyond = x[0] > r[0] and beyond_spread(x, r)
+            beyond = beats(x, r)
             versus = ""
             for other in [*controls, base]:
                 o = ms(other, t)
@@ -495,22 +507,18 @@ def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str
 def _same_shape_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str], ms) -> list[str]:
     """Table 6's other sizes against random init of their own shape, task by task (does a deeper or wider
     model turn its lower held-out loss into transfer?). The Table 5 baseline has the first finding."""
-    from bertkit.experiment import _shape
-
-    defaults = matrix.raw.get("pretrain", {})
-    specs = {m["name"]: {**defaults, **m} for m in matrix.raw["model"]}
+    baseline = table5_models(matrix)["mlm+nsp"]
     parts = []
     for m in table6_models(matrix):
         rnd = same_shape_random(matrix, m)
-        if m == table5_models(matrix)["mlm+nsp"] or rnd is None:
+        if m == baseline or rnd is None:
             continue
-        gaps = []
-        for t in tasks:
-            a, b = ms(m, t), ms(rnd, t)
-            if a is not None and b is not None:
-                ok = a[0] > b[0] and beyond_spread(a, b)
-                gaps.append(f"{t} {a[0] - b[0]:+.1f} ({'reproduces' if ok else 'does NOT reproduce'})")
-        shape = _shape(specs[m])
+        gaps = [
+            f"{t} {a[0] - b[0]:+.1f} ({'reproduces' if beats(a, b) else 'does NOT reproduce'})"
+            for t in tasks
+            if (a := ms(m, t)) is not None and (b := ms(rnd, t)) is not None
+        ]
+        shape = model_shape(matrix, m)
         parts.append(f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}: "
                      + (", ".join(gaps) if gaps else NOT_RUN))  # fmt: skip
     if not parts:
@@ -536,7 +544,7 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
             verdicts.append(f"{t}: {NOT_RUN}")
             continue
         margin = a[0] - b[0]
-        ok = margin > 0 and beyond_spread(a, b)
+        ok = beats(a, b)
         verdicts.append(f"{t}: {margin:+.1f} ({'reproduces' if ok else 'does NOT reproduce'})")
     out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread** ({base} vs {rnd}): "
                + "; ".join(verdicts) + ".")  # fmt: skip

@@ -104,6 +104,19 @@ def _write_seeds(res: Path, model: str, task: str, scores: list[float]) -> None:
         )
 
 
+def _extend(cfg: Path, models: str = "", top: str = "") -> None:
+    """Add [[model]] tables (TOML text) and top-level settings (``top``) to the fixture's config."""
+    text = cfg.read_text()
+    if top:
+        text = text.replace('report_size = "mini"', f'report_size = "mini"\n{top}')
+    cfg.write_text(text + models)
+
+
+def _render(cfg: Path, res: Path) -> str:
+    """The report's text, written from the result files in ``res``."""
+    return Path(write_report(cfg, results=res)["report"]).read_text()
+
+
 def _fixture(tmp_path: Path) -> tuple[Path, Path]:
     cfg = tmp_path / "m.toml"
     cfg.write_text(CONFIG)
@@ -376,12 +389,10 @@ def test_same_budget_table_leaves_out_tasks_the_matrix_does_not_run_on_both_mode
 
 def test_task_text_finding_compares_with_random_and_the_table5_baseline(tmp_path):
     cfg, res = _fixture(tmp_path)
-    cfg.write_text(
-        cfg.read_text() + '[[model]]\nname = "tapt"\nobjective = "mlm+nsp"\ntask_text = ["SST-2"]\n'
-    )
+    _extend(cfg, '[[model]]\nname = "tapt"\nobjective = "mlm+nsp"\ntask_text = ["SST-2"]\n')
     _write_seeds(res, "tapt", "SST-2", [70.0, 71.0, 72.0])
     _write_seeds(res, "tapt", "SQuAD-v1.1", [33.0, 34.0, 35.0])
-    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    text = _render(cfg, res)
     assert (
         "- **Pre-training with the tasks' training text** (tapt: SST-2's training text before the corpus): "
         "SST-2 +10.0 vs random (reproduces, -10.0 vs mlm+nsp-mini); "
@@ -391,12 +402,10 @@ def test_task_text_finding_compares_with_random_and_the_table5_baseline(tmp_path
 
 def test_pretraining_table_shows_a_continued_model_with_both_token_counts(tmp_path):
     cfg, res = _fixture(tmp_path)
-    cfg.write_text(
-        cfg.read_text() + '[[model]]\nname = "more"\nobjective = "mlm+nsp"\ncontinue_from = "mlm+nsp-mini"\n'
-    )
+    _extend(cfg, '[[model]]\nname = "more"\nobjective = "mlm+nsp"\ncontinue_from = "mlm+nsp-mini"\n')
     row = _pretrain("more", 4, 256, 150.0, 8_200_000, continued_from="mlm+nsp-mini", tokens_before=41_000_000)
     (res / "more.json").write_text(json.dumps(row))
-    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    text = _render(cfg, res)
     assert "| more | 4 / 256 | 41.0M (mlm+nsp-mini) + 8.2M |" in text
 
 
@@ -411,10 +420,10 @@ task_text = ["SST-2"]
 name = "more"
 continue_from = "mlm+nsp-mini"
 """
-    cfg.write_text(cfg.read_text() + extra)
+    _extend(cfg, extra)
     _write_seeds(res, "more-tapt", "SST-2", [70.0, 71.0, 72.0])
     _write_seeds(res, "more", "SST-2", [66.0, 67.0, 68.0])
-    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    text = _render(cfg, res)
     assert "SST-2 +10.0 vs random (reproduces, +4.0 vs more, -10.0 vs mlm+nsp-mini)" in text
 
 
@@ -422,16 +431,13 @@ def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
     cfg, res = _fixture(tmp_path)
     extra = '[[model]]\nname = "tapt"\ntask_text = ["SST-2"]\n[[model]]\nname = "tapt-probe"\nfrom = "tapt"\n'
     extra += '[[model]]\nname = "wide"\nobjective = "mlm"\n'
-    cfg.write_text(
-        cfg.read_text().replace('report_size = "mini"', 'report_size = "mini"\ndiagnostics = ["wide"]')
-        + extra
-    )
+    _extend(cfg, extra, top='diagnostics = ["wide"]')
     cells = ["tasktext/tapt", "pretrain/tapt", "finetune/tapt-probe/SST-2/seed1", "pretrain/wide"]
     for i, cell in enumerate(cells):
         (res / f"x{i}.json").write_text(
             json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": 1200.0})
         )
-    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    text = _render(cfg, res)
     total = float(re.search(r"CPU time of the finished cells: ([\d.]+) CPU-hours", text).group(1))
     split = r"\(([\d.]+) without the diagnostic models: 1.33 for `tapt`, `tapt-probe`, `wide`\)"
     assert float(re.search(split, text).group(1)) == pytest.approx(
@@ -441,7 +447,7 @@ def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
 
 def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):
     cfg, res = _fixture(tmp_path)
-    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    text = _render(cfg, res)
     table6 = text.split("## Table 6")[1].split("The paper's")[0]
     assert "| random init, same shape: SST-2 / MRPC |" in table6
     # mini has random-mini (same preset, no overrides); tiny has no random model of its shape
@@ -467,7 +473,7 @@ name = "random-deep"
 random = true
 model = { num_hidden_layers = 8 }
 """
-    cfg.write_text(cfg.read_text() + extra)
+    _extend(cfg, extra)
     m = load_matrix(cfg)
     assert same_shape_random(m, "deep") == "random-deep"
     assert same_shape_random(m, "mlm+nsp-mini") == "random-mini"
@@ -486,17 +492,12 @@ name = "random-wide"
 random = true
 model = { hidden_size = 512, num_attention_heads = 8 }
 """
-    cfg.write_text(
-        cfg.read_text().replace(
-            'report_size = "mini"', 'report_size = "mini"\ntable6 = ["mlm+nsp-mini", "wide"]'
-        )
-        + extra
-    )
+    _extend(cfg, extra, top='table6 = ["mlm+nsp-mini", "wide"]')
     _write_seeds(res, "wide", "SST-2", [70.0, 71.0, 72.0])
     _write_seeds(res, "random-wide", "SST-2", [60.0, 61.0, 62.0])
     _write_seeds(res, "wide", "SQuAD-v1.1", [30.0, 31.0, 32.0])
     _write_seeds(res, "random-wide", "SQuAD-v1.1", [30.0, 31.0, 32.0])
-    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    text = _render(cfg, res)
     assert (
         "- **Pre-training beats random initialisation of the same shape** (Table 6's other sizes, layers x hidden): "
         "wide (4 x 512) vs random-wide: SST-2 +10.0 (reproduces), SQuAD-v1.1 +0.0 (does NOT reproduce)."
