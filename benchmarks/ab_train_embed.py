@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -72,23 +70,15 @@ def main(argv: list[str] | None = None) -> None:
     checkouts = dict(c.split("=", 1) for c in args.checkout)
     if len(checkouts) < 2:
         sys.exit("--checkout LABEL=PATH at least twice")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks from here
+    from benchmarks.common import child_json, environment
+
     runs: dict[str, list[dict]] = {label: [] for label in checkouts}
+    child_args = [__file__, "--child", "--pairs", str(args.pairs), "--threads", str(args.threads)]
     for r in range(args.runs):
         for label, path in checkouts.items():
-            env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                "--pairs",
-                str(args.pairs),
-                "--threads",
-                str(args.threads),
-            ]
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                sys.exit(f"run {r + 1} of {label} failed:\n{done.stderr[-2000:]}")
-            runs[label].append(json.loads(done.stdout.strip().splitlines()[-1]))
+            # by file, not -m: the script's folder leads sys.path, so bertkit comes from the checkout's PYTHONPATH
+            runs[label].append(child_json(child_args, env={"PYTHONPATH": str(Path(path).resolve())}))
             print(f"run {r + 1} {label}: {runs[label][-1]['pairs_per_s']:.2f} pairs/s", flush=True)
     summary = {
         label: {
@@ -102,8 +92,6 @@ def main(argv: list[str] | None = None) -> None:
     for label, s in summary.items():
         print(f"{label}: median {s['median_pairs_per_s']:.2f} pairs/s, max RSS {s['max_rss_mb']:.0f} MB")
     if args.out:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from benchmarks.common import environment
         from bertkit.io import atomic_write_json
 
         command = "python benchmarks/ab_train_embed.py " + " ".join(

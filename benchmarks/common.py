@@ -256,10 +256,11 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def child_json(args: list[str], drop_env: tuple[str, ...] = ()) -> Any:
+def child_json(args: list[str], drop_env: tuple[str, ...] = (), env: dict[str, str] | None = None) -> Any:
     """Run ``python ARGS`` from the project root in a fresh process (without the environment variables
-    ``drop_env``: names, or prefixes ending in ``*``) and return the JSON object on the last line of its output; a failed child raises with the
-    tail of its stderr. For measurements whose setting holds for a whole process (malloc, cold starts)."""
+    ``drop_env``: names, or prefixes ending in ``*``; with ``env`` set on top) and return the JSON object on the
+    last line of its output; a failed child raises with the tail of its stderr. For measurements whose setting
+    holds for a whole process (malloc, cold starts, another checkout's code)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -267,10 +268,10 @@ def child_json(args: list[str], drop_env: tuple[str, ...] = ()) -> Any:
     def dropped(k: str) -> bool:
         return any(k == d or (d.endswith("*") and k.startswith(d[:-1])) for d in drop_env)
 
-    env = {k: v for k, v in os.environ.items() if not dropped(k)}
+    child_env = {k: v for k, v in os.environ.items() if not dropped(k)} | (env or {})
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, *args], cwd=root, env=env, capture_output=True, text=True, check=False
+        [sys.executable, *args], cwd=root, env=child_env, capture_output=True, text=True, check=False
     )
     if out.returncode != 0:
         raise RuntimeError(f"python {' '.join(args)} failed:\n{out.stderr[-3000:]}")

@@ -96,9 +96,6 @@ def embed_together(model: BiEncoder, encodings: list[dict[str, torch.Tensor]]) -
     one forward pass over them all, padded to the longest T. The same vectors as one pass per batch (the
     padding is masked; bertkit's packing skips it): one pass runs each layer's ops once instead of once per
     batch, and the queries' few tokens join the passages' in the same GEMMs."""
-    if len(encodings) == 1:
-        e = encodings[0]
-        return [model(e["input_ids"], e["attention_mask"], e.get("token_type_ids"))]
     longest = max(e["input_ids"].shape[1] for e in encodings)
 
     def cat(key: str) -> torch.Tensor:
