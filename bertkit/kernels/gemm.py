@@ -74,9 +74,9 @@ def use_backend(name: str | None) -> None:
 
 def bucket(rows: int) -> int:
     """``rows`` rounded up to one of 16 sizes per power of two (at most 6.25% more, ~3% on average; powers of
-    two up to 64). Every padded row is GEMM work: with 8 sizes per power of two (up to 12.5%) train-embed ran
-    2.5% slower (a batch's 4,000-5,000 packed rows rounded to multiples of 512; docs/perf/ab-train-embed.json);
-    16 keep the shapes oneDNN caches to 135 up to 16k rows (docs/notes-perf.md, session 6)."""
+    two up to 64). Every padded row is GEMM work: with 8 sizes per power of two (up to 12.5%; a train-embed
+    batch's few thousand packed rows rounded to multiples of 512) train-embed ran 2.5% slower
+    (docs/perf/ab-train-embed.json); 16 keep the shapes oneDNN caches to 135 up to 16k rows."""
     if rows <= 64:
         return 1 << max(rows - 1, 0).bit_length()
     step = 1 << (rows.bit_length() - 5)
