@@ -4,7 +4,8 @@
 
 - a sentence-transformers folder (``modules.json`` naming a Transformer module, a ``Pooling`` module
   whose ``config.json`` says which pooling, and optionally a ``Normalize`` module;
-  ``sentence_bert_config.json`` gives ``max_seq_length``), without sentence-transformers installed;
+  ``sentence_bert_config.json`` gives ``max_seq_length``, or, in folders sentence-transformers >= 5 saved, the
+  tokenizer's ``model_max_length``), without sentence-transformers installed;
 - a plain BERT directory in the Hugging Face layout (mean pooling unless asked otherwise).
 
 Encoding sorts the texts by token length so each batch carries little padding, then restores the
@@ -214,7 +215,26 @@ def _sentence_transformers_layout(
         if (candidate / "sentence_bert_config.json").is_file():
             st_cfg = _read_json(candidate / "sentence_bert_config.json")
             break
+    if "max_seq_length" not in st_cfg:
+        st_cfg = {**st_cfg, "max_seq_length": _tokenizer_max_length(transformer_dir)}
     return transformer_dir, mode, normalize, st_cfg, dense
+
+
+# transformers writes this (int(1e30)) as model_max_length when a tokenizer has no limit of its own
+_NO_TOKENIZER_LIMIT = 10**12
+
+
+def _tokenizer_max_length(transformer_dir: Path) -> int | None:
+    """The length limit sentence-transformers >= 5 reads for a folder whose ``sentence_bert_config.json``
+    has no ``max_seq_length`` (where it saves it since then): the tokenizer's ``model_max_length`` in
+    ``tokenizer_config.json``. None when that file or field is absent or says "no limit"."""
+    path = transformer_dir / "tokenizer_config.json"
+    if not path.is_file():
+        return None
+    value = _read_json(path).get("model_max_length")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < _NO_TOKENIZER_LIMIT:
+        return None
+    return int(value)
 
 
 class SentenceEncoder:

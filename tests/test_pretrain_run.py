@@ -219,8 +219,8 @@ def test_two_phase_config_and_ablation_objectives(tmp_path, data_dir):
     assert steps == [1, 2, 3, 4, 5, 6]
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert "next_sentence_accuracy" not in rows[0]  # the No-NSP ablation
-    # one schedule over both phases: warm-up to the peak, then linear decay to the end
-    assert rows[1]["lr"] == pytest.approx(1e-3) and rows[-1]["lr"] < rows[3]["lr"]
+    # one schedule over both phases: warm-up from 0 to the peak at step `warmup`, then linear decay to the end
+    assert rows[0]["lr"] == 0.0 and rows[2]["lr"] == pytest.approx(1e-3) and rows[-1]["lr"] < rows[3]["lr"]
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
     # resuming a finished multi-phase run does no more steps
     again = pretrain(cfg, resume=True)

@@ -59,9 +59,12 @@ def synthetic(seed: int, per_topic: int = 4) -> tuple[list[Pair], list[str]]:
 # ------------------------------------------------------------------------------------------ losses
 
 
+def _st_loss_class(name: str):
+    return getattr(pytest.importorskip("sentence_transformers.sentence_transformer.losses"), name)
+
+
 def _st_loss(cls, **kw):
-    losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
-    return getattr(losses, cls)(model=torch.nn.Identity(), **kw)
+    return _st_loss_class(cls)(model=torch.nn.Identity(), **kw)
 
 
 def test_losses_equal_sentence_transformers():
@@ -188,6 +191,66 @@ def test_train_embed_improves_held_out_retrieval(tiny_dir, tmp_path, hard, symme
     assert after >= 80.0 and after > before + 30.0, (before, after)
     assert summary["steps"] == 6 * len(train) // 16 and (tmp_path / "run" / "train_log.json").is_file()
     assert (tmp_path / "run" / "curves.png").is_file()  # drawn by default
+
+
+def test_train_embed_follows_sentence_transformers_trainer_step_for_step(tiny_dir, tmp_path):
+    """The same batches in the same order, dropout off, the same optimiser settings: train-embed and
+    sentence-transformers' own trainer take the same steps (warm-up from rate 0 with transformers' rounding,
+    clipping, AdamW's decay groups) and end at the same weights; any quality gap between them is the data's
+    order and dropout, not the trainer."""
+    st = pytest.importorskip("sentence_transformers")
+    datasets = pytest.importorskip("datasets")
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from bertkit.train.batches import Batches
+
+    start = tmp_path / "start"
+    BiEncoder.from_pretrained(tiny_dir, normalize=True).save(start)
+    config = json.loads((start / "config.json").read_text())
+    (start / "config.json").write_text(
+        json.dumps({**config, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
+    )
+    pairs, _ = synthetic(1)
+    batch, steps, seed = 16, 8, 3
+    stream = iter(Batches(pairs, batch, lambda items: items, seed=seed))
+    ordered = [p for _ in range(steps) for p in next(stream)]  # the order train-embed draws for this seed
+    s = EmbedSettings(
+        epochs=2, batch_size=batch, lr=1e-3, warmup_ratio=0.25, weight_decay=0.01, seed=seed, log_every=1
+    )
+    train_embed(BiEncoder.from_pretrained(start), pairs, tmp_path / "ours", s, progress=False, plot=False)
+
+    class InOrder(st.SentenceTransformerTrainer):
+        def get_batch_sampler(self, dataset, batch_size, drop_last, *args, **kwargs):
+            return BatchSampler(SequentialSampler(range(len(dataset))), batch_size, drop_last)
+
+    ref = st.SentenceTransformer(str(start), device="cpu")
+    args = st.SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "st"), num_train_epochs=1, per_device_train_batch_size=batch,
+        learning_rate=1e-3, warmup_ratio=0.25, weight_decay=0.01, adam_epsilon=1e-6, max_grad_norm=1.0,
+        optim="adamw_torch", seed=seed, report_to=[], save_strategy="no", logging_steps=1,
+        dataloader_drop_last=True, use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    data = datasets.Dataset.from_dict(
+        {"anchor": [p.query for p in ordered], "positive": [p.positive for p in ordered]}
+    )
+    trainer = InOrder(
+        model=ref, args=args, train_dataset=data, loss=_st_loss_class("MultipleNegativesRankingLoss")(ref)
+    )
+    trainer.train()
+    theirs_loss = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    ours_loss = [
+        json.loads(line)["loss"] for line in (tmp_path / "ours" / "metrics.jsonl").read_text().splitlines()
+    ]
+    np.testing.assert_allclose(ours_loss, theirs_loss, atol=2e-4)  # every step, not only the end
+    ours_w = SentenceEncoder.from_pretrained(tmp_path / "ours" / "model").model.state_dict()
+    before = BertModel.from_pretrained(start).state_dict()
+    theirs_w = {k.split("model.", 1)[-1]: v for k, v in ref.state_dict().items()}
+    moved = max(float((ours_w[k] - before[k]).abs().max()) for k in before)
+    assert moved > 1e-3  # the runs trained: equal weights below are not two untouched copies
+    for k in before:
+        if k.endswith("key.bias"):  # softmax ignores it: its gradient is rounding noise, amplified by Adam
+            continue
+        torch.testing.assert_close(ours_w[k], theirs_w[k], atol=5e-5, rtol=1e-4, msg=k)
 
 
 def test_train_embed_auto_precision_measures_the_nested_batch(tiny_dir, tmp_path, monkeypatch):
@@ -376,14 +439,18 @@ def test_cli_train_embed_evaluate_and_errors(tiny_dir, tmp_path, capsys):
 
 
 def test_folder_saved_by_sentence_transformers_itself_loads(tiny_dir, tmp_path):
-    """sentence-transformers >= 6 writes Pooling as {"pooling_mode": ...}: bertkit reads its folders too."""
+    """sentence-transformers >= 6 writes Pooling as {"pooling_mode": ...} and keeps the length limit in the
+    tokenizer's config, not sentence_bert_config.json: bertkit reads its folders as it does, truncation
+    included (read as 512, the long text below would be embedded whole)."""
     st = pytest.importorskip("sentence_transformers")
-    BiEncoder.from_pretrained(tiny_dir, pooling="max", dense_dim=8).save(tmp_path / "m")
+    BiEncoder.from_pretrained(tiny_dir, pooling="max", dense_dim=8, max_seq_length=6).save(tmp_path / "m")
     model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
     model.save(str(tmp_path / "resaved"))
-    texts = ["the cat sits", "a red fox"]
+    texts = ["the cat sits", "a red fox", "the cat sits on the mat and a red fox runs past the cat again"]
     ours = SentenceEncoder.from_pretrained(tmp_path / "resaved")
     assert ours.pooling == "max" and ours.dim == 8
+    assert ours.max_seq_length == model.max_seq_length == 6
+    assert SentenceEncoder.from_pretrained(tmp_path / "resaved", max_seq_length=12).max_seq_length == 12
     np.testing.assert_allclose(ours.encode(texts), model.encode(texts, convert_to_numpy=True), atol=1e-5)
 
 

@@ -19,6 +19,7 @@ from bertkit.train import (
     linear_schedule,
     list_checkpoints,
     param_groups,
+    warmup_steps_of_ratio,
 )
 
 
@@ -102,21 +103,49 @@ def test_lr_by_prefix_gives_a_layer_its_own_rate_under_the_schedule():
     assert by_param[id(m.out.bias)]["lr"] == 0.5 and by_param[id(m.out.bias)]["weight_decay"] == 0.0
     assert by_param[id(m.lin.weight)]["lr"] == 1e-3 and by_param[id(m.norm.weight)]["lr"] == 1e-3
     assert len(by_param) == len(list(m.parameters()))  # every parameter in exactly one group
-    linear_schedule(opt, 2, 10)  # the first of 2 warm-up steps runs at half the peak: both rates scale
+    sched = linear_schedule(opt, 2, 10)
+    opt.step()
+    sched.step()  # the second of 2 warm-up steps runs at half the peak: both rates scale
     assert by_param[id(m.out.weight)]["lr"] == 0.25 and by_param[id(m.lin.weight)]["lr"] == 5e-4
 
 
-def test_linear_warmup_then_decay():
+def _rates(sched_of, steps: int) -> list[float]:
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = linear_schedule(opt, warmup_steps=4, total_steps=12)
+    sched = sched_of(opt)
     lrs = []
-    for _ in range(12):
+    for _ in range(steps):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
-    assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+    return lrs
+
+
+def test_linear_warmup_then_decay():
+    lrs = _rates(lambda o: linear_schedule(o, warmup_steps=4, total_steps=12), 12)
+    assert lrs[:5] == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])  # the first update at rate 0, as BERT's
     assert lrs[4:] == pytest.approx([1.0 - i / 8 for i in range(8)])
-    assert max(lrs) == 1.0
+    assert lrs.count(1.0) == 1  # one step at the peak, not two
+
+
+@pytest.mark.parametrize("warmup_ratio,total", [(0.1, 16), (0.06, 50), (0.0, 7), (0.5, 3)])
+def test_warmup_schedule_equals_transformers(warmup_ratio, total):
+    """The same rate at every step as transformers' linear schedule with its warm-up rounding (what
+    sentence-transformers' trainer and HF's run_glue use), so a run compared with theirs differs only in data."""
+    tf_opt = pytest.importorskip("transformers.optimization")
+    from transformers import TrainingArguments
+
+    warmup = warmup_steps_of_ratio(warmup_ratio, total)
+    try:  # transformers >= 5: a float warmup_steps < 1 is the ratio
+        targs = TrainingArguments(output_dir="unused", warmup_steps=warmup_ratio)
+    except (TypeError, ValueError):  # transformers 4: warmup_ratio
+        targs = TrainingArguments(output_dir="unused", warmup_ratio=warmup_ratio)
+    theirs = targs.get_warmup_steps(total)
+    assert warmup == theirs
+    ours = _rates(lambda o: linear_schedule(o, warmup, total), total)
+    ref = _rates(lambda o: tf_opt.get_linear_schedule_with_warmup(o, theirs, total), total)
+    assert ours == pytest.approx(ref, abs=1e-12)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        warmup_steps_of_ratio(1.5, total)
 
 
 def test_lamb_minimises_and_uses_trust_ratio():

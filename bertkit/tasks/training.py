@@ -24,7 +24,14 @@ from torch import nn
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 from bertkit.tasks.spec import Settings
-from bertkit.train import LengthGroupedBatches, Trainer, build_optimizer, linear_schedule, read_jsonl
+from bertkit.train import (
+    LengthGroupedBatches,
+    Trainer,
+    build_optimizer,
+    linear_schedule,
+    read_jsonl,
+    warmup_steps_of_ratio,
+)
 from bertkit.train.distributed import dist_info
 
 BEST_DIR = "best"
@@ -118,7 +125,7 @@ def train(
     total = s.max_steps or max(1, math.ceil(batches.steps_per_epoch() * s.epochs))
     lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None
     opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, lr_by_prefix=lr_by_prefix)
-    sched = linear_schedule(opt, int(round(s.warmup_ratio * total)), total)
+    sched = linear_schedule(opt, warmup_steps_of_ratio(s.warmup_ratio, total), total)
     encoder = model.bert if s.freeze_encoder else None
 
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:

@@ -11,6 +11,7 @@ from bertkit.train.optim import (
     linear_schedule,
     param_groups,
     warmup_steps_from,
+    warmup_steps_of_ratio,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "save_checkpoint",
     "to_device",
     "warmup_steps_from",
+    "warmup_steps_of_ratio",
 ]

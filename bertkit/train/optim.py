@@ -162,7 +162,10 @@ def _fused_ok(model: nn.Module) -> bool:
 class LinearWarmupDecay:
     """Multiplier for LambdaLR: ``step/warmup`` during warm-up, then linear decay to ``min_ratio`` at ``total``.
 
-    A picklable object (not a lambda) so the scheduler's ``state_dict`` round-trips completely.
+    The schedule of transformers' ``get_linear_schedule_with_warmup`` and of the original BERT's optimisation.py:
+    the first update (step 0) runs at rate 0 (it only fills Adam's moments), the peak comes at step ``warmup``,
+    and the rate reaches 0 at ``total``. A picklable object (not a lambda) so the scheduler's ``state_dict``
+    round-trips completely.
     """
 
     def __init__(self, warmup_steps: int, total_steps: int, min_ratio: float = 0.0):
@@ -172,7 +175,7 @@ class LinearWarmupDecay:
 
     def __call__(self, step: int) -> float:
         if self.warmup_steps > 0 and step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
+            return step / self.warmup_steps
         span = max(self.total_steps - self.warmup_steps, 1)
         frac = 1.0 - (step - self.warmup_steps) / span
         return max(self.min_ratio, min(1.0, frac))
@@ -181,14 +184,22 @@ class LinearWarmupDecay:
 def linear_schedule(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_ratio: float = 0.0
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up over ``warmup_steps`` (first step already uses lr/warmup) then linear decay."""
+    """Linear warm-up from 0 over ``warmup_steps``, then linear decay to ``min_ratio`` at ``total_steps``."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, LinearWarmupDecay(warmup_steps, total_steps, min_ratio)
     )
+
+
+def warmup_steps_of_ratio(ratio: float, total_steps: int) -> int:
+    """Warm-up steps for a fraction of the run: ``ceil(ratio * total_steps)``, transformers' rule (its
+    ``TrainingArguments.get_warmup_steps``), so a 10% warm-up of 16 steps is 2 steps, not 1."""
+    if not 0 <= ratio <= 1:
+        raise ValueError(f"warm-up ratio must be in [0, 1], got {ratio}")
+    return int(math.ceil(ratio * total_steps))
 
 
 def warmup_steps_from(warmup: float, total_steps: int) -> int:
     """``warmup`` < 1 is a fraction of ``total_steps`` (BERT used 1%); >= 1 is a step count."""
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
-    return int(math.ceil(warmup * total_steps)) if warmup < 1 else int(warmup)
+    return warmup_steps_of_ratio(warmup, total_steps) if warmup < 1 else int(warmup)

@@ -10,7 +10,7 @@ from torch import nn
 
 from bertkit.train.batches import Batches
 from bertkit.train.loop import Trainer
-from bertkit.train.optim import build_optimizer, linear_schedule
+from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_of_ratio
 
 
 def adamw_trainer(
@@ -34,7 +34,7 @@ def adamw_trainer(
     trainer = Trainer(
         model,
         opt,
-        linear_schedule(opt, warmup_steps=int(warmup_ratio * steps), total_steps=steps),
+        linear_schedule(opt, warmup_steps=warmup_steps_of_ratio(warmup_ratio, steps), total_steps=steps),
         train_batches=Batches(items, batch_size, collate_fn, seed=seed),
         max_steps=steps,
         seed=seed,
