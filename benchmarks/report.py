@@ -1,11 +1,14 @@
 """Write the results section of ``docs/performance.md`` from a ``make bench`` output file (never typed).
 
-    .venv/bin/python -m benchmarks.report [bench/results.json] [--doc docs/performance.md]
+    .venv/bin/python -m benchmarks.report [bench/results.json] [--also RUN2.json ...] [--doc docs/performance.md]
 
 The section between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is replaced by: the machine (CPU
 model, ISA flags, threads, load), the command, commit and date of the run, the measured GEMM peaks, and
 one table row per benchmark (ours, reference, ratio, goal, achieved model FLOP/s as a fraction of the
-peak, peak memory). The rest of the document is left as it is.
+peak, peak memory). ``--also`` names more runs of the same benchmark (other seeds, repeats): a second table
+gives every run's ratio per row, and, for rows that measured the quality of what they trained
+(``quality_ours`` / ``quality_reference``, e.g. the train-embed bench), both sides' scores per run and their
+mean. The rest of the document is left as it is.
 """
 
 from __future__ import annotations
@@ -143,12 +146,69 @@ def section(report: dict[str, Any], source: str) -> str:
     return "\n".join(lines)
 
 
-def update(doc: Path, report: dict[str, Any], source: str) -> None:
-    """Replace the generated section of ``doc`` (appended when the markers are missing)."""
+QUALITY_KEYS = ("recall@1", "mrr@10")
+
+
+def _run_label(source: str, report: dict[str, Any]) -> str:
+    seeds = {r["seed"] for r in report["results"] if "seed" in r}
+    seed = f"seed {seeds.pop()}" if len(seeds) == 1 else "seed n/a"
+    return f"`{Path(source).name}` ({seed}, `{report['environment'].get('commit')}`)"
+
+
+def repeats_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Markdown lines: each run's ratio per row and, where a row measured it, both sides' quality per run
+    and the mean over the runs (so a reader sees the spread, not one run)."""
+    lines = [
+        "",
+        f"Every run of this benchmark ({len(runs)}): the ratio per row and, where the row measured the quality "
+        "of what both sides trained, each side's score (ours / reference; untrained in brackets).",
+        "",
+        "| run | benchmark | ratio | "
+        + " | ".join(f"{k} ours / ref (untrained)" for k in QUALITY_KEYS)
+        + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in QUALITY_KEYS) + " |",
+    ]
+    sums: dict[str, dict[str, list[float]]] = {}
+    for source, report in runs:
+        for r in report["results"]:
+            if "ratio" not in r:
+                continue
+            cells = []
+            for k in QUALITY_KEYS:
+                ours, ref = (r.get(f"quality_{side}") or {} for side in ("ours", "reference"))
+                if k not in ours or k not in ref:
+                    cells.append("—")
+                    continue
+                base = (r.get("quality_untrained") or {}).get(k)
+                cells.append(f"{ours[k]:.2f} / {ref[k]:.2f}" + (f" ({base:.2f})" if base is not None else ""))
+                sums.setdefault(r["name"], {}).setdefault(k, []).extend([ours[k], ref[k]])
+            lines.append(
+                f"| {_run_label(source, report)} | {r['name']} | {_num(r['ratio'])} | "
+                + " | ".join(cells)
+                + " |"
+            )
+    for name, by_key in sums.items():
+        means = []
+        for k in QUALITY_KEYS:
+            v = by_key.get(k, [])
+            ours, ref = v[0::2], v[1::2]
+            means.append(f"{sum(ours) / len(ours):.2f} / {sum(ref) / len(ref):.2f}" if v else "—")
+        lines.append(f"| mean of {len(runs)} | {name} | | " + " | ".join(means) + " |")
+    return lines
+
+
+def update(
+    doc: Path, report: dict[str, Any], source: str, also: list[tuple[str, dict[str, Any]]] | None = None
+) -> None:
+    """Replace the generated section of ``doc`` (appended when the markers are missing); ``also``: more runs
+    (source, report) of the same benchmark for the repeats table."""
     from bertkit.io import atomic_write
 
     text = doc.read_text(encoding="utf-8") if doc.exists() else "# Performance\n\n"
-    new = section(report, source)
+    new = section(report, source + (" --also " + " ".join(a for a, _ in also) if also else ""))
+    if also:
+        body, end = new[: new.rindex(END)].rstrip("\n"), END
+        new = "\n".join([body, *repeats_table([(source, report), *also]), "", end])
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :]
     else:
@@ -160,10 +220,14 @@ def update(doc: Path, report: dict[str, Any], source: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", nargs="?", default="bench/results.json")
+    p.add_argument("--also", nargs="+", default=[], help="more runs of the same benchmark (seeds, repeats)")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "performance.md")
     args = p.parse_args(argv)
-    report = json.loads(Path(args.results).read_text(encoding="utf-8"))
-    update(args.doc, report, args.results)
+
+    def read(path: str) -> dict[str, Any]:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+
+    update(args.doc, read(args.results), args.results, [(a, read(a)) for a in args.also])
     print(f"wrote the results section of {args.doc} from {args.results}")
 
 

@@ -117,3 +117,42 @@ def test_report_names_the_kernel_of_the_peak_when_the_run_recorded_it():
     new_run["environment"]["gemm_peak"] = {"fp32": {"flops_per_s": 459e9, "n": 2048, "kernel": "onednn"}}
     text = section(new_run, "new.json")
     assert "the faster of `torch.mm` and oneDNN" in text and "fp32 459 GFLOP/s (onednn, n=2048)" in text
+
+
+def _embed_run(seed: int, ratio: float, ours_mrr: float, ref_mrr: float) -> dict:
+    report = _report(ratio)
+    report["environment"]["commit"] = "def5678"
+    report["results"] = [
+        {
+            "name": "train-embed MNRL",
+            "ours": 30.0,
+            "reference": 30.0 / ratio,
+            "unit": "pairs/s",
+            "ratio": ratio,
+            "goal": 2.0,
+            "seed": seed,
+            "quality_ours": {"recall@1": 70.0, "mrr@10": ours_mrr},
+            "quality_reference": {"recall@1": 71.0, "mrr@10": ref_mrr},
+            "quality_untrained": {"recall@1": 69.0, "mrr@10": 79.0},
+        }
+    ]
+    return report
+
+
+def test_repeats_table_gives_every_runs_ratio_and_quality_and_their_mean(tmp_path):
+    doc = tmp_path / "train-embed.md"
+    doc.write_text(f"# T\n\n{BEGIN}\nold\n{END}\n", encoding="utf-8")
+    runs = [("a/s1.json", _embed_run(1, 2.5, 80.0, 81.0)), ("a/s2.json", _embed_run(2, 1.5, 81.0, 80.0))]
+    update(doc, _embed_run(0, 2.0, 79.0, 79.5), "a/s0.json", runs)
+    text = doc.read_text(encoding="utf-8")
+    assert (
+        text.count(BEGIN) == 1
+        and "`python -m benchmarks.report a/s0.json --also a/s1.json a/s2.json`" in text
+    )
+    assert (
+        "| `s1.json` (seed 1, `def5678`) | train-embed MNRL | 2.50 | 70.00 / 71.00 (69.00) | 80.00 / 81.00 (79.00) |"
+        in text
+    )
+    assert "| mean of 3 | train-embed MNRL | | 70.00 / 71.00 | 80.00 / 80.17 |" in text  # ours (79+80+81)/3
+    update(doc, _embed_run(0, 2.0, 79.0, 79.5), "a/s0.json")  # without --also: no repeats table
+    assert "mean of" not in doc.read_text(encoding="utf-8")
