@@ -205,9 +205,11 @@ def embed_train_section(path: Path) -> list[str]:
         out += [
             "",
             f"Quality: {r0['eval_queries']} held-out questions against {r0['eval_corpus']} paragraphs; the "
-            f"untrained model scores {_quality_cell(untrained)}. The runs train {r0['steps']} steps, so both "
-            "sides barely move the model (AdamW moves each weight by about the summed learning rate, the "
-            "same in either precision): the quality columns show the trainers agree, not that training helps.",
+            f"untrained model scores {_quality_cell(untrained)}; both trained models are encoded at the length "
+            f"they trained on. The runs train {r0['steps']} steps, so both sides barely move the model (AdamW "
+            "moves each weight by about the summed learning rate, the same in either precision): the quality "
+            "columns show whether the trainers agree (three seeds, with their means: docs/train-embed-amd.md), "
+            "not that training helps (the SQuAD section above shows that).",
         ]
     return out + [""]
 
