@@ -505,11 +505,15 @@ def _task_text_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str
 
 
 def _same_shape_finding(matrix: Matrix, results: dict[str, dict], tasks: list[str], ms) -> list[str]:
-    """Table 6's other sizes against random init of their own shape, task by task (does a deeper or wider
-    model turn its lower held-out loss into transfer?). The Table 5 baseline has the first finding."""
+    """Table 6's other sizes, and any pre-training continued from a Table 6 size on the corpus alone, against
+    random init of their own shape, task by task (does a deeper or wider model, or more tokens, turn its lower
+    held-out loss into transfer?). The Table 5 baseline has the first finding."""
     baseline = table5_models(matrix)["mlm+nsp"]
+    sized = table6_models(matrix)
+    continued = {m["name"]: m["continue_from"] for m in matrix.raw["model"]
+                 if m.get("continue_from") in sized and not m.get("task_text")}  # fmt: skip
     parts = []
-    for m in table6_models(matrix):
+    for m in [*sized, *continued]:
         rnd = same_shape_random(matrix, m)
         if m == baseline or rnd is None:
             continue
@@ -519,12 +523,13 @@ def _same_shape_finding(matrix: Matrix, results: dict[str, dict], tasks: list[st
             if (a := ms(m, t)) is not None and (b := ms(rnd, t)) is not None
         ]
         shape = model_shape(matrix, m)
-        parts.append(f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}: "
+        more = f", continued from {continued[m]}" if m in continued else ""
+        parts.append(f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}{more}) vs {rnd}: "
                      + (", ".join(gaps) if gaps else NOT_RUN))  # fmt: skip
     if not parts:
         return []
-    return ["- **Pre-training beats random initialisation of the same shape** (Table 6's other sizes, layers x "
-            "hidden): " + "; ".join(parts) + "."]  # fmt: skip
+    return ["- **Pre-training beats random initialisation of the same shape** (Table 6's other sizes and their "
+            "continued pre-trainings, layers x hidden): " + "; ".join(parts) + "."]  # fmt: skip
 
 
 def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
