@@ -205,5 +205,8 @@ def test_embed_train_table_comes_from_the_file_and_marks_a_missed_goal(tmp_path)
     assert "commit abc1234; CPU: Fake CPU; 2 threads; load average at the start 0.5, 1.0, 2.0" in text
     assert "| fp32 | 18.00 | 14.00 | 1.29 ✗ | 70.5 / 79.6 | 71.0 / 79.6 | 3.0e-05 / 3.0e-05 |" in text
     assert "| auto vs default | 36.50 | 14.00 | 2.61 | " in text
-    assert "the untrained model scores 70.0 / 79.8. The runs train 16 steps" in text
+    assert (
+        "the untrained model scores 70.0 / 79.8; both trained models are encoded at the length they trained on. The runs train 16 steps"
+        in text
+    )
     assert "(no result file)" in "\n".join(embed_train_section(tmp_path / "missing.json"))
