@@ -276,6 +276,33 @@ def _seeds_line(matrix: Matrix) -> str:
     return line + (f" ({'; '.join(own)})" if own else "")
 
 
+def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
+    """Task -> its dev score (percent, as the tables) when every dev example gets the training split's most
+    frequent label: what a model that learned nothing from the inputs scores. GLUE classification tasks whose
+    files are present; a regression task (STS-B), a tagger or a reader has no one label to predict."""
+    from collections import Counter
+
+    from bertkit.experiment_cells import data_root
+    from bertkit.tasks.glue import get_task, read_glue
+    from bertkit.tasks.metrics import glue_metrics
+
+    out = {}
+    for t in matrix.raw.get("task", []):
+        if t.get("name") not in tasks or t.get("kind") != "glue":
+            continue
+        name = t.get("task", t["name"])
+        task = get_task(name)
+        folder = data_root(matrix) / t.get("dir", f"glue/{name}")
+        if task.is_regression or not (folder / "dev.tsv").is_file():
+            continue
+        train, dev = read_glue(task, folder, "train"), read_glue(task, folder, "dev")
+        top = Counter(e.label for e in train).most_common(1)[0][0]
+        out[t["name"]] = (
+            100.0 * glue_metrics(name, [top] * len(dev), [e.label for e in dev])[task.main_metric]
+        )
+    return out
+
+
 def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
     n_seeds = len(seeds_of(matrix.raw))
     names = {m["name"] for m in matrix.raw["model"]}
@@ -289,6 +316,10 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
             xs = seed_scores(results, m, t)
             cells.append(fmt(mean_std(xs), len(xs), n_seeds))
         out.append(f"| {ROW_LABELS[role]} (`{m}`) | " + " | ".join(cells) + " |")
+    floor = majority_baselines(matrix, tasks)
+    if floor:
+        out.append("| no model: the training split's most frequent label | "
+                   + " | ".join(f"{floor[t]:.1f}" if t in floor else "—" for t in tasks) + " |")  # fmt: skip
     out += ["", "The paper's Table 5 (BERT-Base, dev) for reference:", "",
             "| | " + " | ".join(PAPER_TABLE5["columns"]) + " |", "| --- |" + " --- |" * len(PAPER_TABLE5["columns"])]  # fmt: skip
     for k, v in PAPER_TABLE5["rows"].items():

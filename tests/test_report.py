@@ -515,3 +515,17 @@ model = { hidden_size = 512, num_attention_heads = 8 }
         "SQuAD-v1.1 +0.0 (does NOT reproduce); wide-longer (4 x 512, continued from wide) vs random-wide: "
         "SST-2 +1.0 (does NOT reproduce)." in text
     )  # the task-text continuation has its own finding
+
+
+def test_table5_shows_what_predicting_the_most_frequent_label_scores(tmp_path):
+    """The floor a model that learned nothing reaches (MRPC's F1 of always "paraphrase" is high): from the
+    task's own files, the training split's majority label scored on dev; absent files, no row."""
+    cfg, res = _fixture(tmp_path)
+    assert "most frequent label" not in _render(cfg, res)
+    sst = tmp_path / "glue" / "SST-2"
+    sst.mkdir(parents=True)
+    (sst / "train.tsv").write_text("sentence\tlabel\n" + "good\t1\n" * 3 + "bad\t0\n")
+    (sst / "dev.tsv").write_text("sentence\tlabel\n" + "fine\t1\n" * 3 + "awful\t0\n" * 5)
+    text = _render(cfg, res)
+    # columns SST-2, SQuAD, CoNLL, SST-2-1k (its dev is SST-2's): always "1" is right on 3 of 8
+    assert "| no model: the training split's most frequent label | 37.5 | — | — | 37.5 |" in text
