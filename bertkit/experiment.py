@@ -16,7 +16,10 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
 Each finished cell writes one small JSON file ``RESULTS/<cell with / -> __>.json`` (scores, seed, tokens seen,
 wall and CPU time, commit, torch, CPU model; see DESIGN.md "Wave 2 additions"), by default into
 ``results/<matrix name>/`` beside the config file, which is committed. A cell whose result file exists is
-skipped; a killed pre-training cell resumes from its newest checkpoint (the Trainer resumes bitwise on CPU);
+skipped, unless the config has changed what it computes since: each result records a fingerprint of the
+cell's settings and its inputs' (``settings``; paths relative to the data root, so machines and checkouts
+agree), and a changed cell stops the run with an error until ``--rerun-changed`` runs it and everything
+downstream again (old result files move to ``RESULTS/replaced/``); a killed pre-training cell resumes from its newest checkpoint (the Trainer resumes bitwise on CPU);
 a killed fine-tuning cell (minutes) starts again. Run outputs (models, logs) go to ``--out`` (default
 ``runs/<name>``). When a pending cell needs the model of a finished cell that is absent from ``--out`` (a
 fresh machine), that cell is run again to rebuild it; its committed result file is kept.
@@ -390,6 +393,50 @@ def results_dir(matrix: Matrix, override: str | None = None) -> Path:
     return Path(override) if override else matrix.base / "results" / matrix.name
 
 
+# keys of a [[task]] that say which models and seeds the matrix runs it for, not how one cell runs
+TASK_KEYS_NOT_IN_A_CELL = ("models", "seeds")
+
+
+def _portable(value: Any, roots: list[Path], in_task: bool = False) -> Any:
+    """``value`` with absolute paths under ``roots`` made relative to them and a task's matrix-wide keys left
+    out: what a cell computes, the same on every machine and checkout."""
+    if isinstance(value, dict):
+        return {k: _portable(v, roots, in_task=k in ("task", "tasks")) for k, v in value.items()
+                if not (in_task and k in TASK_KEYS_NOT_IN_A_CELL)}  # fmt: skip
+    if isinstance(value, list | tuple):
+        return [_portable(v, roots, in_task) for v in value]
+    if isinstance(value, str) and os.path.isabs(value):
+        path = Path(os.path.normpath(value))  # "experiments/../../shared" and "/work/shared" alike
+        for root in roots:
+            if path.is_relative_to(root):
+                return path.relative_to(root).as_posix()
+    return value
+
+
+def cell_settings(matrix: Matrix) -> dict[str, str]:
+    """Cell name -> a fingerprint (16 hex digits of sha256) of its settings and of every cell it reads, so a
+    change anywhere upstream changes it too. Recorded in each result file (``settings``); a finished cell
+    whose fingerprint no longer matches the config was run with other settings."""
+    import hashlib
+
+    from bertkit.experiment_cells import data_root
+
+    roots = [Path(os.path.normpath(p)) for p in (data_root(matrix).absolute(), matrix.base.absolute())]
+    prints: dict[str, str] = {}
+    for cell in matrix.cells:  # in run order: a cell's inputs come before it
+        text = json.dumps([_portable(cell.spec, roots), [prints[n] for n in cell.needs]], sort_keys=True,
+                          default=str)  # fmt: skip
+        prints[cell.name] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return prints
+
+
+def changed_cells(matrix: Matrix, cells: list[Cell], done: dict[str, dict]) -> list[str]:
+    """The finished cells among ``cells`` whose recorded settings differ from what the config says now.
+    Result files from before fingerprints were recorded have none and count as unchanged."""
+    prints = cell_settings(matrix)
+    return [c.name for c in cells if done.get(c.name, {}).get("settings") not in (None, prints[c.name])]
+
+
 def read_results(folder: str | os.PathLike) -> dict[str, dict]:
     """Every result file under ``folder`` by cell name."""
     out = {}
@@ -557,8 +604,11 @@ def run_matrix(
     results: str | os.PathLike | None = None,
     dry_run: bool = False,
     progress: bool = True,
+    rerun_changed: bool = False,
 ) -> dict[str, Any]:
-    """Run every pending cell of the matrix (see the module docstring); returns a summary dict."""
+    """Run every pending cell of the matrix (see the module docstring); returns a summary dict.
+    ``rerun_changed``: run again the finished cells whose settings (or an input's) changed in the config since
+    (their old result files move to ``RESULTS/replaced/``); without it such cells stop the run with an error."""
     import torch
 
     from bertkit.experiment_cells import run_cell
@@ -568,12 +618,27 @@ def run_matrix(
     res_dir = results_dir(matrix, results)
     done = read_results(res_dir) if res_dir.is_dir() else {}
     cells = select(matrix, only)
+    changed = changed_cells(matrix, cells, done)
+    if changed and not dry_run:
+        if not rerun_changed:
+            raise UserError(
+                f"{matrix.path}: {len(changed)} finished cell(s) ran with other settings than the config now "
+                f"gives (theirs or an input's): {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}; "
+                "restore the settings, or pass --rerun-changed to run them again (their result files move to "
+                f"{res_dir / 'replaced'})"
+            )
+        (res_dir / "replaced").mkdir(exist_ok=True)
+        for name in changed:
+            result_name = matrix.cell(name).result_name
+            os.replace(res_dir / result_name, res_dir / "replaced" / result_name)
+            del done[name]
     todo = plan(matrix, cells, done, out)
     summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
         [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
-        "results": str(res_dir)}  # fmt: skip
+        "results": str(res_dir), "changed": changed}  # fmt: skip
     if dry_run:
         return summary
+    settings = cell_settings(matrix)
     threads = int(matrix.raw.get("threads", 0))
     if threads:
         torch.set_num_threads(threads)
@@ -638,6 +703,7 @@ def run_matrix(
                 logger.info("%s rebuilt (its result file is kept)", cell.name)
                 continue
             result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
+                      "settings": settings[cell.name],
                       "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
             atomic_write_json(res_dir / cell.result_name, result)
         finally:

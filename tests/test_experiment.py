@@ -144,6 +144,41 @@ def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypa
     assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
 
 
+def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path, monkeypatch):
+    """A finished cell records a fingerprint of its settings and its inputs'. After an edit to the config a
+    runner refuses to mix old and new results (one-line error naming the cells); --rerun-changed runs the
+    changed cells and everything downstream again, keeping the old result files aside. Editing only which
+    models a task runs for changes no finished cell."""
+    from bertkit import experiment_cells
+
+    runs: list[str] = []
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        runs.append(cell.name)
+        return {
+            "primary": 50.0,
+            "hyperparameters": {"lr": cell.spec.get("lr")},
+            "seed": cell.spec.get("seed"),
+        }
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    cfg, res, out = _write(tmp_path, MINIMAL), tmp_path / "res", tmp_path / "out"
+    first = run_matrix(cfg, out=out, results=res, progress=False)
+    assert not first["failed"] and all("settings" in r for r in read_results(res).values())
+    cfg.write_text(MINIMAL.replace('kind = "glue"', 'kind = "glue"\nmodels = ["a", "a+bilstm"]'))
+    assert run_matrix(cfg, out=out, results=res, dry_run=True)["changed"] == []
+    cfg.write_text(MINIMAL.replace("tokens = 1000", "tokens = 2000"))  # pre-training changes: all downstream
+    with pytest.raises(
+        UserError, match=r"m.toml: 9 finished cell\(s\) ran with other settings .*: pretrain/a, "
+    ):
+        run_matrix(cfg, out=out, results=res, progress=False)
+    again = run_matrix(cfg, out=out, results=res, progress=False, rerun_changed=True)
+    assert sorted(again["ran"]) == sorted(again["changed"]) and "pretrain/a" in again["ran"]
+    assert all(name.startswith(("pretrain/a", "finetune/")) for name in again["ran"])  # not the corpus cells
+    assert (res / "replaced" / "pretrain__a.json").is_file()  # the old result kept, out of the report's way
+    assert run_matrix(cfg, out=out, results=res, dry_run=True)["changed"] == []
+
+
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     import os
 

@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="list the cells that would run, run nothing")
     p.add_argument("--doc", help="report: the Markdown file to write (default: the config's `report` path)")
     p.add_argument("--quiet", action="store_true", help="no progress bars (the per-cell line stays)")
+    p.add_argument("--rerun-changed", action="store_true",
+                   help="run again finished cells whose settings changed in the config (old results kept aside)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -41,4 +43,4 @@ def run(args: argparse.Namespace) -> dict:
     from bertkit.experiment import run_matrix
 
     return run_matrix(args.config, out=args.out, only=args.only, results=args.results, dry_run=args.dry_run,
-                      progress=not args.quiet)  # fmt: skip
+                      progress=not args.quiet, rerun_changed=args.rerun_changed)  # fmt: skip
