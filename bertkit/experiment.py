@@ -195,7 +195,9 @@ def _task_text_cells(where: str, spec: dict, raw: dict, corpus: list[str]) -> li
 
 def _continue_from(where: str, spec: dict, models: list[dict]) -> str:
     """The pre-training cell a ``continue_from = "<model>"`` model starts from (its weights, a fresh optimiser
-    and schedule): a model bertkit pre-trains in this matrix, not itself continued (no chains)."""
+    and schedule): a model bertkit pre-trains in this matrix, not itself continued (no chains). The weights fix
+    the shape, so ``spec`` takes the base's ``preset`` and ``model = {...}`` (for the ETA and the report's
+    same-shape comparisons); a different shape of its own is refused rather than silently ignored."""
     base = next((m for m in models if m["name"] == spec["continue_from"]), None)
     if base is None or base is spec:
         raise UserError(f"{where}: continue_from = {spec['continue_from']!r} must name another [[model]]")
@@ -204,6 +206,12 @@ def _continue_from(where: str, spec: dict, models: list[dict]) -> str:
                         "from scratch")  # fmt: skip
     if models.index(base) > models.index(spec):  # cells run in the matrix's order
         raise UserError(f"{where}: declare [[model]] {base['name']!r} before the model that continues it")
+    for key in ("preset", "model"):
+        if key in spec and spec[key] != base.get(key):
+            raise UserError(f"{where}: {key} = {spec[key]!r}: a model continued from {base['name']!r} has its "
+                            f"shape ({key} = {base.get(key)!r}); leave {key} out")  # fmt: skip
+        if key in base:
+            spec[key] = base[key]
     return f"pretrain/{base['name']}"
 
 
@@ -254,6 +262,9 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                     f"{path}: model {m['name']!r}: `from = {m['from']!r}` must name a trained model"
                 )
             continue
+        continued = (
+            _continue_from(f"{path}: model {m['name']!r}", m, models) if "continue_from" in m else None
+        )
         spec = {**defaults, **m}
         if m.get("pretrained") or m.get("package"):
             cells.append(Cell(f"pretrain/{m['name']}", "pretrained", spec))
@@ -261,8 +272,8 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         if "task_text" in m:
             cells.extend(_task_text_cells(f"{path}: model {m['name']!r}", spec, raw, corpus))
         needs = [prepare_cell_of(spec)]
-        if "continue_from" in m:
-            needs.append(_continue_from(f"{path}: model {m['name']!r}", m, models))
+        if continued:
+            needs.append(continued)
         if m.get("same_cpu_as"):
             if m["same_cpu_as"] not in names:
                 raise UserError(

@@ -44,6 +44,13 @@ def _write(tmp_path: Path, text: str) -> Path:
     return p
 
 
+def test_a_continued_model_takes_the_shape_of_the_model_it_continues(tmp_path):
+    text = MINIMAL.replace('objective = "mlm"', 'objective = "mlm"\nmodel = { hidden_size = 256 }', 1)
+    m = load_matrix(_write(tmp_path, text + '[[model]]\nname = "b"\ncontinue_from = "a"\n'))
+    assert m.cell("pretrain/b").spec["model"] == {"hidden_size": 256}  # the ETA and the report see it
+    assert m.cell("pretrain/b").cost == m.cell("pretrain/a").cost
+
+
 def test_a_task_text_model_gets_its_own_corpus_cells(tmp_path):
     m = load_matrix(_write(tmp_path, MINIMAL + '[[model]]\nname = "t"\ntask_text = ["SST-2"]\n'))
     names = [c.name for c in m.cells]
@@ -219,6 +226,10 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
         (
             '[[model]]\nname = "b"\ncontinue_from = "a"\n[[model]]\nname = "c"\ncontinue_from = "b"\n',
             "from scratch",
+        ),
+        (  # the weights fix the shape: an override of its own would be silently ignored in training
+            '[[model]]\nname = "b"\ncontinue_from = "a"\nmodel = { num_hidden_layers = 4 }\n',
+            r"model = \{'num_hidden_layers': 4\}: a model continued from 'a' has its shape \(model = None\)",
         ),
     ],
 )

@@ -495,12 +495,10 @@ model = { hidden_size = 512, num_attention_heads = 8 }
 name = "wide-longer"
 objective = "mlm+nsp"
 continue_from = "wide"
-model = { hidden_size = 512, num_attention_heads = 8 }
 [[model]]
 name = "wide-tapt"
 continue_from = "wide"
 task_text = ["SST-2"]
-model = { hidden_size = 512, num_attention_heads = 8 }
 """
     _extend(cfg, extra, top='table6 = ["mlm+nsp-mini", "wide"]')
     _write_seeds(res, "wide", "SST-2", [70.0, 71.0, 72.0])
