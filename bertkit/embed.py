@@ -215,26 +215,7 @@ def _sentence_transformers_layout(
         if (candidate / "sentence_bert_config.json").is_file():
             st_cfg = _read_json(candidate / "sentence_bert_config.json")
             break
-    if "max_seq_length" not in st_cfg:
-        st_cfg = {**st_cfg, "max_seq_length": _tokenizer_max_length(transformer_dir)}
     return transformer_dir, mode, normalize, st_cfg, dense
-
-
-# transformers writes this (int(1e30)) as model_max_length when a tokenizer has no limit of its own
-_NO_TOKENIZER_LIMIT = 10**12
-
-
-def _tokenizer_max_length(transformer_dir: Path) -> int | None:
-    """The length limit sentence-transformers >= 5 reads for a folder whose ``sentence_bert_config.json``
-    has no ``max_seq_length`` (where it saves it since then): the tokenizer's ``model_max_length`` in
-    ``tokenizer_config.json``. None when that file or field is absent or says "no limit"."""
-    path = transformer_dir / "tokenizer_config.json"
-    if not path.is_file():
-        return None
-    value = _read_json(path).get("model_max_length")
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < _NO_TOKENIZER_LIMIT:
-        return None
-    return int(value)
 
 
 class SentenceEncoder:
@@ -302,7 +283,8 @@ class SentenceEncoder:
             raise UserError(f"{model_dir}: model directory not found")
         st_mode, st_norm, st_cfg, dense = None, False, {}, []
         transformer_dir = model_dir
-        if (model_dir / "modules.json").is_file():
+        sentence_transformers_folder = (model_dir / "modules.json").is_file()
+        if sentence_transformers_folder:
             transformer_dir, st_mode, st_norm, st_cfg, dense = _sentence_transformers_layout(model_dir)
         model = BertModel.from_pretrained(transformer_dir)
         if device is not None:
@@ -313,7 +295,10 @@ class SentenceEncoder:
             tokenizer,
             pooling=pooling or st_mode or "mean",
             normalize=st_norm if normalize is None else normalize,
-            max_seq_length=max_seq_length or st_cfg.get("max_seq_length") or None,
+            max_seq_length=max_seq_length
+            or st_cfg.get("max_seq_length")
+            # sentence-transformers >= 5 saves its limit as the tokenizer's model_max_length instead
+            or (tokenizer.model_max_length if sentence_transformers_folder else None),
             lowercase_input=bool(st_cfg.get("do_lower_case", False)),
             dense=dense,
             precision=precision,

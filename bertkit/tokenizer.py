@@ -258,13 +258,22 @@ class Tokenizer:
         model_dir = Path(model_dir)
         if model_dir.is_file():  # a bare vocab.txt
             return cls(model_dir, **overrides)
+        settings = cls._config_settings(model_dir / TOKENIZER_CONFIG)
         vocab_file = model_dir / VOCAB_FILE
         if not vocab_file.is_file():
             if (model_dir / TOKENIZER_JSON).is_file():
-                return cls._from_tokenizer_json(model_dir / TOKENIZER_JSON, **overrides)
+                # tokenizer.json's normalizer says how text is cased and split; the config adds the length limit
+                # (where sentence-transformers >= 5 keeps a model's max_seq_length)
+                limit = {k: settings[k] for k in ("model_max_length",) if k in settings}
+                return cls._from_tokenizer_json(model_dir / TOKENIZER_JSON, **{**limit, **overrides})
             raise UserError(f"{model_dir}: no {VOCAB_FILE} or {TOKENIZER_JSON} found")
+        settings.update(overrides)
+        return cls(vocab_file, **settings)
+
+    @staticmethod
+    def _config_settings(config_file: Path) -> dict[str, Any]:
+        """The constructor settings ``tokenizer_config.json`` gives (none when the file is absent)."""
         settings: dict[str, Any] = {}
-        config_file = model_dir / TOKENIZER_CONFIG
         if config_file.is_file():
             try:
                 cfg = json.loads(config_file.read_text(encoding="utf-8"))
@@ -280,8 +289,7 @@ class Tokenizer:
                 settings["model_max_length"] = cfg["model_max_length"]
             if isinstance(cfg.get("max_input_chars_per_word"), int):
                 settings["max_input_chars_per_word"] = cfg["max_input_chars_per_word"]
-        settings.update(overrides)
-        return cls(vocab_file, **settings)
+        return settings
 
     @classmethod
     def _from_tokenizer_json(cls, path: Path, **overrides: Any) -> Tokenizer:
