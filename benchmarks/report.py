@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,8 @@ def _kernel(row: dict[str, Any]) -> str:
     )
 
 
-def section(report: dict[str, Any], source: str) -> str:
-    """The generated markdown for one results file."""
+def section(report: dict[str, Any], source: str, extra: list[str] | None = None) -> str:
+    """The generated markdown for one results file; ``extra`` lines go at its end (the repeats table)."""
     env = report["environment"]
     load = env.get("load_average")
     lines = [
@@ -142,7 +143,7 @@ def section(report: dict[str, Any], source: str) -> str:
                 f"- {r['name']}: ours {r['model_flops_per_call'] / 1e9:,.0f} GFLOP, transformers "
                 f"{r['ref_work_flops_per_call'] / 1e9:,.0f} GFLOP: **{q:.2f}×** the work"
             )
-    lines += ["", END]
+    lines += [*(extra or []), "", END]
     return "\n".join(lines)
 
 
@@ -168,7 +169,7 @@ def repeats_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
         + " |",
         "| --- | --- | --- | " + " | ".join("---" for _ in QUALITY_KEYS) + " |",
     ]
-    sums: dict[str, dict[str, list[float]]] = {}
+    scores: dict[str, dict[str, list[tuple[float, float]]]] = {}  # row -> metric -> (ours, ref) per run
     for source, report in runs:
         for r in report["results"]:
             if "ratio" not in r:
@@ -181,18 +182,17 @@ def repeats_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
                     continue
                 base = (r.get("quality_untrained") or {}).get(k)
                 cells.append(f"{ours[k]:.2f} / {ref[k]:.2f}" + (f" ({base:.2f})" if base is not None else ""))
-                sums.setdefault(r["name"], {}).setdefault(k, []).extend([ours[k], ref[k]])
+                scores.setdefault(r["name"], {}).setdefault(k, []).append((ours[k], ref[k]))
             lines.append(
                 f"| {_run_label(source, report)} | {r['name']} | {_num(r['ratio'])} | "
                 + " | ".join(cells)
                 + " |"
             )
-    for name, by_key in sums.items():
-        means = []
-        for k in QUALITY_KEYS:
-            v = by_key.get(k, [])
-            ours, ref = v[0::2], v[1::2]
-            means.append(f"{sum(ours) / len(ours):.2f} / {sum(ref) / len(ref):.2f}" if v else "—")
+    for name, by_key in scores.items():
+        means = [
+            " / ".join(f"{statistics.mean(side):.2f}" for side in zip(*by_key[k])) if k in by_key else "—"
+            for k in QUALITY_KEYS
+        ]
         lines.append(f"| mean of {len(runs)} | {name} | | " + " | ".join(means) + " |")
     return lines
 
@@ -205,10 +205,8 @@ def update(
     from bertkit.io import atomic_write
 
     text = doc.read_text(encoding="utf-8") if doc.exists() else "# Performance\n\n"
-    new = section(report, source + (" --also " + " ".join(a for a, _ in also) if also else ""))
-    if also:
-        body, end = new[: new.rindex(END)].rstrip("\n"), END
-        new = "\n".join([body, *repeats_table([(source, report), *also]), "", end])
+    command = source + (" --also " + " ".join(a for a, _ in also) if also else "")
+    new = section(report, command, repeats_table([(source, report), *also]) if also else None)
     if BEGIN in text and END in text:
         text = text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :]
     else:

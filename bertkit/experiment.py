@@ -19,8 +19,8 @@ wall and CPU time, commit, torch, CPU model; see DESIGN.md "Wave 2 additions"), 
 skipped, unless the config has changed what it computes since: each result records a fingerprint of the
 cell's settings and its inputs' (``settings``; paths relative to the data root, so machines and checkouts
 agree), and a changed cell stops the run with an error until ``--rerun-changed`` runs it and everything
-downstream again (old result files move to ``RESULTS/replaced/``); a killed pre-training cell resumes from its newest checkpoint (the Trainer resumes bitwise on CPU);
-a killed fine-tuning cell (minutes) starts again. Run outputs (models, logs) go to ``--out`` (default
+downstream again (old result files move to ``RESULTS/replaced/``). A killed pre-training cell resumes from
+its newest checkpoint (the Trainer resumes bitwise on CPU); a killed fine-tuning cell (minutes) starts again. Run outputs (models, logs) go to ``--out`` (default
 ``runs/<name>``). When a pending cell needs the model of a finished cell that is absent from ``--out`` (a
 fresh machine), that cell is run again to rebuild it; its committed result file is kept.
 
@@ -441,11 +441,10 @@ def cell_settings(matrix: Matrix) -> dict[str, str]:
     return prints
 
 
-def changed_cells(matrix: Matrix, cells: list[Cell], done: dict[str, dict]) -> list[str]:
-    """The finished cells among ``cells`` whose recorded settings differ from what the config says now.
-    Result files from before fingerprints were recorded have none and count as unchanged."""
-    prints = cell_settings(matrix)
-    return [c.name for c in cells if done.get(c.name, {}).get("settings") not in (None, prints[c.name])]
+def changed_cells(cells: list[Cell], done: dict[str, dict], settings: dict[str, str]) -> list[str]:
+    """The finished cells among ``cells`` whose recorded settings differ from ``settings`` (``cell_settings``
+    of the config now). Result files from before fingerprints were recorded have none: unchanged."""
+    return [c.name for c in cells if done.get(c.name, {}).get("settings") not in (None, settings[c.name])]
 
 
 def read_results(folder: str | os.PathLike) -> dict[str, dict]:
@@ -523,6 +522,10 @@ def _holder(path: Path) -> int | None:
     """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's)."""
     try:
         pid = int(path.read_text() or 0)
+        if (
+            pid <= 0
+        ):  # empty (its writer died between creating and writing it): kill(0) would signal our group
+            return None
         os.kill(pid, 0)
     except (ValueError, ProcessLookupError, FileNotFoundError):
         return None
@@ -629,7 +632,8 @@ def run_matrix(
     res_dir = results_dir(matrix, results)
     done = read_results(res_dir) if res_dir.is_dir() else {}
     cells = select(matrix, only)
-    changed = changed_cells(matrix, cells, done)
+    settings = cell_settings(matrix)
+    changed = changed_cells(cells, done, settings)
     if changed and not dry_run:
         if not rerun_changed:
             raise UserError(
@@ -649,7 +653,6 @@ def run_matrix(
         "results": str(res_dir), "changed": changed}  # fmt: skip
     if dry_run:
         return summary
-    settings = cell_settings(matrix)
     threads = int(matrix.raw.get("threads", 0))
     if threads:
         torch.set_num_threads(threads)

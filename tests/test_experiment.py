@@ -158,10 +158,7 @@ def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path
     models a task runs for changes no finished cell."""
     from bertkit import experiment_cells
 
-    runs: list[str] = []
-
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
-        runs.append(cell.name)
         return {
             "primary": 50.0,
             "hyperparameters": {"lr": cell.spec.get("lr")},
@@ -197,6 +194,8 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     assert first is not None and first.read_text() == str(os.getpid())
     assert _lock(tmp_path, cell) is None  # held by a live process (this one)
     first.write_text("999999999")  # a process that is gone: its lock is taken over
+    assert _lock(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+    first.write_text("")  # its writer died before writing its id: no one holds it (not process group 0)
     assert _lock(tmp_path, cell) == first and first.read_text() == str(os.getpid())
 
 

@@ -4,6 +4,7 @@ small synthetic task, hard-negative mining, the ranking metrics, the CLI and its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -153,7 +154,7 @@ def test_one_pass_over_queries_and_passages_gives_each_batch_its_own_vectors(tin
     )  # short: padded to the passages' length in the pass
     passages = model.tokenize([p.positive + " and the red fox" * (i % 3) for i, p in enumerate(pairs[:7])])
     assert queries["input_ids"].shape[1] < passages["input_ids"].shape[1]
-    with torch.no_grad(), kernels.reference_ops() if not kernels_on else torch.enable_grad():
+    with torch.no_grad(), contextlib.nullcontext() if kernels_on else kernels.reference_ops():
         q, p = embed_together(model, [dict(queries), dict(passages)])
         alone = [model(e["input_ids"], e["attention_mask"], e["token_type_ids"]) for e in (queries, passages)]
     assert q.shape == alone[0].shape and p.shape == alone[1].shape
