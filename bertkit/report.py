@@ -286,7 +286,10 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
     from bertkit.tasks.glue import get_task, read_glue
     from bertkit.tasks.metrics import glue_metrics
 
-    out = {}
+    out: dict[str, float] = {}
+    by_folder: dict[
+        Path, float
+    ] = {}  # variants of one task (SST-2, SST-2-1k) share its files: read them once
     for t in matrix.raw.get("task", []):
         if t.get("name") not in tasks or t.get("kind") != "glue":
             continue
@@ -295,11 +298,12 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
         folder = data_root(matrix) / t.get("dir", f"glue/{name}")
         if task.is_regression or not (folder / "dev.tsv").is_file():
             continue
-        train, dev = read_glue(task, folder, "train"), read_glue(task, folder, "dev")
-        top = Counter(e.label for e in train).most_common(1)[0][0]
-        out[t["name"]] = (
-            100.0 * glue_metrics(name, [top] * len(dev), [e.label for e in dev])[task.main_metric]
-        )
+        if folder not in by_folder:
+            train, dev = read_glue(task, folder, "train"), read_glue(task, folder, "dev")
+            top = Counter(e.label for e in train).most_common(1)[0][0]
+            preds, gold = [top] * len(dev), [e.label for e in dev]
+            by_folder[folder] = 100.0 * glue_metrics(name, preds, gold)[task.main_metric]
+        out[t["name"]] = by_folder[folder]
     return out
 
 
