@@ -133,7 +133,7 @@ MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner",
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
              "max_train_examples", "epochs", "batch_size", "lr", "max_seq_length", "doc_stride",
              "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
-             "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric"}  # fmt: skip
+             "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric", "protocol"}  # fmt: skip
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
             "notes", "table5", "table6", "diagnostics"}  # fmt: skip
