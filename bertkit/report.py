@@ -744,7 +744,8 @@ def base_estimate() -> list[str]:
 def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
     size = matrix.raw.get("report_size", "mini")
     rows = set(table5_models(matrix).values())
-    tasks = [t["name"] for t in matrix.raw.get("task", []) if rows & set(task_models(matrix.raw, t))]
+    tasks = [t["name"] for t in matrix.raw.get("task", [])
+             if rows & set(task_models(matrix.raw, t)) and not t.get("protocol")]  # fmt: skip
     lines = [f"# {matrix.raw.get('description', matrix.name)}", ""]
     lines += _provenance(matrix, results, config_arg, folder)
     prep = results.get("prepare", {}).get("metrics", {})
@@ -759,10 +760,15 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "last ones (the shared data has no SQuAD training file); the learning rate of SST-2, CoLA and CoNLL "
               "is picked on dev from a grid on the first seed, then used for every seed (the paper's practice)",
               ""]  # fmt: skip
-    lines += ["## Findings", ""] + findings(matrix, results, tasks) + _notes(matrix)
+    found = findings(matrix, results, tasks)
+    # each protocol's verdict on the first finding (pre-trained vs random) goes right after it
+    found[1:1] = [line for name in protocols(matrix) for line in _protocol_finding(matrix, results, name)]
+    lines += ["## Findings", ""] + found + _notes(matrix)
     lines += _pretrain_rows(matrix, results)
     lines += [f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)", ""]
     lines += _table5(matrix, results, size, tasks)
+    for name in protocols(matrix):
+        lines += _protocol_table(matrix, results, name)
     lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + _table6(matrix, results)
     lines += ["## Table 7 — feature-based vs fine-tuning (CoNLL-2003)", ""] + _table7(matrix, results)
     lines += ["## Same CPU budget against transformers", "",
@@ -792,6 +798,100 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     return "\n".join(lines)
 
 
+def protocols(matrix: Matrix) -> list[str]:
+    """The fine-tuning protocols other than the matrix's main one (tasks with ``protocol = "..."``), in the
+    config's order: each has its own table and finding, apart from Table 5's tasks."""
+    return list(dict.fromkeys(t["protocol"] for t in matrix.raw.get("task", []) if t.get("protocol")))
+
+
+def _protocol_tasks(matrix: Matrix, name: str) -> list[dict]:
+    return [t for t in matrix.raw.get("task", []) if t.get("protocol") == name]
+
+
+def _protocol_pairs(matrix: Matrix, tasks: list[dict]) -> list[tuple[str, str]]:
+    """(pre-trained model, random init of its shape) for every pre-trained model the protocol's tasks
+    fine-tune whose same-shape random init they fine-tune too."""
+    models = list(dict.fromkeys(m for t in tasks for m in task_models(matrix.raw, t)))
+    randoms = {m["name"] for m in matrix.raw["model"] if m.get("random")}
+    pairs = []
+    for m in models:
+        rnd = same_shape_random(matrix, m) if m not in randoms else None
+        if rnd in models:
+            pairs.append((m, rnd))
+    return pairs
+
+
+def _settings_text(t: dict) -> str:
+    """A task's fine-tuning settings in words, from the config (what the protocol's table header lists)."""
+    n = t.get("max_train_examples")
+    lrs = t.get("lr", 5e-5)
+    lrs = lrs if isinstance(lrs, list) else [lrs]
+    grid = f"lr grid {' / '.join(f'{float(x):g}' for x in lrs)}" if len(lrs) > 1 else f"lr {float(lrs[0]):g}"
+    examples = f"{n} training examples (a random subset per seed)" if n else "the whole training set"
+    return f"{t['name']}: {examples}, {t.get('epochs', 3):g} epochs, batch {t.get('batch_size', 32)}, {grid}"
+
+
+def _protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> list[str]:
+    """The first finding of the report (pre-trained beats random by more than the spread), judged on the
+    protocol's tasks for every pre-trained model there with its same-shape random init."""
+    tasks = _protocol_tasks(matrix, name)
+    parts = []
+    for m, rnd in _protocol_pairs(matrix, tasks):
+        verdicts = []
+        for t in tasks:
+            a = mean_std(seed_scores(results, m, t["name"]))
+            b = mean_std(seed_scores(results, rnd, t["name"]))
+            if a is None or b is None:
+                verdicts.append(f"{t['name']} {NOT_RUN}")
+            else:
+                verdicts.append(f"{t['name']} {a[0] - b[0]:+.1f} "
+                                f"({'reproduces' if beats(a, b) else 'does NOT reproduce'})")  # fmt: skip
+        shape = model_shape(matrix, m)
+        parts.append(
+            f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}: " + ", ".join(verdicts)
+        )
+    if not parts:
+        return []
+    return [f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning protocol "
+            f"\"{name}\"** (its own table below): " + "; ".join(parts) + "."]  # fmt: skip
+
+
+def _chosen_lrs(results: dict[str, dict], model: str, task: str) -> set[float]:
+    pre = f"finetune/{model}/{task}/seed"
+    return {r["hyperparameters"]["lr"] for n, r in results.items()
+            if n.startswith(pre) and "lr" in r.get("hyperparameters", {})}  # fmt: skip
+
+
+def _protocol_table(matrix: Matrix, results: dict[str, dict], name: str) -> list[str]:
+    """Every model of the protocol's tasks on each of them (mean ± std over seeds, and the rate the grid
+    picked on dev), with the training split's majority label as the floor."""
+    tasks = _protocol_tasks(matrix, name)
+    models = list(dict.fromkeys(m for t in tasks for m in task_models(matrix.raw, t)))
+    out = [
+        f'## Fine-tuning protocol "{name}" (dev, mean ± std over seeds; the rate the grid picked on dev)',
+        "",
+    ]
+    out += [f"- {_settings_text(t)}" for t in tasks] + [""]
+    out += ["| model | " + " | ".join(f"{t['name']} ({metric_name(matrix, t['name'], 'primary')})" for t in tasks) + " |",
+            "| --- |" + " --- |" * len(tasks)]  # fmt: skip
+    for m in models:
+        cells = []
+        for t in tasks:
+            if m not in task_models(matrix.raw, t):
+                cells.append("")
+                continue
+            xs = seed_scores(results, m, t["name"])
+            lrs = _chosen_lrs(results, m, t["name"])
+            picked = f" (lr {', '.join(f'{x:g}' for x in sorted(lrs))})" if lrs else ""
+            cells.append(fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, t))) + (picked if xs else ""))
+        out.append(f"| {m} | " + " | ".join(cells) + " |")
+    floor = majority_baselines(matrix, [t["name"] for t in tasks])
+    if floor:
+        out.append("| no model: the training split's most frequent label | "
+                   + " | ".join(f"{floor[t['name']]:.1f}" if t["name"] in floor else "—" for t in tasks) + " |")  # fmt: skip
+    return out + [""]
+
+
 def _other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     """Every fine-tuned model that is not a row of Table 5 or 6, the transformers comparison or a published
     checkpoint (e.g. a masking-rate variant, a probe), on each of its tasks."""
@@ -799,7 +899,9 @@ def _other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     shown |= {
         m["name"] for m in matrix.raw["model"] if m.get("runner") or m.get("package") or m.get("pretrained")
     }
-    tasks = matrix.raw.get("task", [])
+    tasks = [
+        t for t in matrix.raw.get("task", []) if not t.get("protocol")
+    ]  # protocols have their own tables
     models = [m["name"] for m in matrix.raw["model"] if m["name"] not in shown]
     models = [m for m in models if any(m in task_models(matrix.raw, t) for t in tasks)]
     if not models:

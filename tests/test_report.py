@@ -527,3 +527,53 @@ def test_table5_shows_what_predicting_the_most_frequent_label_scores(tmp_path):
     text = _render(cfg, res)
     # columns SST-2, SQuAD, CoNLL, SST-2-1k (its dev is SST-2's): always "1" is right on 3 of 8
     assert "| no model: the training split's most frequent label | 37.5 | — | — | 37.5 |" in text
+
+
+def test_a_fine_tuning_protocol_gets_its_own_table_and_verdict_and_stays_out_of_table5(tmp_path):
+    """Tasks with ``protocol = "full"`` (whole training sets, longer): judged pre-trained vs same-shape random
+    in their own finding, right after Table 5's; their table shows the rate the grid picked; Table 5 and
+    "Other models" keep to the main protocol's tasks."""
+    cfg, res = _fixture(tmp_path)
+    extra = """
+[[model]]
+name = "wide"
+objective = "mlm+nsp"
+model = { hidden_size = 512, num_attention_heads = 8 }
+[[model]]
+name = "random-wide"
+random = true
+model = { hidden_size = 512, num_attention_heads = 8 }
+[[task]]
+name = "SST-2-long"
+task = "SST-2"
+kind = "glue"
+protocol = "full"
+epochs = 10
+lr = [1e-4, 1e-3]
+models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
+"""
+    _extend(cfg, extra)
+    for model, scores, lr in (("mlm+nsp-mini", [85.0, 86.0, 87.0], 1e-4), ("random-mini", [80.0, 80.5, 81.0], 1e-3),
+                              ("wide", [81.0, 82.0, 83.0], 1e-4), ("random-wide", [80.0, 81.0, 82.0], 1e-3)):  # fmt: skip
+        for i, x in enumerate(scores, 1):
+            (res / f"long-{model}-{i}.json").write_text(json.dumps(
+                {"cell": f"finetune/{model}/SST-2-long/seed{i}", "kind": "finetune", "primary": x,
+                 "hyperparameters": {"lr": lr}}))  # fmt: skip
+    text = _render(cfg, res)
+    findings = text.split("## Findings")[1].splitlines()
+    assert findings[2].startswith(
+        "- **Pre-training beats random initialisation by more than the seeds' spread** ("
+    )
+    assert findings[3] == (
+        "- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning protocol "
+        '"full"** (its own table below): mlm+nsp-mini (4 x 256) vs random-mini: SST-2-long +5.5 (reproduces); '
+        "wide (4 x 512) vs random-wide: SST-2-long +1.0 (does NOT reproduce)."
+    )
+    table5 = text.split("## Table 5")[1].split("##")[0]
+    assert "SST-2-long" not in table5
+    section = text.split('## Fine-tuning protocol "full"')[1].split("\n## ")[0]
+    assert "- SST-2-long: the whole training set, 10 epochs, batch 32, lr grid 0.0001 / 0.001" in section
+    assert "| mlm+nsp-mini | 86.0 ± 1.0 (lr 0.0001) |" in section
+    assert "| random-wide | 81.0 ± 1.0 (lr 0.001) |" in section
+    others = text.split("## Other models")[1].split("\n## ")[0] if "## Other models" in text else ""
+    assert "SST-2-long" not in others
