@@ -575,5 +575,37 @@ models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
     assert "- SST-2-long: the whole training set, 10 epochs, batch 32, lr grid 0.0001 / 0.001" in section
     assert "| mlm+nsp-mini | 86.0 ± 1.0 (lr 0.0001) |" in section
     assert "| random-wide | 81.0 ± 1.0 (lr 0.001) |" in section
+    assert '; 0.00 of them for fine-tuning protocol "full"' in text  # the fixture's cells record no CPU time
     others = text.split("## Other models")[1].split("\n## ")[0] if "## Other models" in text else ""
     assert "SST-2-long" not in others
+
+
+def test_a_protocol_that_fine_tunes_table5_rows_gets_their_ablation_verdicts(tmp_path):
+    """MLM vs LTR on the protocol's tagging/span tasks and the NSP effect on its tasks, labelled with the
+    protocol; Table 5's own verdicts stay on the main tasks."""
+    cfg, res = _fixture(tmp_path)
+    extra = """
+[[task]]
+name = "CoNLL-long"
+kind = "ner"
+protocol = "full"
+models = ["mlm+nsp-mini", "mlm-mini", "ltr-mini", "ltr+bilstm-mini", "random-mini"]
+"""
+    _extend(cfg, extra)
+    scores = {"mlm+nsp-mini": [70.0, 71.0, 72.0], "mlm-mini": [69.0, 70.0, 71.0], "ltr-mini": [60.0, 61.0, 62.0],
+              "ltr+bilstm-mini": [72.0, 73.0, 74.0], "random-mini": [50.0, 51.0, 52.0]}  # fmt: skip
+    for model, xs in scores.items():
+        _write_seeds(res, model, "CoNLL-long", xs)
+    text = _render(cfg, res)
+    assert (
+        '- **MLM beats left-to-right on CoNLL-long**, protocol "full": mlm+nsp-mini vs ltr-mini: +10.0 (reproduces); '
+        "mlm+nsp-mini vs ltr+bilstm-mini: -2.0 (does NOT reproduce); mlm-mini vs ltr-mini: +9.0 (reproduces); "
+        "mlm-mini vs ltr+bilstm-mini: -3.0 (does NOT reproduce)." in text
+    )
+    assert (
+        '- **NSP effect**, protocol "full" (MLM + NSP minus MLM only; the paper: NSP helps QNLI, MNLI and SQuAD): CoNLL-long +1.0.'
+        in text
+    )
+    assert "vs random-mini: CoNLL-long +20.0 (reproduces)" in text
+    main_nsp = next(line for line in text.splitlines() if line.startswith("- **NSP effect** ("))
+    assert "CoNLL-long" not in main_nsp
