@@ -768,9 +768,8 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "(the same for every objective and size); held-out: the last documents of the corpus, the same "
               "masks for every model, scored by bertkit's masked-LM head",
               "- fine-tuning: dev sets; SQuAD v1.1 trains on the first articles of dev-v1.1 and evaluates on the "
-              "last ones (the shared data has no SQuAD training file); the learning rate of SST-2, CoLA and CoNLL "
-              "is picked on dev from a grid on the first seed, then used for every seed (the paper's practice)",
-              ""]  # fmt: skip
+              "last ones (the shared data has no SQuAD training file); "
+              + _grid_text(matrix), ""]  # fmt: skip
     found = findings(matrix, results, tasks)
     # each protocol's verdict on the first finding (pre-trained vs random) goes right after it
     found[1:1] = [line for name in protocols(matrix) for line in _protocol_finding(matrix, results, name)]
@@ -807,6 +806,16 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
     lines += ["## BERT-Base as published, on paper", ""] + base_estimate()
     return "\n".join(lines)
+
+
+def _grid_text(matrix: Matrix) -> str:
+    """Which tasks pick their learning rate from a grid, in words (from the config)."""
+    gridded = [t["name"] for t in matrix.raw.get("task", [])
+               if isinstance(t.get("lr"), list) and len(t["lr"]) > 1 and not t.get("freeze_encoder")]  # fmt: skip
+    if not gridded:
+        return "every task at one learning rate"
+    return (f"the learning rate of {', '.join(gridded)} is picked on dev from a grid on the first seed, then used "
+            "for every seed (the paper's practice)")  # fmt: skip
 
 
 def protocols(matrix: Matrix) -> list[str]:
