@@ -779,6 +779,13 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     lines += _table5(matrix, results, size, tasks)
     for name in protocols(matrix):
         lines += _protocol_table(matrix, results, name)
+        names = [t["name"] for t in _protocol_tasks(matrix, name)]
+        models = list(
+            dict.fromkeys(m for t in _protocol_tasks(matrix, name) for m in task_models(matrix.raw, t))
+        )
+        figure = f"{doc.stem}-{name}-scores.png"
+        if plot_bars(results, models, names, doc.parent / figure, {t: metric_name(matrix, t) for t in names}):
+            lines += [f"![downstream scores, protocol {name}]({figure})", ""]
     lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + _table6(matrix, results)
     lines += ["## Table 7 — feature-based vs fine-tuning (CoNLL-2003)", ""] + _table7(matrix, results)
     lines += ["## Same CPU budget against transformers", "",
@@ -1090,4 +1097,5 @@ def write_report(
         f.write(text if text.endswith("\n") else text + "\n")
     return {"report": str(path), "results": len(res), "cells": len(matrix.cells),
             "figures": sorted(str(p) for p in (path.parent / f"{path.stem}-{kind}.png"
-                                               for kind in ("curves", "scores")) if p.exists())}  # fmt: skip
+                                               for kind in ("curves", "scores", *(f"{n}-scores" for n in protocols(matrix))))
+                              if p.exists())}  # fmt: skip

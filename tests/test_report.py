@@ -575,6 +575,8 @@ models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
     assert "- SST-2-long: the whole training set, 10 epochs, batch 32, lr grid 0.0001 / 0.001" in section
     assert "| mlm+nsp-mini | 86.0 ± 1.0 (lr 0.0001) |" in section
     assert "| random-wide | 81.0 ± 1.0 (lr 0.001) |" in section
+    assert "![downstream scores, protocol full](paper-full-scores.png)" in section
+    assert (tmp_path / "doc" / "paper-full-scores.png").read_bytes()[:4] == b"\x89PNG"
     assert "the learning rate of SST-2-long is picked on dev from a grid on the first seed" in text
     assert '; 0.00 of them for fine-tuning protocol "full"' in text  # the fixture's cells record no CPU time
     others = text.split("## Other models")[1].split("\n## ")[0] if "## Other models" in text else ""
