@@ -596,6 +596,23 @@ def _nsp_effect(rows: dict[str, str], ms, tasks: list[str], label: str = "") -> 
             + "; ".join(parts) + ".")  # fmt: skip
 
 
+def _same_budget_downstream(spec: dict, ms, tasks: list[str]) -> str:
+    """bertkit's same-CPU model against transformers' (``spec``, a ``runner = "transformers"`` model) on
+    ``tasks``: each gap, and whether bertkit's is at least as good everywhere (the issue's must-show)."""
+    gaps = []  # (task, bertkit minus transformers, whether the gap exceeds the seeds' spread)
+    for t in tasks:
+        x, y = ms(spec["same_cpu_as"], t), ms(spec["name"], t)
+        if x is not None and y is not None:
+            gaps.append((t, x[0] - y[0], beyond_spread(x, y)))
+    listed = ", ".join(f"{t} {d:+.1f}{'' if beyond else ' (inside the spread)'}" for t, d, beyond in gaps)
+    worse = [t for t, d, _ in gaps if d < 0]
+    if worse:
+        return f"{listed}: below transformers on {', '.join(worse)} (NOT at least as good)"
+    if gaps:
+        return f"{listed}: at least as good on every task both have finished"
+    return NOT_RUN
+
+
 def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
     """The issue's "must show" claims, each checked against the result files."""
     out = []
@@ -645,22 +662,10 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
             out.append(f"- **bertkit vs transformers on the same CPU budget**: {NOT_RUN}.")
             continue
         lower = a["metrics"]["mlm_loss"] < b["metrics"]["mlm_loss"]
-        gaps = []  # (task, bertkit minus transformers, whether the gap exceeds the seeds' spread)
-        for t in tasks:
-            x, y = ms(spec["same_cpu_as"], t), ms(spec["name"], t)
-            if x is not None and y is not None:
-                gaps.append((t, x[0] - y[0], beyond_spread(x, y)))
-        listed = ", ".join(f"{t} {d:+.1f}{'' if beyond else ' (inside the spread)'}" for t, d, beyond in gaps)
-        worse = [t for t, d, _ in gaps if d < 0]
-        if worse:
-            downstream = f"{listed}: below transformers on {', '.join(worse)} (NOT at least as good)"
-        elif gaps:
-            downstream = f"{listed}: at least as good on every task both have finished"
-        else:
-            downstream = NOT_RUN
         out.append(f"- **bertkit vs transformers on the same CPU budget**: {a['tokens'] / max(1, b['tokens']):.2f}x the "
                    f"tokens; held-out MLM loss {a['metrics']['mlm_loss']:.3f} vs {b['metrics']['mlm_loss']:.3f} "
-                   f"({'lower: reproduces' if lower else 'NOT lower'}); downstream: {downstream}.")  # fmt: skip
+                   f"({'lower: reproduces' if lower else 'NOT lower'}); downstream: "
+                   f"{_same_budget_downstream(spec, ms, tasks)}.")  # fmt: skip
     return out + [""]
 
 
@@ -898,6 +903,12 @@ def _protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> li
     nsp_tasks = [t["name"] for t in tasks if runs(t, ("mlm+nsp", "mlm"))]
     if nsp_tasks:
         out.append(_nsp_effect(rows, ms, nsp_tasks, label))
+    for spec in matrix.raw["model"]:  # the same-CPU-budget pair, where the protocol fine-tunes both
+        pair = {spec.get("same_cpu_as"), spec["name"]}
+        both = [t["name"] for t in tasks if pair <= set(task_models(matrix.raw, t))]
+        if spec.get("runner") == "transformers" and both:
+            out.append(f"- **bertkit vs transformers on the same CPU budget**{label}, downstream: "
+                       f"{_same_budget_downstream(spec, ms, both)}.")  # fmt: skip
     return out
 
 
