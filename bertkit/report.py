@@ -572,6 +572,11 @@ def _same_shape_finding(matrix: Matrix, results: dict[str, dict], tasks: list[st
             "continued pre-trainings, layers x hidden): " + "; ".join(parts) + "."]  # fmt: skip
 
 
+def _tally(wins: list[bool]) -> str:
+    """ ", beyond the spread on k of n tasks" over the tasks both models have finished ("" when none has)."""
+    return f", beyond the spread on {sum(wins)} of {len(wins)} tasks" if wins else ""
+
+
 def _mlm_vs_ltr(rows: dict[str, str], ms, task: str, label: str = "") -> str:
     """Table 5's MLM rows against its left-to-right rows on ``task`` (the paper: MLM ahead on SQuAD)."""
     parts = []
@@ -623,17 +628,17 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
     # pre-trained beats random on every task by more than the seeds' spread
     rows = table5_models(matrix)
     base, rnd = rows["mlm+nsp"], rows["random"]
-    verdicts = []
+    verdicts, wins = [], []
     for t in tasks:
         a, b = ms(base, t), ms(rnd, t)
         if a is None or b is None:
             verdicts.append(f"{t}: {NOT_RUN}")
             continue
         margin = a[0] - b[0]
-        ok = beats(a, b)
-        verdicts.append(f"{t}: {margin:+.1f} ({'reproduces' if ok else 'does NOT reproduce'})")
-    out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread** ({base} vs {rnd}): "
-               + "; ".join(verdicts) + ".")  # fmt: skip
+        wins.append(beats(a, b))
+        verdicts.append(f"{t}: {margin:+.1f} ({'reproduces' if wins[-1] else 'does NOT reproduce'})")
+    out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread** ({base} vs {rnd}"
+               f"{_tally(wins)}): " + "; ".join(verdicts) + ".")  # fmt: skip
     out += [_mlm_vs_ltr(rows, ms, t) for t in ("SQuAD-v1.1", "CoNLL-2003") if t in tasks]
     out.append(_nsp_effect(rows, ms, tasks))
     done = [
@@ -869,19 +874,19 @@ def _protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> li
     tasks = _protocol_tasks(matrix, name)
     parts = []
     for m, rnd in _protocol_pairs(matrix, tasks):
-        verdicts = []
+        verdicts, wins = [], []
         for t in tasks:
             a = mean_std(seed_scores(results, m, t["name"]))
             b = mean_std(seed_scores(results, rnd, t["name"]))
             if a is None or b is None:
                 verdicts.append(f"{t['name']} {NOT_RUN}")
             else:
+                wins.append(beats(a, b))
                 verdicts.append(f"{t['name']} {a[0] - b[0]:+.1f} "
-                                f"({'reproduces' if beats(a, b) else 'does NOT reproduce'})")  # fmt: skip
+                                f"({'reproduces' if wins[-1] else 'does NOT reproduce'})")  # fmt: skip
         shape = model_shape(matrix, m)
-        parts.append(
-            f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}: " + ", ".join(verdicts)
-        )
+        parts.append(f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}{_tally(wins)}: "
+                     + ", ".join(verdicts))  # fmt: skip
     out = []
     if parts:
         out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning "
