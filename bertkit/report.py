@@ -789,10 +789,9 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     lines += _table5(matrix, results, size, tasks)
     for name in protocols(matrix):
         lines += _protocol_table(matrix, results, name)
-        names = [t["name"] for t in _protocol_tasks(matrix, name)]
-        models = list(
-            dict.fromkeys(m for t in _protocol_tasks(matrix, name) for m in task_models(matrix.raw, t))
-        )
+        protocol_tasks = _protocol_tasks(matrix, name)
+        names = [t["name"] for t in protocol_tasks]
+        models = _protocol_models(matrix, protocol_tasks)
         figure = f"{doc.stem}-{name}-scores.png"
         if plot_bars(results, models, names, doc.parent / figure, {t: metric_name(matrix, t) for t in names}):
             lines += [f"![downstream scores, protocol {name}]({figure})", ""]
@@ -845,10 +844,15 @@ def _protocol_tasks(matrix: Matrix, name: str) -> list[dict]:
     return [t for t in matrix.raw.get("task", []) if t.get("protocol") == name]
 
 
+def _protocol_models(matrix: Matrix, tasks: list[dict]) -> list[str]:
+    """Every model the protocol's tasks fine-tune, in the config's order."""
+    return list(dict.fromkeys(m for t in tasks for m in task_models(matrix.raw, t)))
+
+
 def _protocol_pairs(matrix: Matrix, tasks: list[dict]) -> list[tuple[str, str]]:
     """(pre-trained model, random init of its shape) for every pre-trained model the protocol's tasks
     fine-tune whose same-shape random init they fine-tune too."""
-    models = list(dict.fromkeys(m for t in tasks for m in task_models(matrix.raw, t)))
+    models = _protocol_models(matrix, tasks)
     randoms = {m["name"] for m in matrix.raw["model"] if m.get("random")}
     pairs = []
     for m in models:
@@ -927,7 +931,7 @@ def _protocol_table(matrix: Matrix, results: dict[str, dict], name: str) -> list
     """Every model of the protocol's tasks on each of them (mean ± std over seeds, and the rate the grid
     picked on dev), with the training split's majority label as the floor."""
     tasks = _protocol_tasks(matrix, name)
-    models = list(dict.fromkeys(m for t in tasks for m in task_models(matrix.raw, t)))
+    models = _protocol_models(matrix, tasks)
     out = [
         f'## Fine-tuning protocol "{name}" (dev, mean ± std over seeds; the rate the grid picked on dev)',
         "",

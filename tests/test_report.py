@@ -481,9 +481,7 @@ model = { num_hidden_layers = 8 }
     assert same_shape_random(m, "mlm+nsp-tiny") is None
 
 
-def test_each_size_is_judged_against_random_init_of_its_own_shape(tmp_path):
-    cfg, res = _fixture(tmp_path)
-    extra = """
+WIDE_MODELS = """
 [[model]]
 name = "wide"
 objective = "mlm+nsp"
@@ -492,7 +490,14 @@ model = { hidden_size = 512, num_attention_heads = 8 }
 name = "random-wide"
 random = true
 model = { hidden_size = 512, num_attention_heads = 8 }
-[[model]]
+"""  # a wider pre-trained size and its same-shape random init
+
+
+def test_each_size_is_judged_against_random_init_of_its_own_shape(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    extra = (
+        WIDE_MODELS
+        + """[[model]]
 name = "wide-longer"
 objective = "mlm+nsp"
 continue_from = "wide"
@@ -501,6 +506,7 @@ name = "wide-tapt"
 continue_from = "wide"
 task_text = ["SST-2"]
 """
+    )
     _extend(cfg, extra, top='table6 = ["mlm+nsp-mini", "wide"]')
     _write_seeds(res, "wide", "SST-2", [70.0, 71.0, 72.0])
     _write_seeds(res, "random-wide", "SST-2", [60.0, 61.0, 62.0])
@@ -535,16 +541,9 @@ def test_a_fine_tuning_protocol_gets_its_own_table_and_verdict_and_stays_out_of_
     in their own finding, right after Table 5's; their table shows the rate the grid picked; Table 5 and
     "Other models" keep to the main protocol's tasks."""
     cfg, res = _fixture(tmp_path)
-    extra = """
-[[model]]
-name = "wide"
-objective = "mlm+nsp"
-model = { hidden_size = 512, num_attention_heads = 8 }
-[[model]]
-name = "random-wide"
-random = true
-model = { hidden_size = 512, num_attention_heads = 8 }
-[[task]]
+    extra = (
+        WIDE_MODELS
+        + """[[task]]
 name = "SST-2-long"
 task = "SST-2"
 kind = "glue"
@@ -553,6 +552,7 @@ epochs = 10
 lr = [1e-4, 1e-3]
 models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
 """
+    )
     _extend(cfg, extra)
     for model, scores, lr in (("mlm+nsp-mini", [85.0, 86.0, 87.0], 1e-4), ("random-mini", [80.0, 80.5, 81.0], 1e-3),
                               ("wide", [81.0, 82.0, 83.0], 1e-4), ("random-wide", [80.0, 81.0, 82.0], 1e-3)):  # fmt: skip
