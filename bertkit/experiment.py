@@ -11,7 +11,7 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
                                             ``continue_from = "<model>"`` it starts from that model's weights
     finetune/<model>/<task>/lr<x>/seed<s>   the learning-rate grid (only when a task lists several rates)
     finetune/<model>/<task>/seed<s>         every model on every task, each seed (best grid rate on dev)
-    features/<model>/<variant>/seed<s>      the feature-based approach (paper Table 7)
+    features/<name>/<variant>/seed<s>       the feature-based approach (paper Table 7)
 
 Each finished cell writes one small JSON file ``RESULTS/<cell with / -> __>.json`` (scores, seed, tokens seen,
 wall and CPU time, commit, torch, CPU model; see DESIGN.md "Wave 2 additions"), by default into
@@ -312,10 +312,17 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                 cost = 0.0 if grid and s == task_seeds[0] else mcost
                 cells.append(Cell(f"finetune/{mname}/{t['name']}/seed{s}", "finetune", spec,
                                   [f"pretrain/{root}", *grid], cost))  # fmt: skip
+    feature_names: set[str] = set()
     for i, f in enumerate(raw.get("features", [])):
-        _check_keys(f"{path}: [[features]] #{i + 1}", f, {"model", "task", "variants", "epochs", "lr",
+        _check_keys(f"{path}: [[features]] #{i + 1}", f, {"name", "model", "task", "variants", "epochs", "lr",
                                                           "batch_size", "hidden_size", "max_train_examples",
                                                           "seeds"})  # fmt: skip
+        entry = features_name(f)
+        if entry in feature_names:  # two entries of one name would write the same result files
+            raise UserError(
+                f"{path}: [[features]] #{i + 1}: name {entry!r} is taken: give the entry its own `name`"
+            )
+        feature_names.add(entry)
         tasks = {t["name"]: t for t in raw.get("task", [])}
         if f.get("task") not in tasks or tasks[f["task"]]["kind"] != "ner":
             raise UserError(f"{path}: [[features]] #{i + 1}: `task` must name a [[task]] of kind ner")
@@ -325,9 +332,15 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             for s in seeds_of(raw, f):
                 spec = {**f, "variant": v, "seed": s, "task": tasks[f["task"]]}
                 cost = _finetune_cost(tasks[f["task"]], {**defaults, **by_name[f["model"]]}) / 3
-                cells.append(Cell(f"features/{f['model']}/{v['name']}/seed{s}", "features", spec,
+                cells.append(Cell(f"features/{entry}/{v['name']}/seed{s}", "features", spec,
                                   [f"pretrain/{f['model']}"], cost))  # fmt: skip
     return Matrix(name, path, raw, cells)
+
+
+def features_name(entry: dict) -> str:
+    """The name of a [[features]] entry in its cells, ``features/<name>/<variant>/seed<s>``: its own ``name``,
+    else its model's (one entry per model needs none; a second one for that model, e.g. on another task, does)."""
+    return str(entry.get("name", entry.get("model")))
 
 
 def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:

@@ -19,6 +19,7 @@ from bertkit.errors import UserError
 from bertkit.experiment import (
     TABLE5_ROLES,
     Matrix,
+    features_name,
     load_matrix,
     read_results,
     results_dir,
@@ -401,10 +402,11 @@ def _table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     return out + [""]
 
 
-def feature_scores(results: dict[str, dict], model: str, variant: str) -> list[float]:
-    """Every seed's score of one Table 7 feature-based variant (``features/MODEL/VARIANT/seedN`` cells)."""
+def feature_scores(results: dict[str, dict], entry: str, variant: str) -> list[float]:
+    """Every seed's score of one Table 7 feature-based variant (``features/ENTRY/VARIANT/seedN`` cells; ENTRY is
+    the [[features]] entry's name, by default its model's)."""
     return [
-        r["primary"] for n, r in sorted(results.items()) if n.startswith(f"features/{model}/{variant}/seed")
+        r["primary"] for n, r in sorted(results.items()) if n.startswith(f"features/{entry}/{variant}/seed")
     ]
 
 
@@ -415,7 +417,10 @@ def _table7_finding(matrix: Matrix, results: dict[str, dict], ms) -> list[str]:
     for f in matrix.raw.get("features", []):
         m, task = f["model"], f["task"]
         tuned = ms(m, task)
-        scored = {v["name"]: mean_std(feature_scores(results, m, v["name"])) for v in f.get("variants", [])}
+        scored = {
+            v["name"]: mean_std(feature_scores(results, features_name(f), v["name"]))
+            for v in f.get("variants", [])
+        }
         scored = {k: v for k, v in scored.items() if v is not None}
         if tuned is None or not scored:
             out.append(f"- **Feature-based vs fine-tuning** (Table 7, {m} on {task}): {NOT_RUN}.")
@@ -443,13 +448,13 @@ def _table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
     out = []
     for f in matrix.raw.get("features", []):
         m, task = f["model"], f["task"]
-        out += [f"CoNLL-2003 dev entity F1, `{m}` (features: {f.get('max_train_examples', 'all')} training sentences, "
+        out += [f"{task} dev entity F1, `{m}` (features: {f.get('max_train_examples', 'all')} training sentences, "
                 f"a 2-layer BiLSTM of {f.get('hidden_size', 128)} units on the frozen features):", "",
                 "| system | ours | paper (BERT-Base) |", "| --- | --- | --- |"]  # fmt: skip
         xs = seed_scores(results, m, task)
         out.append(f"| fine-tuning | {fmt(mean_std(xs), len(xs), n_seeds)} | {PAPER_TABLE7['fine-tuning']} |")
         for v in f.get("variants", []):
-            ys = feature_scores(results, m, v["name"])
+            ys = feature_scores(results, features_name(f), v["name"])
             out.append(f"| feature-based: {v['name']} | {fmt(mean_std(ys), len(ys), n_seeds)} | "
                        f"{PAPER_TABLE7.get(v['name'], '—')} |")  # fmt: skip
         out.append("")
@@ -1085,7 +1090,7 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
             rs = [
                 r
                 for n, r in sorted(results.items())
-                if n.startswith(f"features/{f['model']}/{v['name']}/seed")
+                if n.startswith(f"features/{features_name(f)}/{v['name']}/seed")
             ]
             ms = mean_std([r["primary"] for r in rs])
             settings = ", ".join(

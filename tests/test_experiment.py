@@ -237,6 +237,38 @@ def test_bad_matrices_name_the_problem(tmp_path, bad, match):
         load_matrix(_write(tmp_path, MINIMAL + bad))
 
 
+NER_FEATURES = """
+[[task]]
+name = "NER"
+kind = "ner"
+[[task]]
+name = "NER-full"
+kind = "ner"
+[[features]]
+model = "a"
+task = "NER"
+variants = [{ name = "last", layers = [-1] }]
+[[features]]
+model = "a"
+task = "NER-full"
+"""
+
+
+def test_a_second_features_entry_for_one_model_needs_its_own_name(tmp_path):
+    with pytest.raises(UserError, match=r"\[\[features\]\] #2: name 'a' is taken"):
+        load_matrix(
+            _write(tmp_path, MINIMAL + NER_FEATURES + 'variants = [{ name = "last", layers = [-1] }]\n')
+        )
+    named = MINIMAL + NER_FEATURES + 'name = "a-full"\nvariants = [{ name = "last", layers = [-1] }]\n'
+    cells = {c.name: c for c in load_matrix(_write(tmp_path, named)).cells if c.kind == "features"}
+    # the first entry keeps the model's name (the result files of earlier runs stay valid), the second its own
+    assert sorted(cells) == ["features/a-full/last/seed1", "features/a-full/last/seed2",
+                             "features/a/last/seed1", "features/a/last/seed2"]  # fmt: skip
+    assert cells["features/a-full/last/seed1"].spec["task"]["name"] == "NER-full"
+    assert cells["features/a-full/last/seed1"].spec["model"] == "a"
+    assert cells["features/a-full/last/seed1"].needs == ["pretrain/a"]
+
+
 def test_cli_reports_a_bad_matrix_in_one_line(tmp_path, capsys):
     p = _write(tmp_path, MINIMAL + '[[task]]\nname = "X"\nkind = "nope"\n')
     assert cli_main(["experiment", str(p), "--dry-run"]) == 2

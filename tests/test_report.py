@@ -273,6 +273,29 @@ def test_table7_finding_names_the_gap_to_fine_tuning_and_the_best_feature_varian
     )
 
 
+def test_table7_judges_a_named_features_entry_against_fine_tuning_on_its_own_task(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    cfg.write_text(cfg.read_text() + '[[task]]\nname = "CoNLL-2003-full"\ntask = "CoNLL-2003"\nkind = "ner"\n'
+                   'protocol = "full"\n[[features]]\nname = "mlm+nsp-mini-full"\nmodel = "mlm+nsp-mini"\n'
+                   'task = "CoNLL-2003-full"\nvariants = [{ name = "last-hidden", layers = [-1] }]\n')  # fmt: skip
+    _write_seeds(res, "mlm+nsp-mini", "CoNLL-2003", [50.0, 51.0, 52.0])  # the short protocol: features ahead
+    _write_seeds(res, "mlm+nsp-mini", "CoNLL-2003-full", [90.0, 91.0, 92.0])
+    for seed, (short, full) in enumerate(((60.0, 80.0), (61.0, 81.0), (62.0, 82.0)), 1):
+        for entry, x in (("mlm+nsp-mini", short), ("mlm+nsp-mini-full", full)):
+            (res / f"f-{entry}-{seed}.json").write_text(
+                json.dumps(
+                    {"cell": f"features/{entry}/last-hidden/seed{seed}", "kind": "features", "primary": x}
+                )
+            )
+    text = _render(cfg, res)
+    assert "(Table 7, mlm+nsp-mini on CoNLL-2003; the paper: fine-tuning ahead of every feature-based variant): " \
+           "fine-tuning 51.0 vs best features 61.0 (-10.0: does NOT reproduce)" in text  # fmt: skip
+    assert "(Table 7, mlm+nsp-mini on CoNLL-2003-full; the paper: fine-tuning ahead of every feature-based " \
+           "variant): fine-tuning 91.0 vs best features 81.0 (+10.0: reproduces)" in text  # fmt: skip
+    assert "CoNLL-2003-full dev entity F1, `mlm+nsp-mini` (features: all training sentences" in text
+    assert "| feature-based: last-hidden | 81.0 ± 1.0 |" in text
+
+
 def test_results_report_shows_the_unigram_loss_and_word_order_gain_of_a_pretrained_model(tmp_path):
     cfg = tmp_path / "probe.toml"
     cfg.write_text(CONFIG.replace('report_kind = "paper"', 'report_kind = "results"'))
