@@ -136,7 +136,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
              "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric", "protocol"}  # fmt: skip
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
-            "notes", "table5", "table6", "diagnostics"}  # fmt: skip
+            "notes", "table5", "table5_protocol", "table6", "diagnostics"}  # fmt: skip
 
 
 def task_models(raw: dict, task: dict) -> list[str]:
@@ -346,7 +346,8 @@ def features_name(entry: dict) -> str:
 def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
     """``table5 = {role = "model"}`` and ``table6 = ["model", ...]`` (the paper report's rows) and
     ``diagnostics = ["model", ...]`` (models beyond the issue's matrix, whose CPU time the report counts apart)
-    name models of the matrix, and table5's roles are the paper's."""
+    name models of the matrix, and table5's roles are the paper's; ``table5_protocol`` (the fine-tuning protocol
+    Table 5 and the first findings show) names a protocol of the tasks."""
     table5, table6 = raw.get("table5", {}), raw.get("table6", [])
     if not isinstance(table5, dict) or not isinstance(table6, list):
         raise UserError(
@@ -360,6 +361,11 @@ def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
     for model in table6:
         if model not in names:
             raise UserError(f"{path}: table6: {model!r} is not a [[model]] of the matrix")
+    headline = raw.get("table5_protocol")
+    named = {t.get("protocol") for t in raw.get("task", [])} - {None}
+    if headline is not None and headline not in named:
+        raise UserError(f"{path}: table5_protocol = {headline!r} is no task's `protocol`; "
+                        f"the tasks' protocols: {sorted(named) or 'none'}")  # fmt: skip
     diagnostics = raw.get("diagnostics", [])
     if not isinstance(diagnostics, list):
         raise UserError(f"{path}: `diagnostics` must be a list of model names")

@@ -68,6 +68,10 @@ KIND_METRICS = {
 }  # a task named otherwise (a variant of CoNLL or SQuAD): its kind's metric
 
 
+# The main protocol's heading where another protocol is Table 5's (``table5_protocol``)
+SHORT_PROTOCOL = "Short fine-tuning (the main protocol: a slice of each training set for a few hundred steps)"
+
+
 def metric_name(matrix: Matrix, task: str, default: str = "") -> str:
     """The metric of the matrix's task ``task``: its GLUE/CoNLL/SQuAD name's, else (a variant such as
     SST-2-1k or CoNLL-2003-high-lr) the task it varies (``task = ...``) or its kind's."""
@@ -330,8 +334,13 @@ def _table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str
     if floor:
         out.append("| no model: the training split's most frequent label | "
                    + " | ".join(f"{floor[t]:.1f}" if t in floor else "—" for t in tasks) + " |")  # fmt: skip
-    out += ["", "The paper's Table 5 (BERT-Base, dev) for reference:", "",
-            "| | " + " | ".join(PAPER_TABLE5["columns"]) + " |", "| --- |" + " --- |" * len(PAPER_TABLE5["columns"])]  # fmt: skip
+    return out + [""] + _paper_table5()
+
+
+def _paper_table5() -> list[str]:
+    """The paper's Table 5, for reference under ours."""
+    out = ["The paper's Table 5 (BERT-Base, dev) for reference:", "",
+           "| | " + " | ".join(PAPER_TABLE5["columns"]) + " |", "| --- |" + " --- |" * len(PAPER_TABLE5["columns"])]  # fmt: skip
     for k, v in PAPER_TABLE5["rows"].items():
         out.append(f"| {k} | " + " | ".join(f"{x:.1f}" for x in v) + " |")
     return out + [""]
@@ -410,12 +419,15 @@ def feature_scores(results: dict[str, dict], entry: str, variant: str) -> list[f
     ]
 
 
-def _table7_finding(matrix: Matrix, results: dict[str, dict], ms) -> list[str]:
+def _table7_finding(matrix: Matrix, results: dict[str, dict], ms, tasks: set[str] | None = None) -> list[str]:
     """Table 7's two claims: fine-tuning is at least as good as every feature-based variant, and among those
-    the concatenation of the last four layers is the best (the paper: 96.1 against fine-tuning's 96.4)."""
+    the concatenation of the last four layers is the best (the paper: 96.1 against fine-tuning's 96.4). Only the
+    [[features]] entries on ``tasks`` when given."""
     out = []
     for f in matrix.raw.get("features", []):
         m, task = f["model"], f["task"]
+        if tasks is not None and task not in tasks:
+            continue
         tuned = ms(m, task)
         scored = {
             v["name"]: mean_std(feature_scores(results, features_name(f), v["name"]))
@@ -624,7 +636,8 @@ def _same_budget_downstream(spec: dict, ms, tasks: list[str]) -> str:
 
 
 def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
-    """The issue's "must show" claims, each checked against the result files."""
+    """The issue's "must show" claims, each checked against the result files, on Table 5's tasks of the main
+    protocol (``tasks``); Table 7's entries are those on a task without a protocol."""
     out = []
 
     def ms(m: str, t: str):
@@ -661,7 +674,9 @@ def findings(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list
     else:
         out.append(f"- **Size effect**: {NOT_RUN}.")
     out += _same_shape_finding(matrix, results, tasks, ms)
-    out += _table7_finding(matrix, results, ms)
+    out += _table7_finding(
+        matrix, results, ms, {t["name"] for t in matrix.raw.get("task", []) if not t.get("protocol")}
+    )
     out += _task_text_finding(matrix, results, tasks, ms)
     out += _positive_control(matrix, results, tasks, ms)
     for spec in matrix.raw["model"]:
@@ -785,21 +800,29 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "- fine-tuning: dev sets; SQuAD v1.1 trains on the first articles of dev-v1.1 and evaluates on the "
               "last ones (the shared data has no SQuAD training file); "
               + _grid_text(matrix), ""]  # fmt: skip
+    headline = matrix.raw.get("table5_protocol")
     found = findings(matrix, results, tasks)
-    # each protocol's verdict on the first finding (pre-trained vs random) goes right after it
-    found[1:1] = [line for name in protocols(matrix) for line in _protocol_finding(matrix, results, name)]
-    lines += ["## Findings", ""] + found + _notes(matrix)
+    # each other protocol's verdict on the first finding (pre-trained vs random) goes right after it
+    others = [name for name in protocols(matrix) if name != headline]
+    found[1:1] = [line for name in others for line in _protocol_finding(matrix, results, name)]
+    lines += ["## Findings", ""]
+    if headline:  # Table 5's protocol first; the main one's findings follow under their own heading
+        lines += [f'### Fine-tuning as the paper does: protocol "{headline}" (Table 5)', ""]
+        lines += _protocol_finding(matrix, results, headline) + [""]
+        lines += [f"### {SHORT_PROTOCOL}", ""]
+    lines += found + _notes(matrix)
     lines += _pretrain_rows(matrix, results)
-    lines += [f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)", ""]
+    short_title = f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)"
+    if headline:
+        title = (f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds; fine-tuning protocol "
+                 f'"{headline}", the rate the grid picked on dev)')  # fmt: skip
+        lines += _protocol_table(matrix, results, headline, title) + _paper_table5()
+        lines += _protocol_bars(matrix, results, doc, headline)
+        short_title = f"## Table 5 under the {SHORT_PROTOCOL[0].lower()}{SHORT_PROTOCOL[1:]}"
+    lines += [short_title, ""]
     lines += _table5(matrix, results, size, tasks)
-    for name in protocols(matrix):
-        lines += _protocol_table(matrix, results, name)
-        protocol_tasks = _protocol_tasks(matrix, name)
-        names = [t["name"] for t in protocol_tasks]
-        models = _protocol_models(matrix, protocol_tasks)
-        figure = f"{doc.stem}-{name}-scores.png"
-        if plot_bars(results, models, names, doc.parent / figure, {t: metric_name(matrix, t) for t in names}):
-            lines += [f"![downstream scores, protocol {name}]({figure})", ""]
+    for name in others:
+        lines += _protocol_table(matrix, results, name) + _protocol_bars(matrix, results, doc, name)
     lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + _table6(matrix, results)
     lines += ["## Table 7 — feature-based vs fine-tuning (CoNLL-2003)", ""] + _table7(matrix, results)
     lines += ["## Same CPU budget against transformers", "",
@@ -827,6 +850,17 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
     lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
     lines += ["## BERT-Base as published, on paper", ""] + base_estimate()
     return "\n".join(lines)
+
+
+def _protocol_bars(matrix: Matrix, results: dict[str, dict], doc: Path, name: str) -> list[str]:
+    """The bar chart of a protocol's models on its tasks, beside the report, and its Markdown line."""
+    protocol_tasks = _protocol_tasks(matrix, name)
+    names = [t["name"] for t in protocol_tasks]
+    models = _protocol_models(matrix, protocol_tasks)
+    figure = f"{doc.stem}-{name}-scores.png"
+    if plot_bars(results, models, names, doc.parent / figure, {t: metric_name(matrix, t) for t in names}):
+        return [f"![downstream scores, protocol {name}]({figure})", ""]
+    return []
 
 
 def _grid_text(matrix: Matrix) -> str:
@@ -874,13 +908,19 @@ def _settings_text(t: dict) -> str:
     lrs = lrs if isinstance(lrs, list) else [lrs]
     grid = f"lr grid {' / '.join(f'{float(x):g}' for x in lrs)}" if len(lrs) > 1 else f"lr {float(lrs[0]):g}"
     examples = f"{n} training examples (a random subset per seed)" if n else "the whole training set"
+    if t.get("kind") == "squad":  # its training split is articles of the file, the last ones being dev
+        first = f"the first {t['train_articles']}" if t.get("train_articles") else "all"
+        examples = (f"{first} articles of {t.get('file', 'squad/dev-v1.1.json')} but the last "
+                    f"{t.get('dev_articles', 8)} (its dev)" + (f", {n} questions" if n else ""))  # fmt: skip
     return f"{t['name']}: {examples}, {t.get('epochs', 3):g} epochs, batch {t.get('batch_size', 32)}, {grid}"
 
 
 def _protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> list[str]:
     """The first finding of the report (pre-trained beats random by more than the spread), judged on the
-    protocol's tasks for every pre-trained model there with its same-shape random init."""
+    protocol's tasks for every pre-trained model there with its same-shape random init; then Table 5's
+    ablations and the same-budget pair where the protocol fine-tunes them, and Table 7 on its tasks."""
     tasks = _protocol_tasks(matrix, name)
+    where = "Table 5 below" if matrix.raw.get("table5_protocol") == name else "its own table below"
     parts = []
     for m, rnd in _protocol_pairs(matrix, tasks):
         verdicts, wins = [], []
@@ -899,7 +939,7 @@ def _protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> li
     out = []
     if parts:
         out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning "
-                   f"protocol \"{name}\"** (its own table below): " + "; ".join(parts) + ".")  # fmt: skip
+                   f"protocol \"{name}\"** ({where}): " + "; ".join(parts) + ".")  # fmt: skip
     # Table 5's ablations, where the protocol fine-tunes their rows: MLM vs LTR on the span and tagging tasks
     # (the paper's largest gaps), and the NSP effect on every task both MLM rows have
     rows = table5_models(matrix)
@@ -923,7 +963,7 @@ def _protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> li
         if spec.get("runner") == "transformers" and both:
             out.append(f"- **bertkit vs transformers on the same CPU budget**{label}, downstream: "
                        f"{_same_budget_downstream(spec, ms, both)}.")  # fmt: skip
-    return out
+    return out + _table7_finding(matrix, results, ms, {t["name"] for t in tasks})
 
 
 def _chosen_lrs(results: dict[str, dict], model: str, task: str) -> set[float]:
@@ -932,13 +972,15 @@ def _chosen_lrs(results: dict[str, dict], model: str, task: str) -> set[float]:
             if n.startswith(pre) and "lr" in r.get("hyperparameters", {})}  # fmt: skip
 
 
-def _protocol_table(matrix: Matrix, results: dict[str, dict], name: str) -> list[str]:
+def _protocol_table(matrix: Matrix, results: dict[str, dict], name: str, title: str = "") -> list[str]:
     """Every model of the protocol's tasks on each of them (mean ± std over seeds, and the rate the grid
-    picked on dev), with the training split's majority label as the floor."""
+    picked on dev), with the training split's majority label as the floor; under ``title`` if given."""
     tasks = _protocol_tasks(matrix, name)
     models = _protocol_models(matrix, tasks)
+    roles = {m: role for role, m in table5_models(matrix).items()}
     out = [
-        f'## Fine-tuning protocol "{name}" (dev, mean ± std over seeds; the rate the grid picked on dev)',
+        title
+        or f'## Fine-tuning protocol "{name}" (dev, mean ± std over seeds; the rate the grid picked on dev)',
         "",
     ]
     out += [f"- {_settings_text(t)}" for t in tasks] + [""]
@@ -954,7 +996,8 @@ def _protocol_table(matrix: Matrix, results: dict[str, dict], name: str) -> list
             lrs = _chosen_lrs(results, m, t["name"])
             picked = f" (lr {', '.join(f'{x:g}' for x in sorted(lrs))})" if lrs else ""
             cells.append(fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, t))) + (picked if xs else ""))
-        out.append(f"| {m} | " + " | ".join(cells) + " |")
+        label = f"{ROW_LABELS[roles[m]]} (`{m}`)" if m in roles else m  # Table 5's rows by the paper's names
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
     floor = majority_baselines(matrix, [t["name"] for t in tasks])
     if floor:
         out.append("| no model: the training split's most frequent label | "

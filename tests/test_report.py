@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.report import write_report
+from bertkit.report import SHORT_PROTOCOL, write_report
 
 CONFIG = """
 name = "fixture"
@@ -598,7 +598,7 @@ models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
     assert "SST-2-long" not in table5
     section = text.split('## Fine-tuning protocol "full"')[1].split("\n## ")[0]
     assert "- SST-2-long: the whole training set, 10 epochs, batch 32, lr grid 0.0001 / 0.001" in section
-    assert "| mlm+nsp-mini | 86.0 ± 1.0 (lr 0.0001) |" in section
+    assert "| MLM + NSP (BERT) (`mlm+nsp-mini`) | 86.0 ± 1.0 (lr 0.0001) |" in section
     assert "| random-wide | 81.0 ± 1.0 (lr 0.001) |" in section
     assert "![downstream scores, protocol full](paper-full-scores.png)" in section
     assert (tmp_path / "doc" / "paper-full-scores.png").read_bytes()[:4] == b"\x89PNG"
@@ -608,18 +608,18 @@ models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
     assert "SST-2-long" not in others
 
 
+# A tagging task of protocol "full" fine-tuning Table 5's rows; its `models` list is left open for a test to close
+CONLL_LONG = (
+    '\n[[task]]\nname = "CoNLL-long"\nkind = "ner"\nprotocol = "full"\n'
+    'models = ["mlm+nsp-mini", "mlm-mini", "ltr-mini", "ltr+bilstm-mini", "random-mini"'
+)
+
+
 def test_a_protocol_that_fine_tunes_table5_rows_gets_their_ablation_verdicts(tmp_path):
     """MLM vs LTR on the protocol's tagging/span tasks and the NSP effect on its tasks, labelled with the
     protocol; Table 5's own verdicts stay on the main tasks."""
     cfg, res = _fixture(tmp_path)
-    extra = """
-[[task]]
-name = "CoNLL-long"
-kind = "ner"
-protocol = "full"
-models = ["mlm+nsp-mini", "mlm-mini", "ltr-mini", "ltr+bilstm-mini", "random-mini", "transformers-mlm-mini"]
-"""
-    _extend(cfg, extra)
+    _extend(cfg, CONLL_LONG + ', "transformers-mlm-mini"]\n')
     scores = {"mlm+nsp-mini": [70.0, 71.0, 72.0], "mlm-mini": [69.0, 70.0, 71.0], "ltr-mini": [60.0, 61.0, 62.0],
               "ltr+bilstm-mini": [72.0, 73.0, 74.0], "random-mini": [50.0, 51.0, 52.0],
               "transformers-mlm-mini": [60.0, 60.5, 61.0]}  # fmt: skip
@@ -645,3 +645,57 @@ models = ["mlm+nsp-mini", "mlm-mini", "ltr-mini", "ltr+bilstm-mini", "random-min
     )
     main_nsp = next(line for line in text.splitlines() if line.startswith("- **NSP effect** ("))
     assert "CoNLL-long" not in main_nsp
+
+
+def test_table5_protocol_makes_that_protocol_table5_and_its_findings_come_first(tmp_path):
+    """``table5_protocol = "full"``: Table 5 shows that protocol's table (with the paper's for reference and
+    its bar chart), its verdicts open the findings, and the main protocol's table and findings follow under
+    their own headings; a name no task uses is refused in one line."""
+    cfg, res = _fixture(tmp_path)
+    extra = (
+        CONLL_LONG
+        + """]
+[[task]]
+name = "SQuAD-long"
+kind = "squad"
+protocol = "full"
+dev_articles = 2
+models = ["mlm+nsp-mini"]
+"""
+    )
+    _extend(cfg, extra, top='table5_protocol = "long"')
+    with pytest.raises(UserError, match=r"table5_protocol = 'long' is no task's `protocol`; .*\['full'\]"):
+        _render(cfg, res)
+    cfg.write_text(cfg.read_text().replace('table5_protocol = "long"', 'table5_protocol = "full"'))
+    for model, xs in {"mlm+nsp-mini": [70.0, 71.0, 72.0], "random-mini": [50.0, 51.0, 52.0]}.items():
+        _write_seeds(res, model, "CoNLL-long", xs)
+    text = _render(cfg, res)
+    found = text.split("## Findings")[1].split("\n## ")[0]
+    head, short = found.split(f"### {SHORT_PROTOCOL}")
+    assert '### Fine-tuning as the paper does: protocol "full" (Table 5)' in head
+    assert (
+        '- **Pre-training beats random initialisation by more than the seeds\' spread, fine-tuning protocol "full"** '
+        "(Table 5 below): mlm+nsp-mini (4 x 256) vs random-mini, beyond the spread on 1 of 1 tasks: CoNLL-long "
+        "+20.0 (reproduces), SQuAD-long not yet run; mlm-mini (4 x 256) vs random-mini" in head
+    )
+    assert '- **MLM beats left-to-right on CoNLL-long**, protocol "full"' in head
+    assert short.lstrip().startswith(
+        "- **Pre-training beats random initialisation by more than the seeds' spread** ("
+    )
+    assert "CoNLL-long" not in short
+    table5 = text.split("\n## Table 5 — ")[1].split("\n## ")[0]
+    assert table5.startswith(
+        'pre-training tasks (BERT-mini, dev, mean ± std over seeds; fine-tuning protocol "full"'
+    )
+    assert (
+        "| MLM + NSP (BERT) (`mlm+nsp-mini`) | 71.0 ± 1.0 |" in table5
+    )  # the fixture's cells record no rate
+    assert "The paper's Table 5 (BERT-Base, dev) for reference:" in table5
+    assert (
+        "- SQuAD-long: all articles of squad/dev-v1.1.json but the last 2 (its dev), 3 epochs, batch 32"
+        in table5
+    )
+    assert "![downstream scores, protocol full](paper-full-scores.png)" in table5
+    short_table = text.split("\n## Table 5 under the short fine-tuning")[1].split("\n## ")[0]
+    assert "| MLM + NSP (BERT) (`mlm+nsp-mini`) |" in short_table and "CoNLL-long" not in short_table
+    assert '## Fine-tuning protocol "full"' not in text  # not twice
