@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.report import SHORT_PROTOCOL, write_report
+from bertkit.report import write_report
+from bertkit.report.protocols import SHORT_PROTOCOL
 
 CONFIG = """
 name = "fixture"
@@ -484,7 +485,7 @@ def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):
 
 def test_same_shape_random_follows_the_model_overrides(tmp_path):
     from bertkit.experiment import load_matrix
-    from bertkit.report import same_shape_random
+    from bertkit.report.scores import same_shape_random
 
     cfg, _ = _fixture(tmp_path)
     extra = """

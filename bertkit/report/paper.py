@@ -1,0 +1,184 @@
+"""The paper report (``report_kind = "paper"``): set-up and provenance, findings, Tables 5-7, figures, the
+recipe table and the BERT-Base estimate on paper."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertkit.experiment import Matrix, task_models
+from bertkit.report.findings import findings
+from bertkit.report.front import notes, provenance
+from bertkit.report.plots import plot_bars, plot_curves
+from bertkit.report.protocols import (
+    SHORT_PROTOCOL,
+    protocol_bars,
+    protocol_finding,
+    protocol_table,
+)
+from bertkit.report.scores import NOT_RUN, metric_name, protocols, table5_models
+from bertkit.report.tables import compare, other_models, paper_table5, pretrain_rows, table5, table6, table7
+
+
+def recipe_table(matrix: Matrix) -> list[str]:
+    """The recipe probes (``experiments/recipe_probe.py`` result files named by ``recipe_results``)."""
+    import json
+
+    folder = matrix.raw.get("recipe_results")
+    rows = []
+    if folder and (matrix.base / folder).is_dir():
+        rows = [json.loads(p.read_text()) for p in sorted((matrix.base / folder).glob("*.json"))]
+    if not rows:
+        return [f"Recipe probes: {NOT_RUN}.", ""]
+    rows.sort(key=lambda r: (r["preset"], r["eval_loss"]))
+    out = ["Short MLM-only probes from scratch on this corpus, one thread, each scored by `bertkit pretrain`'s "
+           "held-out evaluation (20 batches of 64); lower held-out loss for the CPU seconds spent is better. "
+           "Commands: `python experiments/recipe_probe.py --data DATA --preset P --lr LR --warmup W --batch-size B "
+           "--seq S --steps N --results experiments/results/recipe` (each file holds its command, commit and CPU).",
+           "", "| preset | lr | warm-up | batch x seq | steps | tokens | dropout | CPU s | held-out loss | held-out MLM acc |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['preset']} | {r['lr']:g} | {r['warmup']:g} | {r['batch_size']} x {r['seq']} | {r['steps']} | "
+                   f"{r['tokens'] / 1e6:.2f}M | {'0.1' if r.get('dropout', True) else 'off'} | {r['cpu_s']:.0f} | "
+                   f"{r['eval_loss']:.3f} | {100 * r['eval_acc']:.1f} |")  # fmt: skip
+    from bertkit.pretrain import RECIPES
+
+    unprobed = [p for p in RECIPES["cpu"] if p not in {r["preset"] for r in rows}]
+    out += ["", "Rows with another sequence length are scored on held-out sequences of that length (not comparable "
+            "with the 128-token rows)." + (f" Not probed: {', '.join(unprobed)} (its rate in `bertkit.pretrain.RECIPES` "
+            "is set by the rule that wider models want lower rates, not measured)." if unprobed else "")]  # fmt: skip
+    commits = sorted({f"{r.get('commit')}{'+dirty' if r.get('dirty') else ''}" for r in rows})
+    out += [
+        "",
+        f"Commit(s): {', '.join(commits)}; CPU: {'; '.join(sorted({r.get('cpu', '?') for r in rows}))}.",
+        "",
+    ]
+    return out
+
+
+def base_estimate() -> list[str]:
+    """What BERT-Base as published costs: tokens, FLOPs (benchmarks.bench_gpu.training_flops), GPU-hours."""
+    from bertkit.config import BertConfig
+
+    try:
+        from benchmarks.bench_gpu import PEAK_BF16_TFLOPS, training_flops
+    except ImportError:  # outside the repository checkout
+        return ["(needs the repository's `benchmarks/` package for `training_flops`)", ""]
+    c = BertConfig.preset("base")
+    phases = [(900_000, 128, 20), (100_000, 512, 80)]  # steps, sequence length, masked positions per sequence
+    tokens = sum(s * 256 * n for s, n, _ in phases)
+    flops = sum(s * training_flops(c, [n] * 256, 256 * k) for s, n, k in phases)
+    peak = dict(PEAK_BF16_TFLOPS)["H100"] * 1e12
+    mfu = 0.40
+    hours = flops / (peak * mfu) / 3600
+    return [
+        f"- tokens: 900k steps x 256 x 128 + 100k steps x 256 x 512 = **{tokens / 1e9:.1f}B tokens** "
+        "(the paper's 1M steps of 256 sequences, 90% at 128 tokens, 10% at 512)",
+        f"- FLOPs (`training_flops` of `benchmarks/bench_gpu.py`: forward + backward, MLM head on the masked rows "
+        f"only): **{flops:.2e}**",
+        f"- one H100 (dense bf16 peak {peak / 1e12:.0f} TFLOP/s) at {mfu:.0%} MFU — the GPU bench's goal; the bench "
+        f"has not been run on a GPU in this project yet, so this MFU is assumed, not measured: **{hours:,.0f} "
+        f"GPU-hours** ({hours / 8 / 24:.1f} days on 8 GPUs)",
+        "- the same pre-training under `torchrun` on 8 GPUs (global batch 256 = 8 x 32; `bertkit prepare` the "
+        "corpus first):",
+        "",
+        "```",
+        "cat > base.toml <<'EOF'",
+        'preset = "base"',
+        'objective = "mlm+nsp"',
+        'recipe = "paper"      # lr 1e-4, warm-up 1% of the steps',
+        "warmup = 10000",
+        'precision = "bf16"',
+        "[[phases]]",
+        "steps = 900000",
+        "max_seq_length = 128",
+        "batch_size = 256",
+        "[[phases]]",
+        "steps = 100000",
+        "max_seq_length = 512",
+        "batch_size = 256",
+        "max_predictions_per_seq = 80",
+        "EOF",
+        "torchrun --nproc_per_node 8 -m bertkit pretrain --config base.toml --data DATA_DIR --out runs/bert-base",
+        "```",
+        "",
+    ]
+
+
+def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
+    size = matrix.raw.get("report_size", "mini")
+    rows = set(table5_models(matrix).values())
+    tasks = [t["name"] for t in matrix.raw.get("task", [])
+             if rows & set(task_models(matrix.raw, t)) and not t.get("protocol")]  # fmt: skip
+    lines = [f"# {matrix.raw.get('description', matrix.name)}", ""]
+    lines += provenance(matrix, results, config_arg, folder)
+    prep = results.get("prepare", {}).get("metrics", {})
+    pre = [r for n, r in results.items() if n.startswith("pretrain/") and r.get("tokens")]
+    lines += ["## Set-up", "",
+              f"- corpus: {', '.join(matrix.raw.get('corpus', []))} — {prep.get('documents', '?')} documents, "
+              f"{prep.get('tokens', '?')} WordPiece tokens, vocabulary {results.get('vocab', {}).get('metrics', {}).get('vocab_size', matrix.raw.get('vocab_size'))}",
+              f"- pre-training budget per model: {max((r['tokens'] for r in pre), default=0) / 1e6:.1f}M tokens "
+              "(the same for every objective and size); held-out: the last documents of the corpus, the same "
+              "masks for every model, scored by bertkit's masked-LM head",
+              "- fine-tuning: dev sets; SQuAD v1.1 trains on the first articles of dev-v1.1 and evaluates on the "
+              "last ones (the shared data has no SQuAD training file); "
+              + _grid_text(matrix), ""]  # fmt: skip
+    headline = matrix.raw.get("table5_protocol")
+    found = findings(matrix, results, tasks)
+    # each other protocol's verdict on the first finding (pre-trained vs random) goes right after it
+    others = [name for name in protocols(matrix) if name != headline]
+    found[1:1] = [line for name in others for line in protocol_finding(matrix, results, name)]
+    lines += ["## Findings", ""]
+    if headline:  # Table 5's protocol first; the main one's findings follow under their own heading
+        lines += [f'### Fine-tuning as the paper does: protocol "{headline}" (Table 5)', ""]
+        lines += protocol_finding(matrix, results, headline) + [""]
+        lines += [f"### {SHORT_PROTOCOL}", ""]
+    lines += found + notes(matrix)
+    lines += pretrain_rows(matrix, results)
+    short_title = f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds)"
+    if headline:
+        title = (f"## Table 5 — pre-training tasks (BERT-{size}, dev, mean ± std over seeds; fine-tuning protocol "
+                 f'"{headline}", the rate the grid picked on dev)')  # fmt: skip
+        lines += protocol_table(matrix, results, headline, title) + paper_table5()
+        lines += protocol_bars(matrix, results, doc, headline)
+        short_title = f"## Table 5 under the {SHORT_PROTOCOL[0].lower()}{SHORT_PROTOCOL[1:]}"
+    lines += [short_title, ""]
+    lines += table5(matrix, results, size, tasks)
+    for name in others:
+        lines += protocol_table(matrix, results, name) + protocol_bars(matrix, results, doc, name)
+    lines += ["## Table 6 — model size (MLM + NSP, same tokens)", ""] + table6(matrix, results)
+    lines += ["## Table 7 — feature-based vs fine-tuning (CoNLL-2003)", ""] + table7(matrix, results)
+    lines += ["## Same CPU budget against transformers", "",
+              "Both pre-train the MLM-only model (same corpus documents, vocabulary, shape, batch, learning rate, "
+              "warm-up fraction, weight decay, clipping) for the same process CPU seconds of training at the same "
+              "thread count (CPU seconds, not wall-clock: the machine was shared; on an idle machine with one "
+              "thread the two are equal). transformers' side is its own pipeline (`experiments/transformers_mlm.py`: "
+              "BertTokenizerFast, DataCollatorForLanguageModeling, BertForMaskedLM, Trainer); both models are "
+              "scored on the same held-out masks and fine-tuned by the same bertkit code.", ""]  # fmt: skip
+    lines += compare(matrix, results, tasks)
+    lines += other_models(matrix, results)
+    stem = doc.stem
+    lines += ["## Figures", ""]
+    if plot_curves(results, doc.parent / f"{stem}-curves.png"):
+        lines += [f"![pre-training curves]({stem}-curves.png)", ""]
+    else:
+        lines += [f"Pre-training curves: {NOT_RUN}.", ""]
+    models = [m["name"] for m in matrix.raw["model"] if not m.get("pretrained")]
+    bars = list(table5_models(matrix).values()) + [m["name"] for m in matrix.raw["model"] if m.get("runner")]
+    bars = [m for m in bars if m in models]
+    if plot_bars(
+        results, bars, tasks, doc.parent / f"{stem}-scores.png", {t: metric_name(matrix, t) for t in tasks}
+    ):
+        lines += [f"![downstream scores]({stem}-scores.png)", ""]
+    lines += ["## Recipe: what learns the most per CPU-second", ""] + recipe_table(matrix)
+    lines += ["## BERT-Base as published, on paper", ""] + base_estimate()
+    return "\n".join(lines)
+
+
+def _grid_text(matrix: Matrix) -> str:
+    """Which tasks pick their learning rate from a grid, in words (from the config)."""
+    gridded = [t["name"] for t in matrix.raw.get("task", [])
+               if isinstance(t.get("lr"), list) and len(t["lr"]) > 1 and not t.get("freeze_encoder")]  # fmt: skip
+    if not gridded:
+        return "every task at one learning rate"
+    return (f"the learning rate of {', '.join(gridded)} is picked on dev from a grid on the first seed, then used "
+            "for every seed (the paper's practice)")  # fmt: skip

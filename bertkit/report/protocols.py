@@ -1,0 +1,161 @@
+"""Fine-tuning protocols beside the main one (tasks with ``protocol = "..."``): each protocol's table, bar
+chart and verdicts; ``table5_protocol`` makes one of them Table 5."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bertkit.experiment import Matrix, seeds_of, task_models
+from bertkit.report.findings import mlm_vs_ltr, nsp_effect, same_budget_downstream, table7_finding
+from bertkit.report.plots import plot_bars
+from bertkit.report.scores import (
+    NOT_RUN,
+    ROW_LABELS,
+    beats,
+    fmt,
+    majority_baselines,
+    mean_std,
+    metric_name,
+    model_shape,
+    protocol_tasks,
+    same_shape_random,
+    seed_scores,
+    table5_models,
+    tally,
+)
+
+# The main protocol's heading where another protocol is Table 5's (``table5_protocol``)
+SHORT_PROTOCOL = "Short fine-tuning (the main protocol: a slice of each training set for a few hundred steps)"
+
+
+def protocol_bars(matrix: Matrix, results: dict[str, dict], doc: Path, name: str) -> list[str]:
+    """The bar chart of a protocol's models on its tasks, beside the report, and its Markdown line."""
+    tasks = protocol_tasks(matrix, name)
+    names = [t["name"] for t in tasks]
+    models = _protocol_models(matrix, tasks)
+    figure = f"{doc.stem}-{name}-scores.png"
+    if plot_bars(results, models, names, doc.parent / figure, {t: metric_name(matrix, t) for t in names}):
+        return [f"![downstream scores, protocol {name}]({figure})", ""]
+    return []
+
+
+def _protocol_models(matrix: Matrix, tasks: list[dict]) -> list[str]:
+    """Every model the protocol's tasks fine-tune, in the config's order."""
+    return list(dict.fromkeys(m for t in tasks for m in task_models(matrix.raw, t)))
+
+
+def _protocol_pairs(matrix: Matrix, tasks: list[dict]) -> list[tuple[str, str]]:
+    """(pre-trained model, random init of its shape) for every pre-trained model the protocol's tasks
+    fine-tune whose same-shape random init they fine-tune too."""
+    models = _protocol_models(matrix, tasks)
+    randoms = {m["name"] for m in matrix.raw["model"] if m.get("random")}
+    pairs = []
+    for m in models:
+        rnd = same_shape_random(matrix, m) if m not in randoms else None
+        if rnd in models:
+            pairs.append((m, rnd))
+    return pairs
+
+
+def _settings_text(t: dict) -> str:
+    """A task's fine-tuning settings in words, from the config (what the protocol's table header lists)."""
+    n = t.get("max_train_examples")
+    lrs = t.get("lr", 5e-5)
+    lrs = lrs if isinstance(lrs, list) else [lrs]
+    grid = f"lr grid {' / '.join(f'{float(x):g}' for x in lrs)}" if len(lrs) > 1 else f"lr {float(lrs[0]):g}"
+    examples = f"{n} training examples (a random subset per seed)" if n else "the whole training set"
+    if t.get("kind") == "squad":  # its training split is articles of the file, the last ones being dev
+        first = f"the first {t['train_articles']}" if t.get("train_articles") else "all"
+        examples = (f"{first} articles of {t.get('file', 'squad/dev-v1.1.json')} but the last "
+                    f"{t.get('dev_articles', 8)} (its dev)" + (f", {n} questions" if n else ""))  # fmt: skip
+    return f"{t['name']}: {examples}, {t.get('epochs', 3):g} epochs, batch {t.get('batch_size', 32)}, {grid}"
+
+
+def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> list[str]:
+    """The first finding of the report (pre-trained beats random by more than the spread), judged on the
+    protocol's tasks for every pre-trained model there with its same-shape random init; then Table 5's
+    ablations and the same-budget pair where the protocol fine-tunes them, and Table 7 on its tasks."""
+    tasks = protocol_tasks(matrix, name)
+    where = "Table 5 below" if matrix.raw.get("table5_protocol") == name else "its own table below"
+    parts = []
+    for m, rnd in _protocol_pairs(matrix, tasks):
+        verdicts, wins = [], []
+        for t in tasks:
+            a = mean_std(seed_scores(results, m, t["name"]))
+            b = mean_std(seed_scores(results, rnd, t["name"]))
+            if a is None or b is None:
+                verdicts.append(f"{t['name']} {NOT_RUN}")
+            else:
+                wins.append(beats(a, b))
+                verdicts.append(f"{t['name']} {a[0] - b[0]:+.1f} "
+                                f"({'reproduces' if wins[-1] else 'does NOT reproduce'})")  # fmt: skip
+        shape = model_shape(matrix, m)
+        parts.append(f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}{tally(wins)}: "
+                     + ", ".join(verdicts))  # fmt: skip
+    out = []
+    if parts:
+        out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning "
+                   f"protocol \"{name}\"** ({where}): " + "; ".join(parts) + ".")  # fmt: skip
+    # Table 5's ablations, where the protocol fine-tunes their rows: MLM vs LTR on the span and tagging tasks
+    # (the paper's largest gaps), and the NSP effect on every task both MLM rows have
+    rows = table5_models(matrix)
+    label = f', protocol "{name}"'
+
+    def ms(m: str, t: str):
+        return mean_std(seed_scores(results, m, t))
+
+    def runs(t: dict, roles: tuple[str, ...]) -> bool:
+        return set(rows[r] for r in roles) <= set(task_models(matrix.raw, t))
+
+    ltr_roles = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm")
+    out += [mlm_vs_ltr(rows, ms, t["name"], label) for t in tasks
+            if t.get("kind") in ("squad", "ner") and runs(t, ltr_roles)]  # fmt: skip
+    nsp_tasks = [t["name"] for t in tasks if runs(t, ("mlm+nsp", "mlm"))]
+    if nsp_tasks:
+        out.append(nsp_effect(rows, ms, nsp_tasks, label))
+    for spec in matrix.raw["model"]:  # the same-CPU-budget pair, where the protocol fine-tunes both
+        pair = {spec.get("same_cpu_as"), spec["name"]}
+        both = [t["name"] for t in tasks if pair <= set(task_models(matrix.raw, t))]
+        if spec.get("runner") == "transformers" and both:
+            out.append(f"- **bertkit vs transformers on the same CPU budget**{label}, downstream: "
+                       f"{same_budget_downstream(spec, ms, both)}.")  # fmt: skip
+    return out + table7_finding(matrix, results, ms, {t["name"] for t in tasks})
+
+
+def _chosen_lrs(results: dict[str, dict], model: str, task: str) -> set[float]:
+    pre = f"finetune/{model}/{task}/seed"
+    return {r["hyperparameters"]["lr"] for n, r in results.items()
+            if n.startswith(pre) and "lr" in r.get("hyperparameters", {})}  # fmt: skip
+
+
+def protocol_table(matrix: Matrix, results: dict[str, dict], name: str, title: str = "") -> list[str]:
+    """Every model of the protocol's tasks on each of them (mean ± std over seeds, and the rate the grid
+    picked on dev), with the training split's majority label as the floor; under ``title`` if given."""
+    tasks = protocol_tasks(matrix, name)
+    models = _protocol_models(matrix, tasks)
+    roles = {m: role for role, m in table5_models(matrix).items()}
+    out = [
+        title
+        or f'## Fine-tuning protocol "{name}" (dev, mean ± std over seeds; the rate the grid picked on dev)',
+        "",
+    ]
+    out += [f"- {_settings_text(t)}" for t in tasks] + [""]
+    out += ["| model | " + " | ".join(f"{t['name']} ({metric_name(matrix, t['name'], 'primary')})" for t in tasks) + " |",
+            "| --- |" + " --- |" * len(tasks)]  # fmt: skip
+    for m in models:
+        cells = []
+        for t in tasks:
+            if m not in task_models(matrix.raw, t):
+                cells.append("")
+                continue
+            xs = seed_scores(results, m, t["name"])
+            lrs = _chosen_lrs(results, m, t["name"])
+            picked = f" (lr {', '.join(f'{x:g}' for x in sorted(lrs))})" if lrs else ""
+            cells.append(fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, t))) + (picked if xs else ""))
+        label = f"{ROW_LABELS[roles[m]]} (`{m}`)" if m in roles else m  # Table 5's rows by the paper's names
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    floor = majority_baselines(matrix, [t["name"] for t in tasks])
+    if floor:
+        out.append("| no model: the training split's most frequent label | "
+                   + " | ".join(f"{floor[t['name']]:.1f}" if t["name"] in floor else "—" for t in tasks) + " |")  # fmt: skip
+    return out + [""]
