@@ -155,6 +155,7 @@ def mlm_vs_ltr(rows: dict[str, str], ms, task: str, label: str = "") -> str:
 
 
 def nsp_effect(rows: dict[str, str], ms, tasks: list[str], label: str = "") -> str:
+    """The NSP effect (MLM + NSP minus MLM only) on each of ``tasks``, as one finding line."""
     parts = []
     for t in tasks:
         a, b = ms(rows["mlm+nsp"], t), ms(rows["mlm"], t)

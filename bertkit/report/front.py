@@ -11,6 +11,8 @@ from bertkit.report.scores import protocol_tasks, protocols
 
 
 def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder: Path) -> list[str]:
+    """The lines under the report's title: which result files, commands, commits, torch, machines, CPU hours
+    (apart for the diagnostic models and each protocol) and seeds."""
     commits = sorted(
         {f"{r['commit']}{'+dirty' if r.get('dirty') else ''}" for r in results.values() if r.get("commit")}
     )

@@ -105,6 +105,7 @@ def base_estimate() -> list[str]:
 
 
 def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:
+    """The paper report's Markdown (``report_kind = "paper"``); its figures are written beside ``doc``."""
     size = matrix.raw.get("report_size", "mini")
     rows = set(table5_models(matrix).values())
     tasks = [t["name"] for t in matrix.raw.get("task", [])

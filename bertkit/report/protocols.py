@@ -123,6 +123,7 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
 
 
 def _chosen_lrs(results: dict[str, dict], model: str, task: str) -> set[float]:
+    """The learning rates the seed cells of ``model`` on ``task`` ran at (the grid's pick on dev)."""
     pre = f"finetune/{model}/{task}/seed"
     return {r["hyperparameters"]["lr"] for n, r in results.items()
             if n.startswith(pre) and "lr" in r.get("hyperparameters", {})}  # fmt: skip

@@ -43,6 +43,7 @@ def seed_scores(results: dict[str, dict], model: str, task: str) -> list[float]:
 
 
 def mean_std(xs: list[float]) -> tuple[float, float] | None:
+    """Mean and sample standard deviation of ``xs`` (std 0 for one score), or None for none."""
     if not xs:
         return None
     return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
@@ -163,4 +164,5 @@ def protocols(matrix: Matrix) -> list[str]:
 
 
 def protocol_tasks(matrix: Matrix, name: str) -> list[dict]:
+    """The [[task]] entries of protocol ``name``, in the config's order."""
     return [t for t in matrix.raw.get("task", []) if t.get("protocol") == name]

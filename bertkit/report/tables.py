@@ -50,6 +50,8 @@ PAPER_TABLE7 = {  # CoNLL-2003 dev F1, BERT-Base features
 
 
 def table5(matrix: Matrix, results: dict[str, dict], size: str, tasks: list[str]) -> list[str]:
+    """Table 5 of the main protocol: the paper's rows (``table5`` roles) on ``tasks``, the majority-label floor, and the
+    paper's Table 5 for reference."""
     n_seeds = len(seeds_of(matrix.raw))
     names = {m["name"] for m in matrix.raw["model"]}
     out = ["| model (BERT-" + size + ") | " + " | ".join(f"{t} ({metric_name(matrix, t)})" for t in tasks) + " |",
@@ -79,6 +81,7 @@ def paper_table5() -> list[str]:
 
 
 def table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
+    """Table 6: each size's shape, tokens, held-out MLM perplexity and accuracy, SST-2 and MRPC, beside the paper's."""
     n_seeds = len(seeds_of(matrix.raw))
     sized = table6_models(matrix)
     randoms = {m: same_shape_random(matrix, m) for m in sized}
@@ -124,6 +127,7 @@ def table6(matrix: Matrix, results: dict[str, dict]) -> list[str]:
 
 
 def table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
+    """Table 7 per [[features]] entry: fine-tuning and each feature-based variant on its task, beside the paper's."""
     n_seeds = len(seeds_of(matrix.raw))
     out = []
     for f in matrix.raw.get("features", []):
@@ -142,6 +146,7 @@ def table7(matrix: Matrix, results: dict[str, dict]) -> list[str]:
 
 
 def compare(matrix: Matrix, results: dict[str, dict], tasks: list[str]) -> list[str]:
+    """The same-CPU-budget pair (bertkit vs transformers' pipeline): tokens, held-out MLM loss, downstream scores."""
     n_seeds = len(seeds_of(matrix.raw))
     out = []
     for spec in matrix.raw["model"]:
@@ -253,6 +258,7 @@ def _heldout_scores(r: dict) -> tuple[str, str, str] | None:
 
 
 def _percent(value: float | None) -> float | None:
+    """A fraction as a percentage (None stays None)."""
     return None if value is None else 100 * value
 
 
