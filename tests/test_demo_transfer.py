@@ -1,0 +1,55 @@
+"""make run's step 5 ("does it transfer?"): each small real task fine-tunes the pre-trained model and its
+random twin alike, and a task whose data is absent is skipped with the reason."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertkit.demo import TRANSFER_TASKS, random_model, transfer
+
+SENTENCES = [
+    [("Alice", "B-PER"), ("visited", "O"), ("Paris", "B-LOC"), (".", "O")],
+    [("The", "O"), ("module", "O"), ("returns", "O"), ("a", "O"), ("list", "O")],
+    [("Bob", "B-PER"), ("left", "O"), ("London", "B-LOC")],
+]
+
+
+def _conll(path: Path, repeat: int) -> None:
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for _ in range(repeat):
+        for sentence in SENTENCES:
+            lines += [f"{word} NN O {tag}" for word, tag in sentence] + [""]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {"finetune_lr": None, "finetune_examples": None, "max_seq_length": 32, "seed": 0, "quiet": True}
+    return argparse.Namespace(**(base | kw))
+
+
+def test_each_task_scores_both_models_alike_and_a_missing_task_says_why(tiny_model, tmp_path):
+    shared = tmp_path / "data"
+    (shared / "conll2003").mkdir(parents=True)
+    _conll(shared / "conll2003" / "train.txt", repeat=4)
+    _conll(shared / "conll2003" / "valid.txt", repeat=1)
+    twin = random_model(tmp_path / "twin", tiny_model, seed=1)
+    res = transfer(tiny_model, twin, shared, tmp_path / "out", _args())
+    assert [t.name for t in TRANSFER_TASKS] == list(res)  # NER first, then SST-2
+    conll = res["CoNLL-2003"]
+    assert conll["metric"] == "f1" and conll["train_examples"] == 12
+    assert 0 <= conll["pretrained"] <= 100 and 0 <= conll["random init"] <= 100
+    assert res["SST-2"] == "skipped: ../shared/data/glue/SST-2 not found"
+    # the same weights on both sides score the same: both sides fine-tune with the same settings and seed
+    same = transfer(tiny_model, tiny_model, shared, tmp_path / "same", _args(), tasks=TRANSFER_TASKS[:1])
+    assert same["CoNLL-2003"]["pretrained"] == same["CoNLL-2003"]["random init"]
+    # --finetune-examples caps every task
+    fewer = transfer(
+        tiny_model, twin, shared, tmp_path / "few", _args(finetune_examples=5), TRANSFER_TASKS[:1]
+    )
+    assert fewer["CoNLL-2003"]["train_examples"] == 5
+
+
+def test_no_shared_data_skips_every_task(tiny_model, tmp_path):
+    res = transfer(tiny_model, tiny_model, None, tmp_path, _args())
+    assert all(isinstance(v, str) and v.startswith("skipped: ") for v in res.values()) and len(res) == 2
