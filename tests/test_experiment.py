@@ -126,7 +126,7 @@ def test_finished_cells_are_skipped_and_missing_models_rebuilt(tmp_path):
 
 
 def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypatch):
-    from bertkit import experiment_cells
+    from bertkit.experiment import cells as experiment_cells
 
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
         if cell.name == "finetune/a/SST-2/lr0.0001/seed1":
@@ -156,7 +156,7 @@ def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path
     runner refuses to mix old and new results (one-line error naming the cells); --rerun-changed runs the
     changed cells and everything downstream again, keeping the old result files aside. Editing only which
     models a task runs for changes no finished cell."""
-    from bertkit import experiment_cells
+    from bertkit.experiment import cells as experiment_cells
 
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
         return {
@@ -186,17 +186,17 @@ def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     import os
 
-    from bertkit.experiment import _lock
+    from bertkit.experiment.locks import claim_cell
 
     m = load_matrix(_write(tmp_path, MINIMAL))
     cell = m.cell("pretrain/a")
-    first = _lock(tmp_path, cell)
+    first = claim_cell(tmp_path, cell)
     assert first is not None and first.read_text() == str(os.getpid())
-    assert _lock(tmp_path, cell) is None  # held by a live process (this one)
+    assert claim_cell(tmp_path, cell) is None  # held by a live process (this one)
     first.write_text("999999999")  # a process that is gone: its lock is taken over
-    assert _lock(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+    assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
     first.write_text("")  # its writer died before writing its id: no one holds it (not process group 0)
-    assert _lock(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+    assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
 
 
 @pytest.mark.parametrize(
@@ -277,7 +277,7 @@ def test_cli_reports_a_bad_matrix_in_one_line(tmp_path, capsys):
 
 
 def test_cpu_clock_charges_only_training_steps(tmp_path, monkeypatch):
-    from bertkit import experiment_cells as ec
+    from bertkit.experiment import pretrain_cells as ec
 
     now = iter([10.0, 12.0, 14.0])
     monkeypatch.setattr(ec.time, "process_time", lambda: next(now))
@@ -387,7 +387,7 @@ def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, 
     """A fresh machine: vocab, prepare and pretrain/a have results but no outputs, so they are planned as
     rebuilds for the pending fine-tuning cells. Another runner finishes every fine-tuning cell meanwhile: this
     runner must then neither run those cells (they are not rebuilds) nor rebuild inputs nobody reads any more."""
-    from bertkit import experiment_cells
+    from bertkit.experiment import cells as experiment_cells
 
     cfg = _write(tmp_path, MINIMAL)
     m = load_matrix(cfg)
@@ -422,15 +422,16 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
     import sys
     import threading
 
-    from bertkit import experiment, experiment_cells
+    from bertkit.experiment import cells as experiment_cells
+    from bertkit.experiment import locks
 
-    monkeypatch.setattr(experiment, "POLL_OTHER_RUNNERS_S", 0.05)
+    monkeypatch.setattr(locks, "POLL_OTHER_RUNNERS_S", 0.05)
     cfg = _write(tmp_path, MINIMAL)
     m = load_matrix(cfg)
     res, out = tmp_path / "res", tmp_path / "out"
     res.mkdir()
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    lock = experiment._lock_path(out, m.cell("pretrain/a"))
+    lock = locks._lock_path(out, m.cell("pretrain/a"))
     lock.parent.mkdir(parents=True)
     lock.write_text(str(other.pid))
     calls = []

@@ -99,7 +99,7 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
     files are present; a regression task (STS-B), a tagger or a reader has no one label to predict."""
     from collections import Counter
 
-    from bertkit.experiment_cells import data_root
+    from bertkit.experiment.paths import data_root
     from bertkit.tasks.glue import get_task, read_glue
     from bertkit.tasks.metrics import glue_metrics
 
@@ -127,10 +127,10 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
 def model_shape(matrix: Matrix, model: str):
     """The BertConfig ``model`` trains: the matrix's [pretrain] defaults, then the model's own preset and
     ``model = {...}`` overrides."""
-    from bertkit.experiment import _shape
+    from bertkit.experiment.matrix import spec_shape
 
     spec = next(m for m in matrix.raw["model"] if m["name"] == model)
-    return _shape({**matrix.raw.get("pretrain", {}), **spec})
+    return spec_shape({**matrix.raw.get("pretrain", {}), **spec})
 
 
 def same_shape_random(matrix: Matrix, model: str) -> str | None:

@@ -1,0 +1,79 @@
+"""Several runners on one matrix: a lock file per cell, so each cell runs once, and waiting on another
+runner's cell.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bertkit.experiment.matrix import Cell
+from bertkit.experiment.results import read_results
+
+POLL_OTHER_RUNNERS_S = 5.0  # how often a runner waiting on another runner's cell looks for its result
+
+
+def _lock_path(out: Path, cell: Cell) -> Path:
+    return out / "locks" / cell.result_name.replace(".json", ".lock")
+
+
+def _holder(path: Path) -> int | None:
+    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's)."""
+    try:
+        pid = int(path.read_text() or 0)
+        if (
+            pid <= 0
+        ):  # empty (its writer died between creating and writing it): kill(0) would signal our group
+            return None
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, FileNotFoundError):
+        return None
+    except PermissionError:  # alive, another user's
+        return pid
+    return pid
+
+
+def claim_cell(out: Path, cell: Cell) -> Path | None:
+    """``OUT/locks/<cell>.lock`` holding this process id, or None when a live process holds it (two runners
+    on one matrix share the work instead of doing a cell twice). A lock of a dead process is taken over."""
+    path = _lock_path(out, cell)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            if _holder(path) is not None:
+                return None
+            path.unlink(missing_ok=True)  # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return path
+    return None
+
+
+def _held_elsewhere(out: Path, cell: Cell) -> bool:
+    """Whether a live process other than this one holds ``cell``'s lock."""
+    return _holder(_lock_path(out, cell)) not in (None, os.getpid())
+
+
+def wait_for_other_runners(
+    elsewhere: dict[str, Cell], out: Path, res_dir: Path, done: dict[str, Any]
+) -> list[Cell]:
+    """Block until a cell another runner holds is over: its result file appeared (read into ``done``) or its
+    lock was let go without one (that runner failed or was killed). Returns the latter, for this runner to
+    try; both leave ``elsewhere``."""
+    while True:
+        over = [
+            c
+            for c in elsewhere.values()
+            if (res_dir / c.result_name).is_file() or not _held_elsewhere(out, c)
+        ]
+        if over:
+            done.update(read_results(res_dir))
+            for c in over:
+                del elsewhere[c.name]
+            return [c for c in over if c.name not in done]
+        time.sleep(POLL_OTHER_RUNNERS_S)

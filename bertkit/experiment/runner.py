@@ -1,0 +1,218 @@
+"""Running a matrix: selecting and ordering the pending cells, running them with progress and ETA, writing
+each result file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import UserError
+from bertkit.experiment.locks import claim_cell, wait_for_other_runners
+from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
+from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
+from bertkit.io import atomic_write_json
+
+
+def select(matrix: Matrix, only: str | None) -> list[Cell]:
+    """Cells matching ``only`` (a glob over cell names; a plain word matches as a substring) plus every
+    cell they need, in matrix order."""
+    if not only:
+        return list(matrix.cells)
+    pats = [p.strip() for p in only.split(",") if p.strip()]
+
+    def match(n: str) -> bool:
+        return any(fnmatch.fnmatch(n, p) if any(ch in p for ch in "*?[") else p in n for p in pats)
+
+    chosen = {c.name for c in matrix.cells if match(c.name)}
+    if not chosen:
+        raise UserError(f"--only {only!r} matches no cell; cells look like {matrix.cells[-1].name!r}")
+    stack = list(chosen)
+    while stack:
+        for n in matrix.cell(stack.pop()).needs:
+            if n not in chosen:
+                chosen.add(n)
+                stack.append(n)
+    return [c for c in matrix.cells if c.name in chosen]
+
+
+def plan(matrix: Matrix, cells: list[Cell], done: dict[str, dict], out: Path) -> list[Cell]:
+    """The cells to run: those without a result, plus finished ones whose output a pending cell reads but
+    which is missing under ``out`` (rebuilt)."""
+    from bertkit.experiment.paths import artifact
+
+    todo = {c.name for c in cells if c.name not in done}
+    stack = list(todo)
+    while stack:
+        for n in matrix.cell(stack.pop()).needs:
+            dep = matrix.cell(n)
+            a = artifact(dep, out)
+            if n in done and n not in todo and a is not None and not a.exists():
+                todo.add(n)
+                stack.append(n)
+    return [c for c in cells if c.name in todo]
+
+
+def _fmt_s(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    h, m = divmod(int(s) // 60, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{int(s) % 60:02d}s"
+
+
+def _still_needed(name: str, later: list[Cell], rebuilds: set[str], res_dir: Path) -> bool:
+    """Whether a cell planned as a rebuild is still read by a later cell of this sitting: one with no result
+    file yet, or a rebuild that is itself still needed (other runners may have finished the rest)."""
+    for i, c in enumerate(later):
+        if name in c.needs:
+            if c.name in rebuilds:
+                if _still_needed(c.name, later[i + 1 :], rebuilds, res_dir):
+                    return True
+            elif not (res_dir / c.result_name).is_file():
+                return True
+    return False
+
+
+def _cpu_now() -> float:
+    """CPU seconds of this process and its finished children (the transformers runner is a subprocess)."""
+    import resource
+
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ch.ru_utime + ch.ru_stime
+
+
+def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]]) -> float:
+    """Estimated seconds for ``cells``: their FLOP estimates times the seconds per FLOP that finished cells of
+    the same kind took (any kind's when none has finished; 30 GFLOP/s before anything has)."""
+
+    def rate(rows: list) -> float | None:
+        return sum(w for _, w, _ in rows) / sum(c for _, _, c in rows) if rows else None
+
+    overall = rate(timed) or 1 / 3e10
+    by_kind = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
+    return sum(c.cost * (by_kind.get(c.kind) or overall) for c in cells)
+
+
+def run_matrix(
+    config: str | os.PathLike,
+    out: str | os.PathLike | None = None,
+    only: str | None = None,
+    results: str | os.PathLike | None = None,
+    dry_run: bool = False,
+    progress: bool = True,
+    rerun_changed: bool = False,
+) -> dict[str, Any]:
+    """Run every pending cell of the matrix (see the module docstring); returns a summary dict.
+    ``rerun_changed``: run again the finished cells whose settings (or an input's) changed in the config since
+    (their old result files move to ``RESULTS/replaced/``); without it such cells stop the run with an error."""
+    import torch
+
+    from bertkit.experiment.cells import run_cell
+
+    matrix = load_matrix(config)
+    out = Path(out) if out else Path("runs") / matrix.name
+    res_dir = results_dir(matrix, results)
+    done = read_results(res_dir) if res_dir.is_dir() else {}
+    cells = select(matrix, only)
+    settings = cell_settings(matrix)
+    changed = changed_cells(cells, done, settings)
+    if changed and not dry_run:
+        if not rerun_changed:
+            raise UserError(
+                f"{matrix.path}: {len(changed)} finished cell(s) ran with other settings than the config now "
+                f"gives (theirs or an input's): {', '.join(changed[:5])}{' ...' if len(changed) > 5 else ''}; "
+                "restore the settings, or pass --rerun-changed to run them again (their result files move to "
+                f"{res_dir / 'replaced'})"
+            )
+        (res_dir / "replaced").mkdir(exist_ok=True)
+        for name in changed:
+            result_name = matrix.cell(name).result_name
+            os.replace(res_dir / result_name, res_dir / "replaced" / result_name)
+            del done[name]
+    todo = plan(matrix, cells, done, out)
+    summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
+        [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
+        "results": str(res_dir), "changed": changed}  # fmt: skip
+    if dry_run:
+        return summary
+    threads = int(matrix.raw.get("threads", 0))
+    if threads:
+        torch.set_num_threads(threads)
+    info = machine_info()
+    out.mkdir(parents=True, exist_ok=True)
+    res_dir.mkdir(parents=True, exist_ok=True)
+    # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
+    timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values() if r.get("cost") and r.get("wall_s")]
+    ran: list[str] = []
+    failed: dict[str, str] = {}
+    t_start = time.time()
+    # finished before this sitting, planned only because a pending cell reads their output (see plan)
+    rebuilds = {c.name for c in todo if c.name in done}
+    queue = list(todo)
+    elsewhere: dict[str, Cell] = {}  # cells another live runner holds: the cells that need them wait
+    k = 0
+    while queue:
+        cell = next((c for c in queue if not any(n in elsewhere for n in c.needs)), None)
+        if cell is None:  # every cell left needs one that another runner is on: wait for it
+            queue[:0] = wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
+            continue
+        queue.remove(cell)
+        k += 1
+        blocked = [n for n in cell.needs if n in failed]
+        if blocked:  # an input failed: this cell cannot run in this sitting
+            failed[cell.name] = f"needs {blocked[0]}, which failed"
+            continue
+        left = _seconds_left([cell, *queue], timed)
+        print(
+            f"[experiment {matrix.name}] cell {k}/{len(todo)} {cell.name} | done "
+            f"{len(done)}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
+            f"{time.strftime('%H:%M', time.localtime(time.time() + left))}",
+            flush=True,
+        )
+        # `done` also gains what other runners finish meanwhile: that is no reason to rebuild a cell
+        rebuild = cell.name in rebuilds
+        if rebuild and not _still_needed(cell.name, queue, rebuilds, res_dir):
+            continue  # every cell that needed it rebuilt has been finished by another runner
+        lock = claim_cell(out, cell)
+        if lock is None:  # another live runner is on this cell: leave it to that one; what needs it waits
+            elsewhere[cell.name] = cell
+            continue
+        try:  # the lock goes last, after the result file: a runner that finds no lock must find the result
+            if not rebuild and (res_dir / cell.result_name).is_file():  # another runner finished it meanwhile
+                done.update(read_results(res_dir))
+                continue
+            w0, c0 = time.time(), _cpu_now()
+            try:
+                result = run_cell(matrix, cell, out, done, info, progress=progress)
+            except Exception as e:  # noqa: BLE001 - one broken cell must not stop an unattended matrix
+                failed[cell.name] = f"{type(e).__name__}: {e}"
+                logger.error("cell %s failed", cell.name, exc_info=not isinstance(e, UserError))
+                print(f"[experiment {matrix.name}] {cell.name} FAILED: {failed[cell.name]} (no result written; "
+                      "the cells that need it are skipped; re-run to retry)", flush=True)  # fmt: skip
+                continue
+            result.setdefault("wall_s", round(time.time() - w0, 1))
+            result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
+            result["cost"] = cell.cost
+            if cell.cost and result["wall_s"]:
+                timed.append((cell.kind, result["wall_s"], cell.cost))
+            if rebuild:
+                logger.info("%s rebuilt (its result file is kept)", cell.name)
+                continue
+            result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
+                      "settings": settings[cell.name],
+                      "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+            atomic_write_json(res_dir / cell.result_name, result)
+        finally:
+            lock.unlink(missing_ok=True)
+        done[cell.name] = result
+        ran.append(cell.name)
+        print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "
+              f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
+    summary.update({"ran": ran, "failed": failed, "seconds": round(time.time() - t_start, 1),
+                    "left_to_other_runners": sorted(elsewhere),
+                    "finished": len([c for c in matrix.cells if c.name in done])})  # fmt: skip
+    return summary
