@@ -29,10 +29,9 @@ from torch import Tensor
 from .errors import UserError
 from .inference_precision import check_inference_precision, inference_autocast, resolve_inference_precision
 from .io import atomic_write, path_inside
+from .pooling import POOLING_MODES, pool
 
 logger = logging.getLogger("bertkit")
-
-POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len")
 
 # Keys of a sentence-transformers Pooling config.json -> our pooling names (first true one wins).
 _ST_POOLING_KEYS = (
@@ -48,27 +47,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-
-
-def pool(hidden: Tensor, mask: Tensor, mode: str) -> Tensor:
-    """Token vectors [B, T, H] and attention mask [B, T] -> sentence vectors [B, H].
-
-    ``mean``: average of the real tokens (sentence-transformers' default); ``cls``: the first token's
-    vector (not the pooler); ``max``: element-wise max over real tokens; ``mean_sqrt_len``: the sum
-    divided by sqrt(number of real tokens).
-    """
-    if mode == "cls":
-        return hidden[:, 0]
-    m = mask.to(hidden.dtype).unsqueeze(-1)  # [B, T, 1]
-    if mode == "max":
-        return hidden.masked_fill(m == 0, torch.finfo(hidden.dtype).min).amax(dim=1)
-    summed = (hidden * m).sum(dim=1)
-    count = m.sum(dim=1).clamp(min=1e-9)
-    if mode == "mean":
-        return summed / count
-    if mode == "mean_sqrt_len":
-        return summed / count.sqrt()
-    raise ValueError(f"unknown pooling {mode!r}; choose one of {POOLING_MODES}")
 
 
 # sentence-transformers' names of the activations a Dense module may use (nothing else is imported by name)

@@ -43,9 +43,9 @@ from torch import Tensor, nn
 
 from bertkit.config import BertConfig
 from bertkit.dropout import Dropout
-from bertkit.embed import pool  # the sentence encoders' pooling: mean over the real tokens
 from bertkit.model import BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
+from bertkit.pooling import pool  # the sentence encoders' pooling: mean over the real tokens
 
 __all__ = [
     "BertForSequenceClassification",

@@ -23,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..embed import Dense, SentenceEncoder, pool
+from ..embed import Dense, SentenceEncoder
 from ..errors import UserError
 from ..io import atomic_dir, atomic_write_json
+from ..pooling import pool
 
 POOLINGS = ("mean", "cls", "max")
 _ST_POOLING = {
