@@ -53,3 +53,27 @@ def test_each_task_scores_both_models_alike_and_a_missing_task_says_why(tiny_mod
 def test_no_shared_data_skips_every_task(tiny_model, tmp_path):
     res = transfer(tiny_model, tiny_model, None, tmp_path, _args())
     assert all(isinstance(v, str) and v.startswith("skipped: ") for v in res.values()) and len(res) == 2
+
+
+def test_make_run_end_to_end_on_a_small_corpus_says_when_the_model_still_reads_a_bag_of_words(
+    tmp_path, capsys
+):
+    """The demo's whole path (vocabulary, shards, pre-training, held-out fill-mask vs unigram, fill-mask
+    samples) on a small corpus: 30 steps leave the model reading a bag of words, which it says in place of
+    a transfer verdict."""
+    import json
+
+    from bertkit.demo import WORD_ORDER_GAIN_TO_TRANSFER, main, python_docs_corpus
+
+    corpus = tmp_path / "corpus.txt"
+    python_docs_corpus(corpus, max_bytes=200_000)
+    out = tmp_path / "demo"
+    argv = ["--corpus", str(corpus), "--out", str(out), "--steps", "30", "--preset", "tiny", "--vocab-size",
+            "800", "--no-finetune", "--quiet", "--threads", "1"]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["train"]["steps"] == 30 and report["transfer"] == "skipped (--no-finetune)"
+    assert report["heldout"]["word_order_gain"] < WORD_ORDER_GAIN_TO_TRANSFER
+    printed = capsys.readouterr().out
+    assert "after 30 steps the model has not learned word order yet" in printed
+    assert "run again with --steps 5000" in printed
