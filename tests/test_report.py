@@ -700,3 +700,29 @@ models = ["mlm+nsp-mini"]
     short_table = text.split("\n## Table 5 under the short fine-tuning")[1].split("\n## ")[0]
     assert "| MLM + NSP (BERT) (`mlm+nsp-mini`) |" in short_table and "CoNLL-long" not in short_table
     assert '## Fine-tuning protocol "full"' not in text  # not twice
+
+
+def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
+    """Without ``gpu_bench`` the estimate says its 40% MFU is assumed; with it, the GPU-hours follow the
+    measured MFU of the bench's file (a lower MFU, more hours), and an unreadable file is named in one line."""
+    cfg, res = _fixture(tmp_path)
+    assumed = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
+    assert (
+        "at 40% MFU, the GPU bench's goal; the bench has not been run on a GPU, so this MFU is assumed"
+        in assumed
+    )
+    row = {"name": "GPU pretrain step", "device_name": "NVIDIA H200", "peak_tflops": 989.4, "ours_mfu": 0.2,
+           "ref_mfu": 0.16, "sequences": 128, "seq_len": 128, "compiled": False}  # fmt: skip
+    (tmp_path / "gpu.jsonl").write_text(json.dumps(row) + "\n")
+    _extend(cfg, top='gpu_bench = "gpu.jsonl"')
+    measured = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
+    assert "one NVIDIA H200 (dense bf16 peak 989 TFLOP/s) at 20% MFU, the MFU `python -m benchmarks.bench_gpu` " \
+           "measured there (BERT-base, 128 x 128, bf16, eager; `gpu.jsonl`; transformers 16% on the same step)" in measured  # fmt: skip
+
+    def hours(text: str) -> float:
+        return float(text.split("GPU-hours")[0].rsplit("**", 1)[1].replace(",", ""))
+
+    assert hours(measured) == pytest.approx(hours(assumed) * 0.40 / 0.20, rel=0.05)  # both printed rounded
+    (tmp_path / "gpu.jsonl").write_text("{not json\n")
+    with pytest.raises(UserError, match=r"gpu_bench = 'gpu.jsonl': cannot read .*gpu.jsonl"):
+        _render(cfg, res)

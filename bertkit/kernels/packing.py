@@ -59,9 +59,20 @@ class Packing:
 
 
 def packing_for(attention_mask: Tensor | None) -> Packing | None:
-    """A :class:`Packing` of ``attention_mask`` [B, T] (1 = real token) when the batch has padding and the
-    kernels are on (on any device); None means: run the padded batch with its mask."""
-    if attention_mask is None or not enabled() or torch.jit.is_tracing() or bool(attention_mask.all()):
+    """A :class:`Packing` of ``attention_mask`` [B, T] (1 = real token) when the batch has padding, the
+    kernels are on and the batch is on the CPU; None means: run the padded batch with its mask.
+
+    On a GPU the padded batch runs as it is: one attention call per length group (and reading the groups'
+    sizes back to the host, a synchronisation per batch) left a BERT-base pre-training step on an H200
+    waiting on kernel launches, slower than the padded computation it saves work on (docs/notes-perf.md)."""
+    if (
+        attention_mask is None
+        or not enabled()
+        or torch.jit.is_tracing()
+        or attention_mask.device.type != "cpu"
+    ):
+        return None
+    if bool(attention_mask.all()):
         return None
     return Packing(attention_mask.bool())
 

@@ -1,0 +1,117 @@
+"""The CUDA paths, where a GPU is (skipped elsewhere, with the reason): the model on the GPU gives the CPU's
+and transformers' outputs, the GPU runs the padded batch (packing is a CPU path) with the reference ops'
+outputs and gradients, and training runs in bf16 autocast and in fp16 with a gradient scaler.
+
+CI has no GPU, so these run in a session that is lent one (``pytest tests/test_cuda.py`` there)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit import kernels
+from bertkit.config import BertConfig
+from bertkit.heads.pretraining import BertForPreTraining
+from bertkit.model import BertModel
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+
+VOCAB = 211
+DEVICE = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def exact_fp32():
+    """fp32 matmuls in full fp32 (no TF32), so GPU and CPU differ by float rounding only."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def _batch(device: str | torch.device = "cpu", seed: int = 0) -> dict[str, torch.Tensor]:
+    """Six sequences of lengths 17, 9, 9, 5, 3, 17 padded to 17 (two length groups share lengths), with
+    15% of the real tokens as MLM targets and NSP labels."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([17, 9, 9, 5, 3, 17])
+    mask = (torch.arange(17)[None] < lengths[:, None]).long()
+    ids = torch.randint(5, VOCAB, (6, 17), generator=g) * mask
+    labels = torch.where((torch.rand(ids.shape, generator=g) < 0.15) & mask.bool(), ids, -100)
+    labels[:, 1] = ids[:, 1]  # at least one target per sequence
+    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": (torch.arange(17)[None] >= 4).long() * mask,
+             "labels": labels, "next_sentence_label": torch.tensor([0, 1, 1, 0, 1, 0])}  # fmt: skip
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _config(**kw) -> BertConfig:
+    return BertConfig.preset(
+        "tiny", vocab_size=VOCAB, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **kw
+    )
+
+
+def test_model_on_the_gpu_gives_the_cpus_and_transformers_outputs():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cpu = BertModel(_config()).eval()
+    gpu = BertModel(_config()).eval()
+    gpu.load_state_dict(cpu.state_dict())
+    gpu.to(DEVICE)
+    ref = transformers.BertModel(transformers.BertConfig(**_config().to_dict()), add_pooling_layer=True)
+    missing, unexpected = ref.load_state_dict(cpu.state_dict(), strict=False)
+    assert not unexpected and all("position_ids" in k for k in missing)
+    ref = ref.to(DEVICE).eval()
+    batch = _batch()
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        want = cpu(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+        ids, mask = batch["input_ids"].to(DEVICE), batch["attention_mask"].to(DEVICE)
+        got = gpu(ids, attention_mask=mask).last_hidden_state
+        theirs = ref(ids, attention_mask=mask).last_hidden_state
+    assert got.device.type == DEVICE
+    torch.testing.assert_close(got.cpu()[real], want[real], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(theirs.cpu()[real], want[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_gpu_runs_the_padded_batch_and_kernels_on_and_off_agree(causal):
+    """Packing is a CPU path: on a GPU the padded batch runs with its mask (one attention call per layer, no
+    host synchronisation), and the model with its kernels on gives the reference ops' loss and gradients."""
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config()).to(DEVICE).train()
+    batch = _batch(DEVICE)
+    assert kernels.packing_for(batch["attention_mask"]) is None
+    assert kernels.packing_for(batch["attention_mask"].cpu()) is not None  # the same batch on the CPU packs
+
+    def run():
+        model.zero_grad()
+        out = model(**batch, causal=causal)
+        out.loss.backward()
+        return out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    fast, fast_grads = run()
+    with kernels.reference_ops():
+        ref, ref_grads = run()
+    torch.testing.assert_close(fast.loss, ref.loss, rtol=1e-4, atol=1e-5)
+    assert fast_grads.keys() == ref_grads.keys()
+    for name, g in ref_grads.items():
+        torch.testing.assert_close(fast_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_training_on_the_gpu_lowers_the_loss_in_mixed_precision(tmp_path, precision):
+    import json
+
+    from bertkit.train.simple import adamw_trainer
+
+    torch.manual_seed(0)
+    model = BertForPreTraining(_config())
+    items = [_batch(seed=s) for s in range(4)]  # the same four batches, again and again: it must fit them
+    trainer, steps = adamw_trainer(model, items, 1, lambda xs: xs[0], epochs=15, lr=2e-3, weight_decay=0.0,
+                                   warmup_ratio=0.1, seed=0, out_dir=tmp_path, precision=precision,
+                                   device=DEVICE, log_every=5, plot=False, progress=False)  # fmt: skip
+    assert (trainer.scaler is not None) == (precision == "fp16")  # fp16 needs a loss scaler, bf16 none
+    trainer.fit()
+    assert trainer.step == steps == 60 and next(model.parameters()).device.type == DEVICE
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    first, last = logged[0]["loss"], logged[-1]["loss"]
+    assert trainer.nonfinite_steps == 0 and last < 0.7 * first, (first, last)
