@@ -658,7 +658,7 @@ def test_table5_protocol_makes_that_protocol_table5_and_its_findings_come_first(
     cfg, res = _fixture(tmp_path)
     extra = (
         CONLL_LONG
-        + """]
+        + """, "transformers-mlm-mini"]
 [[task]]
 name = "SQuAD-long"
 kind = "squad"
@@ -671,7 +671,8 @@ models = ["mlm+nsp-mini"]
     with pytest.raises(UserError, match=r"table5_protocol = 'long' is no task's `protocol`; .*\['full'\]"):
         _render(cfg, res)
     cfg.write_text(cfg.read_text().replace('table5_protocol = "long"', 'table5_protocol = "full"'))
-    for model, xs in {"mlm+nsp-mini": [70.0, 71.0, 72.0], "random-mini": [50.0, 51.0, 52.0]}.items():
+    for model, xs in {"mlm+nsp-mini": [70.0, 71.0, 72.0], "random-mini": [50.0, 51.0, 52.0],
+                      "mlm-mini": [68.0, 69.0, 70.0], "transformers-mlm-mini": [60.0, 61.0, 62.0]}.items():  # fmt: skip
         _write_seeds(res, model, "CoNLL-long", xs)
     text = _render(cfg, res)
     found = text.split("## Findings")[1].split("\n## ")[0]
@@ -703,6 +704,10 @@ models = ["mlm+nsp-mini"]
     short_table = text.split("\n## Table 5 under the short fine-tuning")[1].split("\n## ")[0]
     assert "| MLM + NSP (BERT) (`mlm+nsp-mini`) |" in short_table and "CoNLL-long" not in short_table
     assert '## Fine-tuning protocol "full"' not in text  # not twice
+    # the same-budget table: Table 5's protocol first, then the short one
+    same = text.split("## Same CPU budget against transformers")[1].split("\n## ")[0]
+    assert "| CoNLL-long (F1), fine-tuned by bertkit | 69.0 ± 1.0 | 61.0 ± 1.0 |" in same
+    assert same.index("| CoNLL-long (F1)") < same.index("| SST-2 (acc), fine-tuned by bertkit |")
 
 
 def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):

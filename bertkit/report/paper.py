@@ -16,7 +16,7 @@ from bertkit.report.protocols import (
     protocol_finding,
     protocol_table,
 )
-from bertkit.report.scores import NOT_RUN, metric_name, protocols, table5_models
+from bertkit.report.scores import NOT_RUN, metric_name, protocol_tasks, protocols, table5_models
 from bertkit.report.tables import compare, other_models, paper_table5, pretrain_rows, table5, table6, table7
 
 
@@ -183,7 +183,9 @@ def paper_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg
               "thread the two are equal). transformers' side is its own pipeline (`experiments/transformers_mlm.py`: "
               "BertTokenizerFast, DataCollatorForLanguageModeling, BertForMaskedLM, Trainer); both models are "
               "scored on the same held-out masks and fine-tuned by the same bertkit code.", ""]  # fmt: skip
-    lines += compare(matrix, results, tasks)
+    # Table 5's protocol first, where there is one (its rows are the ones the findings judge), then the short one
+    headline_tasks = [t["name"] for t in protocol_tasks(matrix, headline)] if headline else []
+    lines += compare(matrix, results, headline_tasks + tasks)
     lines += other_models(matrix, results)
     stem = doc.stem
     lines += ["## Figures", ""]
