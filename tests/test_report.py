@@ -734,3 +734,27 @@ def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
     (tmp_path / "gpu.jsonl").write_text("{not json\n")
     with pytest.raises(UserError, match=r"gpu_bench = 'gpu.jsonl': cannot read .*gpu.jsonl"):
         _render(cfg, res)
+
+
+def test_table7_paper_rows_map_a_shallow_models_variant_to_the_papers_row(tmp_path):
+    """BERT-tiny has three hidden states, so its "concat-all" is the paper's "concat-last-four": with
+    ``table7_paper_rows`` the table shows the paper's 96.1 beside it and the finding judges it as that row."""
+    cfg, res = _fixture(tmp_path)
+    cfg.write_text(
+        cfg.read_text().replace(
+            'variants = [{ name = "last-hidden", layers = [-1] }]',
+            'variants = [{ name = "last-hidden", layers = [-1] }, { name = "concat-all", layers = [-1, -2, -3] }]',
+        )
+    )
+    _extend(cfg, top='table7_paper_rows = { "concat-all" = "concat-last-four" }')
+    _write_seeds(res, "mlm+nsp-mini", "CoNLL-2003", [80.0, 81.0, 82.0])
+    for seed, x in ((1, 75.0), (2, 76.0), (3, 77.0)):
+        (res / f"ca-{seed}.json").write_text(
+            json.dumps({"cell": f"features/mlm+nsp-mini/concat-all/seed{seed}", "primary": x})
+        )
+    text = _render(cfg, res)
+    assert "| feature-based: concat-all (the paper's concat-last-four) | 76.0 ± 1.0 | 96.1 |" in text
+    assert (
+        "the best variant is concat-all, the paper's is concat-last-four (concat-all here) (reproduces)."
+        in text
+    )

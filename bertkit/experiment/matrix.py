@@ -105,7 +105,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
 
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
-            "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench"}  # fmt: skip
+            "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows"}  # fmt: skip
 
 
 def task_models(raw: dict, task: dict) -> list[str]:

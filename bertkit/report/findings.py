@@ -17,7 +17,7 @@ from bertkit.report.scores import (
     table6_models,
     tally,
 )
-from bertkit.report.tables import PAPER_TABLE7
+from bertkit.report.tables import PAPER_TABLE7, paper_row
 
 
 def table7_finding(matrix: Matrix, results: dict[str, dict], ms, tasks: set[str] | None = None) -> list[str]:
@@ -44,10 +44,17 @@ def table7_finding(matrix: Matrix, results: dict[str, dict], ms, tasks: set[str]
         first = ("reproduces" if gap >= 0 else "does NOT reproduce") + (
             "" if beyond else ", inside the spread"
         )
-        paper_best = max((k for k in scored if k in PAPER_TABLE7), key=PAPER_TABLE7.get, default=None)
+        rows = {k: paper_row(matrix, k) for k in scored}  # our variant -> the paper's row it stands for
+        paper_best = max((k for k in scored if rows[k] in PAPER_TABLE7), key=lambda k: PAPER_TABLE7[rows[k]],
+                         default=None)  # fmt: skip
         second = (
             f"the best variant is {best}"
-            + ("" if paper_best is None else f", the paper's is {paper_best}")
+            + (
+                ""
+                if paper_best is None
+                else f", the paper's is {rows[paper_best]}"
+                + ("" if rows[paper_best] == paper_best else f" ({paper_best} here)")
+            )  # fmt: skip
             + (" (reproduces)" if best == paper_best else " (does NOT reproduce)" if paper_best else "")
         )
         out.append(f"- **Feature-based vs fine-tuning** (Table 7, {m} on {task}; the paper: fine-tuning ahead of "
