@@ -95,7 +95,9 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
     out = []
     if parts:
         out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning "
-                   f"protocol \"{name}\"** ({where}): " + "; ".join(parts) + ".")  # fmt: skip
+                   f"protocol \"{name}\"** ({where}), each pre-trained model against the random init of its "
+                   "shape:")  # fmt: skip
+        out += [f"  - {part}." for part in parts]  # one line per pair: the models differ in what they show
     # Table 5's ablations, where the protocol fine-tunes their rows: MLM vs LTR on the span and tagging tasks
     # (the paper's largest gaps), and the NSP effect on every task both MLM rows have
     rows = table5_models(matrix)
