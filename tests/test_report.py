@@ -726,7 +726,8 @@ def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
     _extend(cfg, top='gpu_bench = "gpu.jsonl"')
     measured = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
     assert "one NVIDIA H200 (dense bf16 peak 989 TFLOP/s) at 20% MFU, the MFU `python -m benchmarks.bench_gpu` " \
-           "measured there (BERT-base, 128 x 128, bf16, eager; `gpu.jsonl`; transformers 16% on the same step)" in measured  # fmt: skip
+           f"measured there (BERT-base, 128 x 128, bf16, eager; `{tmp_path.name}/gpu.jsonl`; transformers 16% on " \
+           "the same step)" in measured  # fmt: skip
 
     def hours(text: str) -> float:
         return float(text.split("GPU-hours")[0].rsplit("**", 1)[1].replace(",", ""))

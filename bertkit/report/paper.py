@@ -3,6 +3,7 @@ recipe table and the BERT-Base estimate on paper."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bertkit.errors import UserError
@@ -70,7 +71,8 @@ def measured_gpu_mfu(matrix: Matrix) -> dict | None:
     except (OSError, ValueError) as e:
         raise UserError(f"{matrix.path}: gpu_bench = {name!r}: cannot read {path}: {e}") from None
     row = next((r for r in rows if r.get("ours_mfu")), None)
-    return None if row is None else {**row, "file": name}
+    # shown from the repository's root, as the report's other paths are (the config sits in experiments/)
+    return None if row is None else {**row, "file": os.path.relpath(path, matrix.base.parent)}
 
 
 def base_estimate(matrix: Matrix) -> list[str]:
