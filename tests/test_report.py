@@ -760,3 +760,35 @@ def test_table7_paper_rows_map_a_shallow_models_variant_to_the_papers_row(tmp_pa
         "the best variant is concat-all, the paper's is concat-last-four (concat-all here) (reproduces)."
         in text
     )
+
+
+def test_budget_line_sets_each_stage_against_the_budget(tmp_path):
+    """``budget_cpu_hours``: the CPU time of the matrix without its diagnostic models, by stage (pre-training,
+    each protocol's fine-tuning with its Table 7 cells), against the budget, with the verdict spelled out."""
+    cfg, res = _fixture(tmp_path)
+    extra = '[[model]]\nname = "wide"\nobjective = "mlm"\n'
+    extra += '[[task]]\nname = "SST-2-full"\nkind = "glue"\ntask = "SST-2"\nprotocol = "full"\n'
+    _extend(cfg, extra, top='diagnostics = ["wide"]\nbudget_cpu_hours = 1.5')
+    for i, (cell, s) in enumerate([("pretrain/wide", 3600.0), ("finetune/mlm+nsp-mini/SST-2-full/seed1", 5400.0),
+                                   ("finetune/wide/SST-2-full/seed1", 3600.0)]):  # fmt: skip
+        (res / f"b{i}.json").write_text(json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": s}))
+    text = _render(cfg, res)
+    line = next(x for x in text.splitlines() if x.startswith("- the budget, 1.5 CPU-hours"))
+    # the fixture's pre-training (4 models x 120 s) and short fine-tuning (10 s a cell); `wide` left out
+    pre = 4 * 120 / 3600
+    short = 10 * sum(len(xs) for xs in SCORES.values()) / 3600
+    assert f"pre-training {pre:.2f}" in line and f"fine-tuning (main protocol) {short:.2f}" in line
+    assert 'protocol "full" 1.50' in line
+    assert f"over the budget by {pre + short + 1.5 - 1.5:.2f}" in line
+    assert f"pre-training with the main protocol alone used {pre + short:.2f}, within the budget" in line
+    assert "cells not yet run" in line
+
+
+@pytest.mark.parametrize("value", ["0", "-1", '"six"', "true"])
+def test_budget_must_be_a_positive_number(tmp_path, value):
+    from bertkit.experiment import load_matrix
+
+    cfg, _ = _fixture(tmp_path)
+    _extend(cfg, "", top=f"budget_cpu_hours = {value}")
+    with pytest.raises(UserError, match="budget_cpu_hours .* must be a positive number of CPU-hours"):
+        load_matrix(cfg)

@@ -105,7 +105,8 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
 
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
-            "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows"}  # fmt: skip
+            "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows",
+            "budget_cpu_hours"}  # fmt: skip
 
 
 def task_models(raw: dict, task: dict) -> list[str]:
@@ -343,6 +344,9 @@ def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
     for model in diagnostics:
         if model not in names:
             raise UserError(f"{path}: diagnostics: {model!r} is not a [[model]] of the matrix")
+    budget = raw.get("budget_cpu_hours")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
+        raise UserError(f"{path}: budget_cpu_hours = {budget!r}: must be a positive number of CPU-hours")
 
 
 def pretrain_fields() -> list[str]:
