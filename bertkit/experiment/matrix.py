@@ -345,7 +345,9 @@ def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
         if model not in names:
             raise UserError(f"{path}: diagnostics: {model!r} is not a [[model]] of the matrix")
     budget = raw.get("budget_cpu_hours")
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
+    if budget is not None and (
+        isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0
+    ):
         raise UserError(f"{path}: budget_cpu_hours = {budget!r}: must be a positive number of CPU-hours")
 
 
