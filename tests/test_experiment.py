@@ -462,3 +462,150 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
     assert ("pretrain/a" in calls) == took_over
     assert calls.index("prepare") < min(calls.index(c) for c in calls if c.startswith("finetune/"))
     assert {c.name for c in m.cells if c.name.startswith("finetune/")} <= set(calls)
+
+
+# --- rates beyond the grid's edges (`lr_extend`, bertkit/experiment/grid.py) ---
+
+EXTENDED = MINIMAL.replace("lr = [1e-4, 3e-4]", "lr = [1e-4, 3e-4]\nlr_extend = [1e-5, 3e-5, 1e-3, 3e-3]")
+
+
+def _scored_by_rate(score_of):
+    """A fake ``run_cell`` that settles a fine-tuning cell's rate with the real grid code and scores it
+    ``score_of(lr)`` (a training run stands in by a function of its rate)."""
+    from bertkit.experiment.grid import settle_rate
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        if cell.kind != "finetune":
+            return {"primary": None}
+        rate = settle_rate(cell, done)
+        if "skipped" in rate:
+            return {"skipped": rate["skipped"], "primary": None, "hyperparameters": {"lr": rate["lr"]}}
+        return {"primary": score_of(rate["lr"]), "hyperparameters": {"lr": rate["lr"]},
+                "seed": cell.spec["seed"], **({"from_cell": rate["from_cell"]} if "from_cell" in rate else {})}  # fmt: skip
+
+    return fake_run_cell
+
+
+def test_lr_extend_adds_rates_beyond_each_edge_nearest_first(tmp_path):
+    m = load_matrix(_write(tmp_path, EXTENDED))
+    up = m.cell("finetune/a/SST-2/lr0.003/seed1")
+    assert up.spec["extends"] == "above" and up.needs == [
+        "pretrain/a",
+        "finetune/a/SST-2/lr0.0001/seed1",
+        "finetune/a/SST-2/lr0.0003/seed1",
+        "finetune/a/SST-2/lr0.001/seed1",
+    ]
+    assert m.cell("finetune/a/SST-2/lr1e-05/seed1").spec["decided_by"][-1] == "finetune/a/SST-2/lr3e-05/seed1"
+    seed = m.cell("finetune/a/SST-2/seed2")
+    assert seed.after == [f"finetune/a/SST-2/lr{x}/seed1" for x in ("3e-05", "1e-05", "0.001", "0.003")]
+    names = [c.name for c in m.cells]
+    assert all(names.index(n) < names.index(seed.name) for n in seed.after)
+
+
+def test_lr_extend_leaves_finished_cells_fingerprints_alone(tmp_path):
+    from bertkit.experiment.results import cell_settings
+
+    before = cell_settings(load_matrix(_write(tmp_path, MINIMAL)))
+    after = cell_settings(load_matrix(_write(tmp_path, EXTENDED)))
+    assert all(after[name] == fp for name, fp in before.items())
+    assert set(after) - set(before) == {
+        f"finetune/{m}/SST-2/lr{x}/seed1"
+        for m in ("a", "a+bilstm")
+        for x in ("1e-05", "3e-05", "0.001", "0.003")
+    }
+
+
+@pytest.mark.parametrize(
+    "extend, match",
+    [
+        ("[2e-4]", r"each rate must lie outside the grid \(0.0001 to 0.0003\)"),
+        ("[1e-3, 1e-3]", "appear once"),
+        ('["hot"]', "must be a list of positive learning rates"),
+    ],
+)
+def test_bad_lr_extend_is_refused(tmp_path, extend, match):
+    with pytest.raises(UserError, match=match):
+        load_matrix(
+            _write(tmp_path, MINIMAL.replace("lr = [1e-4, 3e-4]", f"lr = [1e-4, 3e-4]\nlr_extend = {extend}"))
+        )
+    with pytest.raises(UserError, match="lr_extend needs a grid"):
+        load_matrix(_write(tmp_path, MINIMAL.replace("lr = [1e-4, 3e-4]", "lr = 1e-4\nlr_extend = [1e-3]")))
+
+
+@pytest.mark.parametrize(
+    "score_of, runs, picked",
+    [  # rising with the rate: both rates above run, the pick is the last; none below
+        (lambda lr: 1000 * lr, {"0.001", "0.003"}, 3e-3),
+        # best one step above: the next one out runs and loses, the pick stays
+        (lambda lr: -abs(lr - 1e-3), {"0.001", "0.003"}, 1e-3),
+        # best on the grid's lower edge: the rate below runs and loses; nothing above runs
+        (lambda lr: -abs(lr - 1e-4), {"3e-05"}, 1e-4),
+        # falling with the rate: both rates below run
+        (lambda lr: -lr, {"3e-05", "1e-05"}, 1e-5),
+    ],
+)
+def test_grid_extends_while_the_pick_lies_on_an_edge(tmp_path, monkeypatch, score_of, runs, picked):
+    from bertkit.experiment import cells as experiment_cells
+
+    monkeypatch.setattr(experiment_cells, "run_cell", _scored_by_rate(score_of))
+    res = tmp_path / "res"
+    run_matrix(_write(tmp_path, EXTENDED), out=tmp_path / "out", results=res, progress=False)
+    done = read_results(res)
+    ext = {
+        x
+        for x in ("1e-05", "3e-05", "0.001", "0.003")
+        if not done[f"finetune/a/SST-2/lr{x}/seed1"].get("skipped")
+    }
+    assert ext == runs
+    skipped = (
+        done["finetune/a/SST-2/lr0.003/seed1"].get("skipped")
+        or done["finetune/a/SST-2/lr1e-05/seed1"]["skipped"]
+    )
+    assert skipped.startswith("the pick on dev, lr ")
+    for seed in (1, 2):
+        assert done[f"finetune/a/SST-2/seed{seed}"]["hyperparameters"]["lr"] == picked
+    assert "lr" in str(done["finetune/a/SST-2/seed1"].get("from_cell"))  # the first seed reuses its rate cell
+
+
+def test_seed_cells_run_again_when_an_extension_moves_the_pick(tmp_path, monkeypatch):
+    """A matrix that finished without ``lr_extend`` keeps every result when the key is added (no changed
+    fingerprint); the extensions then run, and the seed cells whose pick they moved run again at the new
+    rate, their old result files kept under ``replaced/``. A pick they did not move keeps its seed cells."""
+    from bertkit.experiment import cells as experiment_cells
+
+    score = {"a": lambda lr: 1000 * lr, "a+bilstm": lambda lr: -abs(lr - 1e-4)}
+
+    def fake(matrix, cell, out, done, info, progress=True):
+        if cell.kind != "finetune":
+            return {"primary": None}
+        return _scored_by_rate(score[cell.spec["model"]])(matrix, cell, out, done, info, progress)
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake)
+    cfg, res, out = _write(tmp_path, MINIMAL), tmp_path / "res", tmp_path / "out"
+    run_matrix(cfg, out=out, results=res, progress=False)
+    assert read_results(res)["finetune/a/SST-2/seed2"]["hyperparameters"]["lr"] == 3e-4
+    cfg.write_text(EXTENDED)
+    assert run_matrix(cfg, out=out, results=res, dry_run=True)["changed"] == []
+    again = run_matrix(cfg, out=out, results=res, progress=False)
+    assert {"finetune/a/SST-2/seed1", "finetune/a/SST-2/seed2"} <= set(again["ran"])
+    assert not any(n.startswith("finetune/a+bilstm/SST-2/seed") for n in again["ran"])
+    done = read_results(res)
+    assert [done[f"finetune/a/SST-2/seed{s}"]["hyperparameters"]["lr"] for s in (1, 2)] == [3e-3, 3e-3]
+    assert done["finetune/a/SST-2/seed1"]["from_cell"] == "finetune/a/SST-2/lr0.003/seed1"
+    assert (res / "replaced" / "finetune__a__SST-2__seed2.json").is_file()
+    assert run_matrix(cfg, out=out, results=res, dry_run=True)["to_run"] == []
+
+
+def test_a_pick_inside_the_grid_runs_no_extension(tmp_path, monkeypatch):
+    from bertkit.experiment import cells as experiment_cells
+
+    monkeypatch.setattr(experiment_cells, "run_cell", _scored_by_rate(lambda lr: -abs(lr - 3e-4)))
+    text = MINIMAL.replace("lr = [1e-4, 3e-4]", "lr = [1e-4, 3e-4, 1e-3]\nlr_extend = [3e-5, 3e-3]")
+    res = tmp_path / "res"
+    run_matrix(_write(tmp_path, text), out=tmp_path / "out", results=res, progress=False)
+    done = read_results(res)
+    for x in ("3e-05", "0.003"):
+        assert done[f"finetune/a/SST-2/lr{x}/seed1"]["skipped"] == (
+            "the pick on dev, lr 0.0003, lies inside the rates run (0.0001 / 0.0003 / 0.001)"
+        )
+    assert done["finetune/a/SST-2/seed2"]["hyperparameters"]["lr"] == 3e-4

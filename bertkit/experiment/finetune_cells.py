@@ -11,42 +11,28 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import UserError
-from bertkit.experiment.matrix import Cell, Matrix
+from bertkit.experiment.grid import settle_rate
+from bertkit.experiment.matrix import Matrix
 from bertkit.experiment.paths import data_root, model_dir_for, model_shape, root_model
-
-
-def _chosen_lr(cell: Cell, done: dict[str, dict]) -> tuple[float, dict]:
-    """The task's learning rate: fixed, or the grid cell best on dev (first on ties)."""
-    grid = cell.spec.get("grid") or []
-    if not grid:
-        return float(cell.spec["lr"]), {}
-    scores = {done[g]["hyperparameters"]["lr"]: done[g]["primary"] for g in grid}
-    best = max(scores, key=lambda lr: (scores[lr], -list(scores).index(lr)))
-    return best, {str(k): v for k, v in scores.items()}
 
 
 def run_finetune(matrix, cell, out, done, progress) -> dict:
     spec, t = cell.spec, cell.spec["task"]
+    rate = settle_rate(cell, done)
+    if "skipped" in rate:  # a rate beyond the grid's edge while the pick lies inside
+        return {"model": spec["model"], "task": t["name"], "seed": spec["seed"], "skipped": rate["skipped"],
+                "primary": None, "hyperparameters": {"lr": rate["lr"]}}  # fmt: skip
     model_dir = model_dir_for(matrix, spec["model"], out, done)
-    lr, grid_scores = _chosen_lr(cell, done)
+    lr = rate["lr"]
     root = root_model(matrix, spec["model"])
     common = {"model": spec["model"], "task": t["name"], "seed": spec["seed"],
               "tokens": done.get(f"pretrain/{root}", {}).get("tokens")}  # fmt: skip
-    if grid_scores:
-        common["grid"] = grid_scores
-        for g in spec["grid"]:  # the grid already ran this seed at this rate: reuse it
-            r = done[g]
-            if r["seed"] == spec["seed"] and r["hyperparameters"]["lr"] == lr:
-                keep = (
-                    "primary",
-                    "metrics",
-                    "hyperparameters",
-                    "examples",
-                    "train_examples",
-                    "wall_s",
-                    "cpu_s",
-                )
-                return {**common, **{k: r[k] for k in keep if k in r}, "from_cell": g}
+    if rate.get("grid"):
+        common["grid"] = rate["grid"]
+    if rate.get("from_cell"):  # a rate cell already ran this seed at this rate: reuse it
+        r = done[rate["from_cell"]]
+        keep = ("primary", "metrics", "hyperparameters", "examples", "train_examples", "wall_s", "cpu_s")
+        return {**common, **{k: r[k] for k in keep if k in r}, "from_cell": rate["from_cell"]}
     work = out / cell.name
     shutil.rmtree(work, ignore_errors=True)  # a killed fine-tuning run starts again (minutes)
     torch.manual_seed(spec["seed"])

@@ -29,6 +29,9 @@ class Cell:
     spec: dict[str, Any]
     needs: list[str] = field(default_factory=list)
     cost: float = 0.0
+    # cells that must finish first but are not part of what this cell computes, so not of its fingerprint: a
+    # seed cell's grid extensions, which may move the rate it runs at (``grid.stale_seed_cells`` checks that)
+    after: list[str] = field(default_factory=list)
 
     @property
     def result_name(self) -> str:
@@ -100,7 +103,8 @@ MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner",
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",
              "max_train_examples", "epochs", "batch_size", "lr", "max_seq_length", "doc_stride",
              "warmup_ratio", "eval_batch_size", "models", "max_eval_examples",
-             "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric", "protocol"}  # fmt: skip
+             "max_query_length", "seeds", "version", "freeze_encoder", "dir", "metric", "protocol",
+             "lr_extend"}  # fmt: skip
 
 
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
@@ -265,6 +269,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         lrs = t.get("lr", 5e-5)
         lrs = [float(x) for x in (lrs if isinstance(lrs, list) else [lrs])]
         task_seeds = seeds_of(raw, t)
+        beyond = _lr_extension(f"{path}: task {t['name']}", t, lrs)
         for mname in task_models(raw, t):
             if mname not in by_name:
                 raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
@@ -277,13 +282,23 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                     cells.append(Cell(g, "finetune", {"model": mname, "task": t, "lr": lr, "seed": task_seeds[0]},
                                       [f"pretrain/{root}"], mcost))  # fmt: skip
                     grid.append(g)
+            extensions = []
+            for side, rates in beyond.items():  # each side's rates nearest the edge first (see grid.py)
+                closer: list[str] = []
+                for lr in rates:
+                    g = f"finetune/{mname}/{t['name']}/lr{lr:g}/seed{task_seeds[0]}"
+                    spec = {"model": mname, "task": t, "lr": lr, "seed": task_seeds[0], "extends": side,
+                            "decided_by": [*grid, *closer]}  # fmt: skip
+                    cells.append(Cell(g, "finetune", spec, [f"pretrain/{root}", *grid, *closer], mcost))
+                    closer.append(g)
+                extensions += closer
             for s in task_seeds:
                 spec = {"model": mname, "task": t, "seed": s, "grid": grid}
                 if not grid:
                     spec["lr"] = lrs[0]
                 cost = 0.0 if grid and s == task_seeds[0] else mcost
                 cells.append(Cell(f"finetune/{mname}/{t['name']}/seed{s}", "finetune", spec,
-                                  [f"pretrain/{root}", *grid], cost))  # fmt: skip
+                                  [f"pretrain/{root}", *grid], cost, after=extensions))  # fmt: skip
     feature_names: set[str] = set()
     for i, f in enumerate(raw.get("features", [])):
         _check_keys(f"{path}: [[features]] #{i + 1}", f, {"name", "model", "task", "variants", "epochs", "lr",
@@ -307,6 +322,27 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
                 cells.append(Cell(f"features/{entry}/{v['name']}/seed{s}", "features", spec,
                                   [f"pretrain/{f['model']}"], cost))  # fmt: skip
     return Matrix(name, path, raw, cells)
+
+
+def _lr_extension(where: str, task: dict, grid: list[float]) -> dict[str, list[float]]:
+    """A task's ``lr_extend``: the rates beyond its grid's edges, by side, nearest the edge first."""
+    raw = task.get("lr_extend", [])
+    if not raw:
+        return {}
+    if not isinstance(raw, list) or not all(isinstance(x, int | float) and x > 0 for x in raw):
+        raise UserError(f"{where}: lr_extend = {raw!r}: must be a list of positive learning rates")
+    if len(grid) < 2:
+        raise UserError(f"{where}: lr_extend needs a grid to extend: give `lr` two rates or more")
+    rates = [float(x) for x in raw]
+    inside = [x for x in rates if min(grid) <= x <= max(grid)]
+    if inside or len(set(rates)) < len(rates):
+        raise UserError(
+            f"{where}: lr_extend = {raw!r}: each rate must lie outside the grid "
+            f"({min(grid):g} to {max(grid):g}) and appear once"
+        )
+    below = sorted((x for x in rates if x < min(grid)), reverse=True)
+    above = sorted(x for x in rates if x > max(grid))
+    return {side: xs for side, xs in (("below", below), ("above", above)) if xs}
 
 
 def features_name(entry: dict) -> str:

@@ -45,8 +45,9 @@ def results_dir(matrix: Matrix, override: str | None = None) -> Path:
     return Path(override) if override else matrix.base / "results" / matrix.name
 
 
-# keys of a [[task]] that say which models and seeds the matrix runs it for, not how one cell runs
-TASK_KEYS_NOT_IN_A_CELL = ("models", "seeds")
+# a task's keys that choose which cells exist, not what one computes: the models, the seeds, and the rates
+# beyond the grid (an extension cell has its own rate; a seed cell's moved pick is checked at run time)
+TASK_KEYS_NOT_IN_A_CELL = ("models", "seeds", "lr_extend")
 
 
 def _portable(value: Any, roots: list[Path], in_task: bool = False) -> Any:

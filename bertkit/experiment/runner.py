@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.experiment.grid import stale_seed_cells
 from bertkit.experiment.locks import claim_cell, wait_for_other_runners
 from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
 from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
@@ -33,7 +34,8 @@ def select(matrix: Matrix, only: str | None) -> list[Cell]:
         raise UserError(f"--only {only!r} matches no cell; cells look like {matrix.cells[-1].name!r}")
     stack = list(chosen)
     while stack:
-        for n in matrix.cell(stack.pop()).needs:
+        c = matrix.cell(stack.pop())
+        for n in [*c.needs, *c.after]:
             if n not in chosen:
                 chosen.add(n)
                 stack.append(n)
@@ -55,6 +57,17 @@ def plan(matrix: Matrix, cells: list[Cell], done: dict[str, dict], out: Path) ->
                 todo.add(n)
                 stack.append(n)
     return [c for c in cells if c.name in todo]
+
+
+def _replace(matrix: Matrix, names: list[str], res_dir: Path, done: dict[str, dict]) -> None:
+    """Move the result files of the finished cells ``names`` to ``RESULTS/replaced/`` (kept, not deleted) and
+    forget them, so the cells run again."""
+    if names:
+        (res_dir / "replaced").mkdir(exist_ok=True)
+    for name in names:
+        result_name = matrix.cell(name).result_name
+        os.replace(res_dir / result_name, res_dir / "replaced" / result_name)
+        del done[name]
 
 
 def _fmt_s(s: float) -> str:
@@ -128,15 +141,14 @@ def run_matrix(
                 "restore the settings, or pass --rerun-changed to run them again (their result files move to "
                 f"{res_dir / 'replaced'})"
             )
-        (res_dir / "replaced").mkdir(exist_ok=True)
-        for name in changed:
-            result_name = matrix.cell(name).result_name
-            os.replace(res_dir / result_name, res_dir / "replaced" / result_name)
-            del done[name]
+        _replace(matrix, changed, res_dir, done)
+    moved = stale_seed_cells(cells, done)  # an extension of the grid won after these ran
+    if moved and not dry_run:
+        _replace(matrix, moved, res_dir, done)
     todo = plan(matrix, cells, done, out)
     summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
         [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
-        "results": str(res_dir), "changed": changed}  # fmt: skip
+        "results": str(res_dir), "changed": changed, "pick_moved": moved}  # fmt: skip
     if dry_run:
         return summary
     threads = int(matrix.raw.get("threads", 0))
@@ -156,13 +168,13 @@ def run_matrix(
     elsewhere: dict[str, Cell] = {}  # cells another live runner holds: the cells that need them wait
     k = 0
     while queue:
-        cell = next((c for c in queue if not any(n in elsewhere for n in c.needs)), None)
+        cell = next((c for c in queue if not any(n in elsewhere for n in [*c.needs, *c.after])), None)
         if cell is None:  # every cell left needs one that another runner is on: wait for it
             queue[:0] = wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
             continue
         queue.remove(cell)
         k += 1
-        blocked = [n for n in cell.needs if n in failed]
+        blocked = [n for n in [*cell.needs, *cell.after] if n in failed]
         if blocked:  # an input failed: this cell cannot run in this sitting
             failed[cell.name] = f"needs {blocked[0]}, which failed"
             continue
@@ -210,8 +222,13 @@ def run_matrix(
             lock.unlink(missing_ok=True)
         done[cell.name] = result
         ran.append(cell.name)
-        print(f"[experiment {matrix.name}] {cell.name}: primary {result.get('primary')} "
+        outcome = f"skipped: {result['skipped']}" if result.get("skipped") else f"primary {result.get('primary')}"
+        print(f"[experiment {matrix.name}] {cell.name}: {outcome} "
               f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
+        if "extends" in cell.spec:  # a rate beyond the grid that won moves the pick of finished seed cells
+            moved = [n for n in stale_seed_cells(cells, done) if n not in {c.name for c in queue}]
+            _replace(matrix, moved, res_dir, done)
+            queue += [matrix.cell(n) for n in moved]
     summary.update({"ran": ran, "failed": failed, "seconds": round(time.time() - t_start, 1),
                     "left_to_other_runners": sorted(elsewhere),
                     "finished": len([c for c in matrix.cells if c.name in done])})  # fmt: skip

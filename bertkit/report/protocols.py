@@ -63,6 +63,9 @@ def _settings_text(t: dict) -> str:
     lrs = t.get("lr", 5e-5)
     lrs = lrs if isinstance(lrs, list) else [lrs]
     grid = f"lr grid {' / '.join(f'{float(x):g}' for x in lrs)}" if len(lrs) > 1 else f"lr {float(lrs[0]):g}"
+    if t.get("lr_extend"):
+        grid += (f", extended one rate at a time to {' / '.join(f'{float(x):g}' for x in sorted(t['lr_extend']))} "
+                 "while the pick on dev lies on the edge")  # fmt: skip
     examples = f"{n} training examples (a random subset per seed)" if n else "the whole training set"
     if t.get("kind") == "squad":  # its training split is articles of the file, the last ones being dev
         first = f"the first {t['train_articles']}" if t.get("train_articles") else "all"
