@@ -222,7 +222,9 @@ def run_matrix(
             lock.unlink(missing_ok=True)
         done[cell.name] = result
         ran.append(cell.name)
-        outcome = f"skipped: {result['skipped']}" if result.get("skipped") else f"primary {result.get('primary')}"
+        outcome = (
+            f"skipped: {result['skipped']}" if result.get("skipped") else f"primary {result.get('primary')}"
+        )
         print(f"[experiment {matrix.name}] {cell.name}: {outcome} "
               f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
         if "extends" in cell.spec:  # a rate beyond the grid that won moves the pick of finished seed cells
