@@ -792,3 +792,36 @@ def test_budget_must_be_a_positive_number(tmp_path, value):
     _extend(cfg, "", top=f"budget_cpu_hours = {value}")
     with pytest.raises(UserError, match="budget_cpu_hours .* must be a positive number of CPU-hours"):
         load_matrix(cfg)
+
+
+def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
+    """The protocol's "Rate grids" finding, from the first seed's grid and extension cells: a pick inside the
+    grid, one the next rate out moved, one where the edge rate stayed best, one whose extension has not run."""
+    cfg, res = _fixture(tmp_path)
+    task = (
+        '[[task]]\nname = "SST-2-full"\ntask = "SST-2"\nkind = "glue"\nprotocol = "full"\n'
+        "lr = [1e-4, 3e-4, 1e-3]\nlr_extend = [3e-5, 3e-3]\n"
+        'models = ["mlm+nsp-mini", "random-mini", "mlm-mini", "ltr-mini"]\n'
+    )
+    _extend(cfg, task)
+    grids = {  # model: {rate: dev score} on seed 1, extension cells included
+        "mlm+nsp-mini": {1e-4: 70.0, 3e-4: 75.0, 1e-3: 80.0, 3e-3: 82.0},  # moved up
+        "random-mini": {1e-4: 60.0, 3e-4: 65.0, 1e-3: 61.0},  # inside
+        "mlm-mini": {1e-4: 72.0, 3e-4: 70.0, 1e-3: 69.0, 3e-5: 71.0},  # the edge stayed best
+        "ltr-mini": {1e-4: 50.0, 3e-4: 55.0, 1e-3: 58.0},  # its extension not yet run
+    }
+    for m, scores in grids.items():
+        for lr, x in scores.items():
+            (res / f"g-{m}-{lr:g}.json").write_text(json.dumps({
+                "cell": f"finetune/{m}/SST-2-full/lr{lr:g}/seed1", "kind": "finetune", "primary": x, "seed": 1,
+                "hyperparameters": {"lr": lr}}))  # fmt: skip
+    (res / "skip.json").write_text(json.dumps({
+        "cell": "finetune/random-mini/SST-2-full/lr0.003/seed1", "kind": "finetune", "primary": None,
+        "skipped": "the pick on dev, lr 0.0003, lies inside", "hyperparameters": {"lr": 3e-3}}))  # fmt: skip
+    text = _render(cfg, res)
+    line = next(x for x in text.splitlines() if x.startswith('- **Rate grids**, protocol "full"'))
+    assert (
+        "of 4 grids, 1 picked a rate inside the grid and 2 one on its edge; the next rate out moved the pick "
+        "on 1: mlm+nsp-mini on SST-2-full 0.001 -> 0.003; on 1 the edge rate stayed best; 1 not yet decided."
+    ) in line
+    assert "extended one rate at a time to 3e-05 / 0.003 while the pick on dev lies on the edge" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.experiment import Matrix, seeds_of, task_models
+from bertkit.experiment.grid import pick
 from bertkit.report.findings import mlm_vs_ltr, nsp_effect, same_budget_downstream, table7_finding
 from bertkit.report.plots import plot_bars
 from bertkit.report.scores import (
@@ -118,6 +119,9 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
     nsp_tasks = [t["name"] for t in tasks if runs(t, ("mlm+nsp", "mlm"))]
     if nsp_tasks:
         out.append(nsp_effect(rows, ms, nsp_tasks, label))
+    grids = grid_edges_finding(matrix, results, tasks, label)
+    if grids:
+        out.append(grids)
     for spec in matrix.raw["model"]:  # the same-CPU-budget pair, where the protocol fine-tunes both
         pair = {spec.get("same_cpu_as"), spec["name"]}
         both = [t["name"] for t in tasks if pair <= set(task_models(matrix.raw, t))]
@@ -125,6 +129,46 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
             out.append(f"- **bertkit vs transformers on the same CPU budget**{label}, downstream: "
                        f"{same_budget_downstream(spec, ms, both)}.")  # fmt: skip
     return out + table7_finding(matrix, results, ms, {t["name"] for t in tasks})
+
+
+def grid_edges_finding(matrix: Matrix, results: dict[str, dict], tasks: list[dict], label: str) -> str | None:
+    """How the rate grids of ``tasks`` with ``lr_extend`` came out on the first seed: how many picks lay inside
+    the base grid or on its edge, and where the next rate out moved the pick (see bertkit/experiment/grid.py).
+    None when no task extends its grid."""
+    inside, held, moved, beyond_none, open_ = 0, 0, [], 0, 0
+    for t in tasks:
+        if not t.get("lr_extend"):
+            continue
+        for m in task_models(matrix.raw, t):
+            cell = matrix.cell(f"finetune/{m}/{t['name']}/seed{seeds_of(matrix.raw, t)[0]}")
+            base = cell.spec.get("grid") or []
+            if not base or not all(n in results for n in base):
+                open_ += 1
+                continue
+            first, scores = pick(base, results)
+            if min(scores) < first < max(scores):
+                inside += 1
+                continue
+            side = "above" if first == max(scores) else "below"
+            out = [n for n in cell.after if matrix.cell(n).spec["extends"] == side]
+            if not out:
+                beyond_none += 1
+            elif not all(n in results for n in out):
+                open_ += 1
+            elif (final := pick(base + out, results)[0]) != first:
+                moved.append(f"{m} on {t['name']} {first:g} -> {final:g}")
+            else:
+                held += 1
+    total = inside + held + len(moved) + beyond_none + open_
+    if not total:
+        return None
+    text = (f"- **Rate grids**{label} (first seed; a pick on the grid's edge tries the next rate out, "
+            f"`lr_extend`): of {total} grids, {inside} picked a rate inside the grid and "
+            f"{held + len(moved) + beyond_none} one on its edge; the next rate out moved the pick on {len(moved)}"
+            f"{': ' + ', '.join(moved) if moved else ''}; on {held} the edge rate stayed best")  # fmt: skip
+    if beyond_none:
+        text += f"; {beyond_none} lie on an edge with no rate beyond it"
+    return text + (f"; {open_} not yet decided." if open_ else ".")
 
 
 def _chosen_lrs(results: dict[str, dict], model: str, task: str) -> set[float]:
