@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     for r in rows:
         print(f"{r['name']}: padded/real tokens {r['token_ratio']:.3f}, model FLOPs {r['flop_ratio']:.3f}")
     if args.out:
-        atomic_write_json(args.out, {"command": "python -m benchmarks.work_ceiling", "rows": rows})
+        from .common import _commit
+
+        atomic_write_json(
+            args.out, {"command": "python -m benchmarks.work_ceiling", "commit": _commit(), "rows": rows}
+        )
 
 
 if __name__ == "__main__":
