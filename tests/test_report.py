@@ -825,3 +825,5 @@ def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
         "on 1: mlm+nsp-mini on SST-2-full 0.001 -> 0.003; on 1 the edge rate stayed best; 1 not yet decided."
     ) in line
     assert "extended one rate at a time to 3e-05 / 0.003 while the pick on dev lies on the edge" in text
+    # the provenance tells the conditional cells from the rest of what is not yet run
+    assert "(5 of them rates beyond a grid's edge, which run only while the pick lies on that edge)" in text
