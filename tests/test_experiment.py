@@ -609,3 +609,20 @@ def test_a_pick_inside_the_grid_runs_no_extension(tmp_path, monkeypatch):
             "the pick on dev, lr 0.0003, lies inside the rates run (0.0001 / 0.0003 / 0.001)"
         )
     assert done["finetune/a/SST-2/seed2"]["hyperparameters"]["lr"] == 3e-4
+
+
+def test_eta_weighs_a_grid_extension_by_the_chance_it_runs(tmp_path):
+    from bertkit.experiment.runner import _seconds_left, _share_run
+
+    m = load_matrix(_write(tmp_path, EXTENDED))
+    up, seed = m.cell("finetune/a/SST-2/lr0.001/seed1"), m.cell("finetune/a/SST-2/seed2")
+
+    def grid(scores):
+        return {f"finetune/a/SST-2/lr{lr:g}/seed1": {"primary": x, "seed": 1, "hyperparameters": {"lr": lr}}
+                for lr, x in scores.items()}  # fmt: skip
+
+    assert _share_run(seed, {}) == 1.0 and _share_run(up, {}) == 0.5  # its grid not finished: undecided
+    assert _share_run(up, grid({1e-4: 50.0, 3e-4: 60.0})) == 1.0  # the pick on the top edge: it runs
+    assert _share_run(up, grid({1e-4: 60.0, 3e-4: 50.0})) == 0.0  # the pick on the other edge: it does not
+    timed = [("finetune", 10.0, up.cost)]  # 10 s for one such cell
+    assert _seconds_left([up, seed], timed, {}) == pytest.approx(10.0 * 0.5 + 10.0 * seed.cost / up.cost)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment.grid import stale_seed_cells
+from bertkit.experiment.grid import skip_reason, stale_seed_cells
 from bertkit.experiment.locks import claim_cell, wait_for_other_runners
 from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
 from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
@@ -98,16 +98,27 @@ def _cpu_now() -> float:
     return time.process_time() + ch.ru_utime + ch.ru_stime
 
 
-def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]]) -> float:
+def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]], done: dict[str, dict]) -> float:
     """Estimated seconds for ``cells``: their FLOP estimates times the seconds per FLOP that finished cells of
-    the same kind took (any kind's when none has finished; 30 GFLOP/s before anything has)."""
+    the same kind took (any kind's when none has finished; 30 GFLOP/s before anything has), each weighted by
+    the chance it runs at all (:func:`_share_run`)."""
 
     def rate(rows: list) -> float | None:
         return sum(w for _, w, _ in rows) / sum(c for _, _, c in rows) if rows else None
 
     overall = rate(timed) or 1 / 3e10
     by_kind = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
-    return sum(c.cost * (by_kind.get(c.kind) or overall) for c in cells)
+    return sum(c.cost * _share_run(c, done) * (by_kind.get(c.kind) or overall) for c in cells)
+
+
+def _share_run(cell: Cell, done: dict[str, dict]) -> float:
+    """1 for a cell that will run; for a rate beyond a grid's edge, which runs only while the pick lies on
+    that edge: 1 or 0 once the rates it depends on have finished, one half before."""
+    if "extends" not in cell.spec:
+        return 1.0
+    if not all(n in done for n in cell.spec["decided_by"]):
+        return 0.5
+    return 0.0 if skip_reason(cell, done) else 1.0
 
 
 def run_matrix(
@@ -158,7 +169,8 @@ def run_matrix(
     out.mkdir(parents=True, exist_ok=True)
     res_dir.mkdir(parents=True, exist_ok=True)
     # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
-    timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values() if r.get("cost") and r.get("wall_s")]
+    timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values()
+             if r.get("cost") and r.get("wall_s") and not r.get("skipped")]  # fmt: skip
     ran: list[str] = []
     failed: dict[str, str] = {}
     t_start = time.time()
@@ -178,7 +190,7 @@ def run_matrix(
         if blocked:  # an input failed: this cell cannot run in this sitting
             failed[cell.name] = f"needs {blocked[0]}, which failed"
             continue
-        left = _seconds_left([cell, *queue], timed)
+        left = _seconds_left([cell, *queue], timed, done)
         print(
             f"[experiment {matrix.name}] cell {k}/{len(todo)} {cell.name} | done "
             f"{len(done)}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
@@ -209,7 +221,7 @@ def run_matrix(
             result.setdefault("wall_s", round(time.time() - w0, 1))
             result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
             result["cost"] = cell.cost
-            if cell.cost and result["wall_s"]:
+            if cell.cost and result["wall_s"] and not result.get("skipped"):  # a skipped cell took no time
                 timed.append((cell.kind, result["wall_s"], cell.cost))
             if rebuild:
                 logger.info("%s rebuilt (its result file is kept)", cell.name)
