@@ -805,7 +805,7 @@ def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
     )
     _extend(cfg, task)
     grids = {  # model: {rate: dev score} on seed 1, extension cells included
-        "mlm+nsp-mini": {1e-4: 70.0, 3e-4: 75.0, 1e-3: 80.0, 3e-3: 82.0},  # moved up
+        "mlm+nsp-mini": {1e-4: 70.0, 3e-4: 75.0, 1e-3: 80.0, 3e-3: 82.0},  # moved up, to the last rate tried
         "random-mini": {1e-4: 60.0, 3e-4: 65.0, 1e-3: 61.0},  # inside
         "mlm-mini": {1e-4: 72.0, 3e-4: 70.0, 1e-3: 69.0, 3e-5: 71.0},  # the edge stayed best
         "ltr-mini": {1e-4: 50.0, 3e-4: 55.0, 1e-3: 58.0},  # its extension not yet run
@@ -822,7 +822,7 @@ def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
     line = next(x for x in text.splitlines() if x.startswith('- **Rate grids**, protocol "full"'))
     assert (
         "of 4 grids, 1 picked a rate inside the grid and 2 one on its edge; the next rate out moved the pick "
-        "on 1: mlm+nsp-mini on SST-2-full 0.001 -> 0.003; on 1 the edge rate stayed best; 1 not yet decided."
+        "on 1: mlm+nsp-mini on SST-2-full 0.001 -> 0.003 (the last rate tried); on 1 the edge rate stayed best; 1 not yet decided."
     ) in line
     assert "extended one rate at a time to 3e-05 / 0.003 while the pick on dev lies on the edge" in text
     # the provenance tells the conditional cells from the rest of what is not yet run

@@ -156,7 +156,14 @@ def grid_edges_finding(matrix: Matrix, results: dict[str, dict], tasks: list[dic
             elif not all(n in results for n in out):
                 open_ += 1
             elif (final := pick(base + out, results)[0]) != first:
-                moved.append(f"{m} on {t['name']} {first:g} -> {final:g}")
+                # the last rate out won too: the optimum may lie further still
+                last = (
+                    all(not results[n].get("skipped") for n in out)
+                    and final == results[out[-1]]["hyperparameters"]["lr"]
+                )
+                moved.append(
+                    f"{m} on {t['name']} {first:g} -> {final:g}{' (the last rate tried)' if last else ''}"
+                )
             else:
                 held += 1
     total = inside + held + len(moved) + beyond_none + open_
