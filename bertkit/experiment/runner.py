@@ -66,8 +66,11 @@ def _replace(matrix: Matrix, names: list[str], res_dir: Path, done: dict[str, di
         (res_dir / "replaced").mkdir(exist_ok=True)
     for name in names:
         result_name = matrix.cell(name).result_name
-        os.replace(res_dir / result_name, res_dir / "replaced" / result_name)
-        del done[name]
+        try:
+            os.replace(res_dir / result_name, res_dir / "replaced" / result_name)
+        except FileNotFoundError:  # another runner on this matrix moved it first
+            pass
+        done.pop(name, None)
 
 
 def _fmt_s(s: float) -> str:
