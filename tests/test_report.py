@@ -772,6 +772,9 @@ def test_budget_line_sets_each_stage_against_the_budget(tmp_path):
     for i, (cell, s) in enumerate([("pretrain/wide", 3600.0), ("finetune/mlm+nsp-mini/SST-2-full/seed1", 5400.0),
                                    ("finetune/wide/SST-2-full/seed1", 3600.0)]):  # fmt: skip
         (res / f"b{i}.json").write_text(json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": s}))
+    # a seed cell that reused its rate cell's run carries that run's timing: counted once, with the rate cell
+    (res / "reuse.json").write_text(json.dumps({"cell": "finetune/mlm+nsp-mini/SST-2-full/seed2", "kind": "finetune",
+                                                "cpu_s": 5400.0, "from_cell": "finetune/mlm+nsp-mini/SST-2-full/seed1"}))  # fmt: skip
     text = _render(cfg, res)
     line = next(x for x in text.splitlines() if x.startswith("- the budget, 1.5 CPU-hours"))
     # the fixture's pre-training (4 models x 120 s) and short fine-tuning (10 s a cell); `wide` left out

@@ -20,9 +20,9 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
     cpus = sorted({r["cpu"] for r in results.values() if r.get("cpu")})
     torches = sorted({r["torch"] for r in results.values() if r.get("torch")})
     threads = sorted({str(r["threads"]) for r in results.values() if r.get("threads")})
-    cpu_h = sum(r.get("cpu_s") or 0 for r in results.values()) / 3600
+    cpu_h = sum(_cpu_s(r) for r in results.values()) / 3600
     extra = diagnostic_models(matrix)
-    extra_h = sum(r.get("cpu_s") or 0 for c, r in results.items() if _model_of(c) in extra) / 3600
+    extra_h = sum(_cpu_s(r) for c, r in results.items() if _model_of(c) in extra) / 3600
     split = (
         f" ({cpu_h - extra_h:.2f} without the diagnostic models: {extra_h:.2f} for "
         f"{', '.join(f'`{m}`' for m in sorted(extra))})"
@@ -31,7 +31,7 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
     )
     for name in protocols(matrix):  # a protocol's cells, whichever model they fine-tune
         names = {t["name"] for t in protocol_tasks(matrix, name)}
-        hours = sum(r.get("cpu_s") or 0 for c, r in results.items()
+        hours = sum(_cpu_s(r) for c, r in results.items()
                     if c.startswith("finetune/") and c.split("/")[2] in names) / 3600  # fmt: skip
         split += f'; {hours:.2f} of them for fine-tuning protocol "{name}"'
     budget = budget_line(matrix, results)
@@ -69,6 +69,12 @@ def diagnostic_models(matrix: Matrix) -> set[str]:
     return extra
 
 
+def _cpu_s(result: dict) -> float:
+    """The CPU seconds a result file's cell took: none for a seed cell that reused a rate cell's run
+    (``from_cell``), whose copied timing belongs to that cell and is counted there."""
+    return 0.0 if result.get("from_cell") else float(result.get("cpu_s") or 0)
+
+
 def _model_of(cell: str) -> str:
     """A cell's model: its name's second part (pretrain/M, finetune/M/..., tasktext/M, prepare/M)."""
     return cell.partition("/")[2].split("/")[0]
@@ -92,7 +98,7 @@ def cpu_hours_by_stage(matrix: Matrix, results: dict[str, dict]) -> dict[str, fl
             stage = protocol_of.get(task_of_entry.get(model, ""), "")
         else:
             stage = "pre-training"
-        hours[stage] = hours.get(stage, 0.0) + (r.get("cpu_s") or 0) / 3600
+        hours[stage] = hours.get(stage, 0.0) + _cpu_s(r) / 3600
     return hours
 
 
