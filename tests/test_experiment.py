@@ -626,3 +626,29 @@ def test_eta_weighs_a_grid_extension_by_the_chance_it_runs(tmp_path):
     assert _share_run(up, grid({1e-4: 60.0, 3e-4: 50.0})) == 0.0  # the pick on the other edge: it does not
     timed = [("finetune", 10.0, up.cost)]  # 10 s for one such cell
     assert _seconds_left([up, seed], timed, {}) == pytest.approx(10.0 * 0.5 + 10.0 * seed.cost / up.cost)
+
+
+def test_a_pick_moved_by_another_sitting_reruns_its_seed_cells_at_the_start(tmp_path, monkeypatch):
+    """Extensions finished elsewhere (another runner, an earlier sitting) after a seed cell ran: the next
+    sitting finds the seed cell stale before it plans, moves its file aside and runs it at the new pick. A
+    file another runner moved first is no error."""
+    from bertkit.experiment import cells as experiment_cells
+    from bertkit.experiment.runner import _replace
+
+    monkeypatch.setattr(experiment_cells, "run_cell", _scored_by_rate(lambda lr: 1000 * lr))
+    cfg, res, out = _write(tmp_path, EXTENDED), tmp_path / "res", tmp_path / "out"
+    run_matrix(cfg, out=out, results=res, progress=False)
+    seed2 = res / "finetune__a__SST-2__seed2.json"
+    stale = json.loads(seed2.read_text())
+    stale["hyperparameters"]["lr"] = 3e-4  # as if it had run before the extensions
+    seed2.write_text(json.dumps(stale))
+    assert run_matrix(cfg, out=out, results=res, dry_run=True)["pick_moved"] == ["finetune/a/SST-2/seed2"]
+    assert seed2.is_file()  # a dry run moves nothing
+    again = run_matrix(cfg, out=out, results=res, progress=False)
+    assert again["ran"] == ["finetune/a/SST-2/seed2"]
+    assert read_results(res)["finetune/a/SST-2/seed2"]["hyperparameters"]["lr"] == 3e-3
+    assert (res / "replaced" / seed2.name).is_file()
+    (res / "finetune__a__SST-2__seed1.json").unlink()  # as if another runner had moved it first
+    done = read_results(res)
+    _replace(load_matrix(cfg), ["finetune/a/SST-2/seed1"], res, done)
+    assert "finetune/a/SST-2/seed1" not in done

@@ -243,7 +243,8 @@ def run_matrix(
         print(f"[experiment {matrix.name}] {cell.name}: {outcome} "
               f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)  # fmt: skip
         if "extends" in cell.spec:  # a rate beyond the grid that won moves the pick of finished seed cells
-            moved = [n for n in stale_seed_cells(cells, done) if n not in {c.name for c in queue}]
+            queued = {c.name for c in queue}
+            moved = [n for n in stale_seed_cells(cells, done) if n not in queued]
             _replace(matrix, moved, res_dir, done)
             queue += [matrix.cell(n) for n in moved]
     summary.update({"ran": ran, "failed": failed, "seconds": round(time.time() - t_start, 1),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertkit.experiment import Matrix, seeds_of
 from bertkit.experiment.matrix import features_name
-from bertkit.report.scores import protocol_tasks, protocols
+from bertkit.report.scores import protocols
 
 
 def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder: Path) -> list[str]:
@@ -29,13 +29,12 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         if extra_h
         else ""
     )
+    stage_of = _stages(matrix)
     for name in protocols(matrix):  # a protocol's cells, whichever model they fine-tune
-        names = {t["name"] for t in protocol_tasks(matrix, name)}
-        hours = sum(_cpu_s(r) for c, r in results.items()
-                    if c.startswith("finetune/") and c.split("/")[2] in names) / 3600  # fmt: skip
-        split += f'; {hours:.2f} of them for fine-tuning protocol "{name}"'
+        hours = sum(_cpu_s(r) for c, r in results.items() if stage_of(c) == name) / 3600
+        split += f'; {hours:.2f} of them for protocol "{name}" (fine-tuning and Table 7)'
     budget = budget_line(matrix, results)
-    pending = [c for c in matrix.cells if c.name not in results]
+    pending = _pending(matrix, results)
     conditional = sum("extends" in c.spec for c in pending)
     pending_text = f"{len(pending)} cells not yet run" + (
         f" ({conditional} of them rates beyond a grid's edge, which run only while the pick lies on that edge)"
@@ -80,25 +79,37 @@ def _model_of(cell: str) -> str:
     return cell.partition("/")[2].split("/")[0]
 
 
-def cpu_hours_by_stage(matrix: Matrix, results: dict[str, dict]) -> dict[str, float]:
-    """CPU-hours of the finished cells of the issue's matrix (diagnostic models left out), by stage:
-    ``"pre-training"`` (vocabulary, shards, pre-training), then each fine-tuning protocol (``""`` for the main
-    one), its [[features]] cells (Table 7) counted with the protocol of their task."""
-    extra = diagnostic_models(matrix)
+def _stages(matrix: Matrix):
+    """A function from a cell's name to its stage: ``"pre-training"`` (vocabulary, shards, pre-training), else
+    the fine-tuning protocol of its task (``""`` for the main one); a [[features]] cell (Table 7) goes with the
+    protocol of its entry's task."""
     protocol_of = {t["name"]: t.get("protocol", "") for t in matrix.raw.get("task", [])}
     task_of_entry = {features_name(f): f.get("task") for f in matrix.raw.get("features", [])}
+
+    def stage_of(cell: str) -> str:
+        kind = cell.split("/")[0]
+        if kind == "finetune":
+            return protocol_of.get(cell.split("/")[2], "")
+        if kind == "features":
+            return protocol_of.get(task_of_entry.get(_model_of(cell), ""), "")
+        return "pre-training"
+
+    return stage_of
+
+
+def _pending(matrix: Matrix, results: dict[str, dict]) -> list:
+    """The matrix's cells without a result file."""
+    return [c for c in matrix.cells if c.name not in results]
+
+
+def cpu_hours_by_stage(matrix: Matrix, results: dict[str, dict]) -> dict[str, float]:
+    """CPU-hours of the finished cells of the issue's matrix (diagnostic models left out), by stage
+    (:func:`_stages`): ``"pre-training"``, ``""`` for the main protocol, then each other protocol."""
+    extra, stage_of = diagnostic_models(matrix), _stages(matrix)
     hours: dict[str, float] = {"pre-training": 0.0, "": 0.0, **{p: 0.0 for p in protocols(matrix)}}
     for cell, r in results.items():
-        kind, model = cell.split("/")[0], _model_of(cell)
-        if model in extra:
-            continue
-        if kind == "finetune":
-            stage = protocol_of.get(cell.split("/")[2], "")
-        elif kind == "features":
-            stage = protocol_of.get(task_of_entry.get(model, ""), "")
-        else:
-            stage = "pre-training"
-        hours[stage] = hours.get(stage, 0.0) + _cpu_s(r) / 3600
+        if _model_of(cell) not in extra:
+            hours[stage_of(cell)] += _cpu_s(r) / 3600
     return hours
 
 
@@ -123,8 +134,8 @@ def budget_line(matrix: Matrix, results: dict[str, dict]) -> str:
             f"; pre-training with the main protocol alone used {main:.2f}, "
             f"{'within' if main <= budget else 'over'} the budget"
         )
-    pending = len(matrix.cells) - len(results)
-    return line + (f" ({pending} cells not yet run)" if pending > 0 else "")
+    pending = len(_pending(matrix, results))
+    return line + (f" ({pending} cells not yet run)" if pending else "")
 
 
 def _seeds_line(matrix: Matrix) -> str:
