@@ -607,7 +607,7 @@ models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
     assert "![downstream scores, protocol full](paper-full-scores.png)" in section
     assert (tmp_path / "doc" / "paper-full-scores.png").read_bytes()[:4] == b"\x89PNG"
     assert "the learning rate of SST-2-long is picked on dev from a grid on the first seed" in text
-    assert '; 0.00 of them for fine-tuning protocol "full"' in text  # the fixture's cells record no CPU time
+    assert '; 0.00 of them for protocol "full" (fine-tuning and Table 7)' in text  # the fixture's cells record no CPU time
     others = text.split("## Other models")[1].split("\n## ")[0] if "## Other models" in text else ""
     assert "SST-2-long" not in others
 
