@@ -607,7 +607,9 @@ models = ["mlm+nsp-mini", "random-mini", "wide", "random-wide"]
     assert "![downstream scores, protocol full](paper-full-scores.png)" in section
     assert (tmp_path / "doc" / "paper-full-scores.png").read_bytes()[:4] == b"\x89PNG"
     assert "the learning rate of SST-2-long is picked on dev from a grid on the first seed" in text
-    assert '; 0.00 of them for protocol "full" (fine-tuning and Table 7)' in text  # the fixture's cells record no CPU time
+    assert (
+        '; 0.00 of them for protocol "full" (fine-tuning and Table 7)' in text
+    )  # the fixture's cells record no CPU time
     others = text.split("## Other models")[1].split("\n## ")[0] if "## Other models" in text else ""
     assert "SST-2-long" not in others
 
@@ -649,6 +651,88 @@ def test_a_protocol_that_fine_tunes_table5_rows_gets_their_ablation_verdicts(tmp
     )
     main_nsp = next(line for line in text.splitlines() if line.startswith("- **NSP effect** ("))
     assert "CoNLL-long" not in main_nsp
+
+
+# Table 5's MLM-only and LTR rows pre-trained further (``continue_from``), with the LTR row's BiLSTM variant
+MORE_TOKENS = """
+[[model]]
+name = "mlm-mini+more"
+objective = "mlm"
+continue_from = "mlm-mini"
+tokens = 2000
+[[model]]
+name = "ltr-mini+more"
+objective = "ltr"
+continue_from = "ltr-mini"
+tokens = 2000
+[[model]]
+name = "ltr+bilstm-mini+more"
+from = "ltr-mini+more"
+head = { head_bilstm = true }
+"""
+MORE_TOP = 'table5_more_tokens = { mlm = "mlm-mini+more", ltr = "ltr-mini+more", "ltr+bilstm" = "ltr+bilstm-mini+more" }'
+
+
+def test_mlm_vs_ltr_is_set_beside_the_same_rows_pre_trained_longer(tmp_path):
+    """``table5_more_tokens``: on the protocol's span/tagging tasks the MLM-vs-LTR gap at Table 5's budget and
+    at the longer one, each with the tokens both rows read (a continued run counts its start's tokens); a pair
+    whose rows read different budgets, or that has not run, gives no gap."""
+    cfg, res = _fixture(tmp_path)
+    _extend(cfg, MORE_TOKENS + CONLL_LONG + ', "mlm-mini+more", "ltr-mini+more", "ltr+bilstm-mini+more"]\n',
+            top=MORE_TOP)  # fmt: skip
+    mlm = next(f for f in res.glob("*.json") if json.loads(f.read_text())["cell"] == "pretrain/mlm-mini")
+    mlm.write_text(json.dumps(_pretrain("mlm-mini", 4, 256, 210.0, 40_960_000)))
+    pre = [_pretrain("ltr-mini", 4, 256, 150.0, 40_960_000),
+           _pretrain("mlm-mini+more", 4, 256, 180.0, 20_480_000, continued_from="mlm-mini", tokens_before=40_960_000),
+           _pretrain("ltr-mini+more", 4, 256, 140.0, 20_480_000, continued_from="ltr-mini", tokens_before=40_960_000)]  # fmt: skip
+    for r in pre:
+        (res / f"pre-{r['model']}.json").write_text(json.dumps(r))
+    scores = {"mlm-mini": [60.0, 61.0, 62.0], "ltr-mini": [64.0, 65.0, 66.0], "ltr+bilstm-mini": [66.0, 67.0, 68.0],
+              "mlm-mini+more": [70.0, 71.0, 72.0], "ltr-mini+more": [66.0, 67.0, 68.0],
+              "ltr+bilstm-mini+more": [70.0, 71.5, 73.0]}  # fmt: skip
+    for model, xs in scores.items():
+        _write_seeds(res, model, "CoNLL-long", xs)
+    text = _render(cfg, res)
+    line = next(
+        x
+        for x in text.splitlines()
+        if x.startswith("- **MLM vs left-to-right as pre-training goes on, CoNLL-long**")
+    )
+    assert line.endswith(
+        "mlm-mini vs ltr-mini, then mlm-mini+more vs ltr-mini+more: -4.0 at 41.0M tokens, +4.0 at 61.4M (MLM's "
+        "margin +8.0; reproduces at 61.4M); mlm-mini vs ltr+bilstm-mini, then mlm-mini+more vs ltr+bilstm-mini+more: "
+        "-6.0 at 41.0M tokens, -0.5 at 61.4M (MLM's margin +5.5; does NOT reproduce at 61.4M, inside the spread)."
+    )
+    # the MLM+NSP row has no longer twin: no pair for it; the main protocol's SQuAD has no such rows: no line
+    assert "mlm+nsp-mini vs ltr-mini, then" not in line
+    assert "as pre-training goes on, SQuAD-v1.1" not in text
+    # the longer MLM row read a different budget from the longer LTR row's: no like-for-like gap
+    (res / "pre-mlm-mini+more.json").write_text(json.dumps(
+        _pretrain("mlm-mini+more", 4, 256, 180.0, 10_240_000, continued_from="mlm-mini", tokens_before=40_960_000)))  # fmt: skip
+    text = _render(cfg, res)
+    assert "then mlm-mini+more vs ltr-mini+more: not yet run" in text
+
+
+def test_table5_more_tokens_must_continue_the_same_roles_rows(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    _extend(cfg, MORE_TOKENS)
+    base = cfg.read_text()
+    for bad, message in [
+        ('table5_more_tokens = { elmo = "mlm-mini+more" }', "table5_more_tokens: unknown role 'elmo'"),
+        ('table5_more_tokens = { mlm = "ghost" }', "table5_more_tokens.mlm = 'ghost' is not a [[model]]"),
+        ('table5_more_tokens = "mlm-mini+more"', '`table5_more_tokens` must be a table {role = "model"}'),
+        # the LTR continuation named for the MLM role: its weights continue ltr-mini, not mlm-mini
+        ('table5_more_tokens = { mlm = "ltr-mini+more" }',
+         "table5_more_tokens.mlm = 'ltr-mini+more': its weights must continue Table 5's mlm row "
+         "(continue_from = 'mlm-mini')"),
+        ('table5_more_tokens = { mlm = "mlm-mini" }', "(continue_from = 'mlm-mini')"),
+    ]:  # fmt: skip
+        cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{bad}'))
+        with pytest.raises(UserError, match=re.escape(message)):
+            write_report(cfg, results=res)
+    # the BiLSTM row: its weights are those of the model it names in `from`
+    cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{MORE_TOP}'))
+    write_report(cfg, results=res)
 
 
 def test_table5_protocol_makes_that_protocol_table5_and_its_findings_come_first(tmp_path):

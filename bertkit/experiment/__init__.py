@@ -41,6 +41,7 @@ from bertkit.experiment.matrix import (
     features_name,
     load_matrix,
     seeds_of,
+    table5_rows,
     task_models,
 )
 from bertkit.experiment.results import cell_settings, cpu_model, machine_info, read_results, results_dir
@@ -48,6 +49,7 @@ from bertkit.experiment.runner import plan, run_matrix, select
 
 __all__ = [
     "TABLE5_ROLES",
+    "table5_rows",
     "Cell",
     "Matrix",
     "cell_settings",

@@ -20,6 +20,14 @@ TASK_KINDS = ("glue", "ner", "squad")
 TABLE5_ROLES = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm", "random")
 
 
+def table5_rows(raw: dict) -> dict[str, str]:
+    """Role -> model name of Table 5's rows: the config's ``table5 = {role = "model"}`` where it names one,
+    else ``<role>-<report_size>`` (``mlm+nsp-mini``)."""
+    size = raw.get("report_size", "mini")
+    named = raw.get("table5") or {}
+    return {role: named.get(role, f"{role}-{size}") for role in TABLE5_ROLES}
+
+
 @dataclass
 class Cell:
     """One unit of work. ``needs``: cells whose outputs it reads; ``cost``: estimated FLOPs (for the ETA)."""
@@ -110,7 +118,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
             "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows",
-            "budget_cpu_hours"}  # fmt: skip
+            "budget_cpu_hours", "table5_more_tokens"}  # fmt: skip
 
 
 def task_models(raw: dict, task: dict) -> list[str]:
@@ -369,6 +377,7 @@ def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
     for model in table6:
         if model not in names:
             raise UserError(f"{path}: table6: {model!r} is not a [[model]] of the matrix")
+    _check_more_tokens(path, raw, names)
     headline = raw.get("table5_protocol")
     named = {t.get("protocol") for t in raw.get("task", [])} - {None}
     if headline is not None and headline not in named:
@@ -385,6 +394,34 @@ def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
         isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0
     ):
         raise UserError(f"{path}: budget_cpu_hours = {budget!r}: must be a positive number of CPU-hours")
+
+
+def _check_more_tokens(path: Path, raw: dict, names: set[str]) -> None:
+    """``table5_more_tokens = {role = "model"}``: Table 5 rows pre-trained for longer, each a model whose
+    weights continue (``continue_from``) those of the Table 5 row of the same role, so the report can set
+    the MLM-vs-LTR gaps at both budgets side by side."""
+    more = raw.get("table5_more_tokens", {})
+    if not isinstance(more, dict):
+        raise UserError(f'{path}: `table5_more_tokens` must be a table {{role = "model"}}')
+    by_name = {m["name"]: m for m in raw.get("model", [])}
+    table5 = {role: m for role, m in table5_rows(raw).items() if m in by_name}
+
+    def weights(
+        name: str,
+    ) -> str:  # the model whose pre-trained weights a row fine-tunes (`from` is one level)
+        return by_name[name].get("from", name)
+
+    for role, model in more.items():
+        if role not in TABLE5_ROLES:
+            raise UserError(f"{path}: table5_more_tokens: unknown role {role!r}; roles: {list(TABLE5_ROLES)}")
+        if model not in names:
+            raise UserError(f"{path}: table5_more_tokens.{role} = {model!r} is not a [[model]] of the matrix")
+        base = table5.get(role)
+        start = by_name[weights(model)].get("continue_from")
+        if base is None or start != weights(base):
+            want = f"continue_from = {weights(base)!r}" if base else f"a table5.{role} row to continue"
+            raise UserError(f"{path}: table5_more_tokens.{role} = {model!r}: its weights must continue Table 5's "
+                            f"{role} row ({want})")  # fmt: skip
 
 
 def pretrain_fields() -> list[str]:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from bertkit.experiment import Matrix, seeds_of, task_models
 from bertkit.experiment.grid import pick
-from bertkit.report.findings import mlm_vs_ltr, nsp_effect, same_budget_downstream, table7_finding
+from bertkit.report.findings import (
+    mlm_vs_ltr,
+    mlm_vs_ltr_by_budget,
+    nsp_effect,
+    same_budget_downstream,
+    table7_finding,
+)
 from bertkit.report.plots import plot_bars
 from bertkit.report.scores import (
     NOT_RUN,
@@ -116,6 +122,9 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
     ltr_roles = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm")
     out += [mlm_vs_ltr(rows, ms, t["name"], label) for t in tasks
             if t.get("kind") in ("squad", "ner") and runs(t, ltr_roles)]  # fmt: skip
+    longer = [mlm_vs_ltr_by_budget(matrix, results, ms, t["name"], label) for t in tasks
+              if t.get("kind") in ("squad", "ner")]  # fmt: skip
+    out += [line for line in longer if line]
     nsp_tasks = [t["name"] for t in tasks if runs(t, ("mlm+nsp", "mlm"))]
     if nsp_tasks:
         out.append(nsp_effect(rows, ms, nsp_tasks, label))

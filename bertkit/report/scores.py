@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from bertkit.experiment import TABLE5_ROLES, Matrix
+from bertkit.experiment import Matrix, table5_rows
 
 NOT_RUN = "not yet run"
 
@@ -72,11 +72,8 @@ def beats(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def table5_models(matrix: Matrix) -> dict[str, str]:
-    """Role -> model name of Table 5's rows (and of every finding that compares them): the config's
-    ``table5 = {role = "model"}`` where it names one, else ``<role>-<report_size>`` (``mlm+nsp-mini``)."""
-    size = matrix.raw.get("report_size", "mini")
-    named = matrix.raw.get("table5") or {}
-    return {role: named.get(role, f"{role}-{size}") for role in TABLE5_ROLES}
+    """Role -> model name of Table 5's rows (and of every finding that compares them): ``table5_rows``."""
+    return table5_rows(matrix.raw)
 
 
 def table6_models(matrix: Matrix) -> list[str]:
