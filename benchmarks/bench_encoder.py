@@ -61,6 +61,18 @@ def _bf16_context(on: bool):
     return torch.autocast("cpu", dtype=torch.bfloat16) if on else contextlib.nullcontext()
 
 
+def batch_count(size: str, quick: bool = False) -> int:
+    """Batches of 32 per row: half as many for BERT-base (the slower model), half again with ``--quick``."""
+    return (2 if quick else 4) if size == "base" else (4 if quick else 8)
+
+
+def sentence_batches(dataset: str, n_batches: int) -> list[list[str]]:
+    """The suite's inputs (and ``benchmarks.work_ceiling``'s): ``n_batches`` batches of 32 sentences from SST-2
+    dev ("sst2") or CoNLL-2003 train ("conll"), sampled with seed 1."""
+    sentences = sst2_sentences("dev") if dataset == "sst2" else conll_sentences("train")
+    return sample_batches(sentences, 32, n_batches, seed=1)
+
+
 def bench(
     size: str, dataset: str, n_batches: int, repeats: int, tok=None, precision: str = "fp32"
 ) -> dict[str, Any]:
@@ -68,8 +80,7 @@ def bench(
     sides), "auto" (ours as ``--precision auto`` resolves here, transformers fp32) or "bf16" (both sides
     under bf16 autocast)."""
     tok = tok or _tokenizer()
-    sentences = sst2_sentences("dev") if dataset == "sst2" else conll_sentences("train")
-    batches = [tok(b, max_length=128) for b in sample_batches(sentences, 32, n_batches, seed=1)]
+    batches = [tok(b, max_length=128) for b in sentence_batches(dataset, n_batches)]
     with tempfile.TemporaryDirectory() as tmp:
         ours, ref = _models(size, tmp)
     ours_bf16 = ref_bf16 = precision == "bf16"
@@ -188,8 +199,7 @@ def run(args: Any = None) -> list[dict[str, Any]]:
     results = []
     for precision in precisions:
         for size, dataset in plan:
-            n_batches = (2 if quick else 4) if size == "base" else (4 if quick else 8)
-            results.append(bench(size, dataset, n_batches, repeats, tok, precision))
+            results.append(bench(size, dataset, batch_count(size, quick), repeats, tok, precision))
     return results
 
 

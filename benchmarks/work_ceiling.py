@@ -18,13 +18,14 @@ Model FLOPs per layer: 2 (4 h^2 + 2 h f) per token for the projections and the f
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 from typing import Any
 
 from bertkit.io import atomic_write_json
 
-from .inputs import NoData, conll_sentences, minilm_dir, sample_batches, sst2_sentences
+from .bench_embed_train import sampled_split
+from .bench_encoder import batch_count, sentence_batches
+from .inputs import NoData, minilm_dir
 
 SHAPES = {"minilm": (6, 384, 1536), "base": (12, 768, 3072)}  # layers, hidden, feed-forward
 MAX_TOKENS = 128
@@ -55,13 +56,13 @@ def ceiling_row(name: str, shape: str, batches: list[list[int]]) -> dict[str, An
 
 
 def encoder_rows(tok) -> list[dict[str, Any]]:
-    """The encoder suite's batches: 8 of 32 for MiniLM, 4 for BERT-base, seed 1 (as bench_encoder.run)."""
+    """The encoder suite's batches (``bench_encoder``'s own inputs and batch counts, full run)."""
     rows = []
-    for dataset, sentences in (("sst2", sst2_sentences("dev")), ("conll", conll_sentences("train"))):
-        for shape, n_batches in (("minilm", 8), ("base", 4)):
+    for dataset in ("sst2", "conll"):
+        for shape in ("minilm", "base"):
             batches = [
                 tok(b, max_length=MAX_TOKENS)["attention_mask"].sum(1).tolist()
-                for b in sample_batches(sentences, 32, n_batches, seed=1)
+                for b in sentence_batches(dataset, batch_count(shape))
             ]
             label = "MiniLM-L6" if shape == "minilm" else "BERT-base"
             rows.append(ceiling_row(f"encoder {label} {dataset} b32", shape, batches))
@@ -71,14 +72,7 @@ def encoder_rows(tok) -> list[dict[str, Any]]:
 def train_embed_row(tok, pairs: int = 512, batch: int = 32) -> dict[str, Any]:
     """bench_embed_train's batches: ``pairs`` SQuAD (question, paragraph) pairs sampled with seed 0, each
     batch's questions and paragraphs padded apart (as sentence-transformers tokenizes each column)."""
-    from bertkit.retrieval.data import squad_split
-
-    from .bench_embed_train import SQUAD
-
-    if not SQUAD.is_file():
-        raise NoData(f"{SQUAD} not found")
-    train, _, _ = squad_split(SQUAD)
-    train = random.Random(0).sample(train, pairs)
+    train = sampled_split(pairs, n_queries=200)[0]  # the bench's full run samples 200 queries after them
 
     def length(text: str) -> int:
         return int(tok([text], max_length=MAX_TOKENS)["attention_mask"].sum())
