@@ -681,10 +681,12 @@ def test_mlm_vs_ltr_is_set_beside_the_same_rows_pre_trained_longer(tmp_path):
     _extend(cfg, MORE_TOKENS + CONLL_LONG + ', "mlm-mini+more", "ltr-mini+more", "ltr+bilstm-mini+more"]\n',
             top=MORE_TOP)  # fmt: skip
     mlm = next(f for f in res.glob("*.json") if json.loads(f.read_text())["cell"] == "pretrain/mlm-mini")
-    mlm.write_text(json.dumps(_pretrain("mlm-mini", 4, 256, 210.0, 40_960_000)))
-    pre = [_pretrain("ltr-mini", 4, 256, 150.0, 40_960_000),
-           _pretrain("mlm-mini+more", 4, 256, 180.0, 20_480_000, continued_from="mlm-mini", tokens_before=40_960_000),
-           _pretrain("ltr-mini+more", 4, 256, 140.0, 20_480_000, continued_from="ltr-mini", tokens_before=40_960_000)]  # fmt: skip
+    mlm.write_text(json.dumps(_pretrain("mlm-mini", 4, 256, 210.0, 40_960_000, train_cpu_s=1500.0)))
+    pre = [_pretrain("ltr-mini", 4, 256, 150.0, 40_960_000, train_cpu_s=4700.0),
+           _pretrain("mlm-mini+more", 4, 256, 180.0, 20_480_000, continued_from="mlm-mini", tokens_before=40_960_000,
+                     train_cpu_s=750.0),
+           _pretrain("ltr-mini+more", 4, 256, 140.0, 20_480_000, continued_from="ltr-mini", tokens_before=40_960_000,
+                     train_cpu_s=2350.0)]  # fmt: skip
     for r in pre:
         (res / f"pre-{r['model']}.json").write_text(json.dumps(r))
     scores = {"mlm-mini": [60.0, 61.0, 62.0], "ltr-mini": [64.0, 65.0, 66.0], "ltr+bilstm-mini": [66.0, 67.0, 68.0],
@@ -700,8 +702,10 @@ def test_mlm_vs_ltr_is_set_beside_the_same_rows_pre_trained_longer(tmp_path):
     )
     assert line.endswith(
         "mlm-mini vs ltr-mini, then mlm-mini+more vs ltr-mini+more: -4.0 at 41.0M tokens, +4.0 at 61.4M (MLM's "
-        "margin +8.0; reproduces at 61.4M); mlm-mini vs ltr+bilstm-mini, then mlm-mini+more vs ltr+bilstm-mini+more: "
-        "-6.0 at 41.0M tokens, -0.5 at 61.4M (MLM's margin +5.5; does NOT reproduce at 61.4M, inside the spread)."
+        "margin +8.0; reproduces at 61.4M; pre-training CPU s, MLM / LTR: 1500 / 4700, then 2250 / 7050); mlm-mini vs "
+        "ltr+bilstm-mini, then mlm-mini+more vs ltr+bilstm-mini+more: -6.0 at 41.0M tokens, -0.5 at 61.4M (MLM's "
+        "margin +5.5; does NOT reproduce at 61.4M, inside the spread; pre-training CPU s, MLM / LTR: 1500 / 4700, then "
+        "2250 / 7050)."
     )
     # the MLM+NSP row has no longer twin: no pair for it; the main protocol's SQuAD has no such rows: no line
     assert "mlm+nsp-mini vs ltr-mini, then" not in line

@@ -161,14 +161,18 @@ def mlm_vs_ltr(rows: dict[str, str], ms, task: str, label: str = "") -> str:
     return f"- **MLM beats left-to-right on {task}**{label}: " + "; ".join(parts) + "."
 
 
-def _pretrained_tokens(matrix: Matrix, results: dict[str, dict], model: str) -> float | None:
-    """All the tokens the weights ``model`` fine-tunes were pre-trained on (a continued run's own tokens plus
-    those of the run it continued), from its pre-training result; None before that result exists."""
+def _pretraining_spent(results: dict[str, dict], matrix: Matrix, model: str) -> tuple[float, float] | None:
+    """(tokens, training CPU seconds) of all the pre-training behind the weights ``model`` fine-tunes: a
+    continued run's own plus those of the run it continued (one level: a continued run cannot be continued);
+    None before its pre-training result exists."""
     spec = next(m for m in matrix.raw["model"] if m["name"] == model)
     r = results.get(f"pretrain/{spec.get('from', model)}")
     if not r or not r.get("tokens"):
         return None
-    return r["tokens"] + (r.get("tokens_before") or 0)
+    start = results.get(f"pretrain/{r['continued_from']}", {}) if r.get("continued_from") else {}
+    return r["tokens"] + (r.get("tokens_before") or 0), r.get("train_cpu_s", 0.0) + start.get(
+        "train_cpu_s", 0.0
+    )
 
 
 def mlm_vs_ltr_by_budget(
@@ -186,18 +190,19 @@ def mlm_vs_ltr_by_budget(
             budgets = []
             for a_name, b_name in ((rows[m], rows[ltr]), (more[m], more[ltr])):
                 a, b = ms(a_name, task), ms(b_name, task)
-                tokens = {_pretrained_tokens(matrix, results, x) for x in (a_name, b_name)}
-                if a is None or b is None or None in tokens or len(tokens) != 1:
+                spent = [_pretraining_spent(results, matrix, x) for x in (a_name, b_name)]
+                if a is None or b is None or None in spent or spent[0][0] != spent[1][0]:
                     break  # not run yet, or the two rows read different budgets: no like-for-like gap
-                budgets.append((tokens.pop(), a[0] - b[0], beyond_spread(a, b)))
+                budgets.append((spent[0][0], a[0] - b[0], beyond_spread(a, b), spent[0][1], spent[1][1]))
             pair = f"{rows[m]} vs {rows[ltr]}, then {more[m]} vs {more[ltr]}"
             if len(budgets) < 2:
                 parts.append(f"{pair}: {NOT_RUN}")
                 continue
-            (t0, d0, _), (t1, d1, beyond) = budgets
+            (t0, d0, _, *cpu0), (t1, d1, beyond, *cpu1) = budgets
             parts.append(f"{pair}: {d0:+.1f} at {t0 / 1e6:.1f}M tokens, {d1:+.1f} at {t1 / 1e6:.1f}M (MLM's margin "
                          f"{d1 - d0:+.1f}; {'reproduces' if d1 > 0 else 'does NOT reproduce'} at {t1 / 1e6:.1f}M"
-                         f"{'' if beyond else ', inside the spread'})")  # fmt: skip
+                         f"{'' if beyond else ', inside the spread'}; pre-training CPU s, MLM / LTR: "
+                         f"{cpu0[0]:.0f} / {cpu0[1]:.0f}, then {cpu1[0]:.0f} / {cpu1[1]:.0f})")  # fmt: skip
     if not parts:
         return None
     return (f"- **MLM vs left-to-right as pre-training goes on, {task}**{label} (MLM minus LTR at each budget, the "
