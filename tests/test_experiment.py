@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -149,6 +150,32 @@ def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypa
     )
     assert not (res / "finetune__a__SST-2__seed1.json").exists()
     assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
+
+
+def test_progress_counts_only_this_matrixs_finished_cells(tmp_path, monkeypatch, capsys):
+    """A results folder shared with a runner of a longer config holds results of cells this config lacks:
+    the progress line's "done X/Y in matrix" counts this matrix's cells only (X never above Y)."""
+    from bertkit.experiment import cells as experiment_cells
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        return {
+            "primary": 50.0,
+            "hyperparameters": {"lr": cell.spec.get("lr")},
+            "seed": cell.spec.get("seed"),
+        }
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    res = tmp_path / "res"
+    res.mkdir()
+    for i in range(50):  # another config's cells
+        (res / f"finetune__other__SST-2__seed{i}.json").write_text(
+            json.dumps({"cell": f"finetune/other/SST-2/seed{i}"})
+        )
+    run_matrix(_write(tmp_path, MINIMAL), out=tmp_path / "out", results=res, progress=False)
+    lines = [x for x in capsys.readouterr().out.splitlines() if "in matrix" in x]
+    counts = [re.search(r"done (\d+)/(\d+) in matrix", x).groups() for x in lines]
+    assert counts[0][0] == "0" and all(int(a) < int(b) for a, b in counts)
+    assert [int(a) for a, _ in counts] == sorted(int(a) for a, _ in counts)
 
 
 def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path, monkeypatch):

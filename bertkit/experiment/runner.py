@@ -194,9 +194,10 @@ def run_matrix(
             failed[cell.name] = f"needs {blocked[0]}, which failed"
             continue
         left = _seconds_left([cell, *queue], timed, done)
+        finished = sum(1 for c in matrix.cells if c.name in done)  # not results of cells this config lacks
         print(
             f"[experiment {matrix.name}] cell {k}/{len(todo)} {cell.name} | done "
-            f"{len(done)}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
+            f"{finished}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
             f"{time.strftime('%H:%M', time.localtime(time.time() + left))}",
             flush=True,
         )
