@@ -91,6 +91,8 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
     for m, rnd in _protocol_pairs(matrix, tasks):
         verdicts, wins = [], []
         for t in tasks:
+            if not {m, rnd} <= set(task_models(matrix.raw, t)):
+                continue  # a task that fine-tunes only one of the two: no verdict to wait for
             a = mean_std(seed_scores(results, m, t["name"]))
             b = mean_std(seed_scores(results, rnd, t["name"]))
             if a is None or b is None:
