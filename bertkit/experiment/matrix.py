@@ -406,9 +406,8 @@ def _check_more_tokens(path: Path, raw: dict, names: set[str]) -> None:
     by_name = {m["name"]: m for m in raw.get("model", [])}
     table5 = {role: m for role, m in table5_rows(raw).items() if m in by_name}
 
-    def weights(
-        name: str,
-    ) -> str:  # the model whose pre-trained weights a row fine-tunes (`from` is one level)
+    def weights(name: str) -> str:
+        """The model whose pre-trained weights ``name`` fine-tunes (``from`` is one level deep)."""
         return by_name[name].get("from", name)
 
     for role, model in more.items():

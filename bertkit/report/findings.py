@@ -170,17 +170,16 @@ def _pretraining_spent(results: dict[str, dict], matrix: Matrix, model: str) -> 
     if not r or not r.get("tokens"):
         return None
     start = results.get(f"pretrain/{r['continued_from']}", {}) if r.get("continued_from") else {}
-    return r["tokens"] + (r.get("tokens_before") or 0), r.get("train_cpu_s", 0.0) + start.get(
-        "train_cpu_s", 0.0
-    )
+    tokens = r["tokens"] + (r.get("tokens_before") or 0)
+    return tokens, r.get("train_cpu_s", 0.0) + start.get("train_cpu_s", 0.0)
 
 
 def mlm_vs_ltr_by_budget(
     matrix: Matrix, results: dict[str, dict], ms, task: str, label: str = ""
 ) -> str | None:
     """Table 5's MLM-vs-LTR gaps on ``task`` at its budget and again with the rows pre-trained for longer
-    (``table5_more_tokens``): whether a gap MLM loses at the first budget narrows as both models read more
-    (the paper's Figure 5: MLM converges marginally more slowly than LTR yet leads it on MNLI almost from the start). None without such rows on ``task``."""
+    (``table5_more_tokens``): whether a gap MLM loses at the first budget narrows as both models read more.
+    None without such rows on ``task``."""
     more, rows = matrix.raw.get("table5_more_tokens") or {}, table5_models(matrix)
     parts = []
     for m in ("mlm+nsp", "mlm"):
@@ -206,8 +205,8 @@ def mlm_vs_ltr_by_budget(
     if not parts:
         return None
     return (f"- **MLM vs left-to-right as pre-training goes on, {task}**{label} (MLM minus LTR at each budget, the "
-            "same tokens for both; the paper's Figure 5: MLM converges marginally more slowly than LTR yet leads it on MNLI almost from the start): "
-            + "; ".join(parts) + ".")  # fmt: skip
+            "same tokens for both; the paper's Figure 5: MLM converges marginally more slowly than LTR yet leads "
+            "it on MNLI almost from the start): " + "; ".join(parts) + ".")  # fmt: skip
 
 
 def nsp_effect(rows: dict[str, str], ms, tasks: list[str], label: str = "") -> str:
