@@ -28,6 +28,12 @@ def table5_rows(raw: dict) -> dict[str, str]:
     return {role: named.get(role, f"{role}-{size}") for role in TABLE5_ROLES}
 
 
+def weights_of(raw: dict, name: str) -> str:
+    """The model whose pre-trained weights the model ``name`` fine-tunes: itself, or the model its ``from``
+    names (one level: a ``from`` model cannot have a ``from``)."""
+    return next(m for m in raw.get("model", []) if m["name"] == name).get("from", name)
+
+
 @dataclass
 class Cell:
     """One unit of work. ``needs``: cells whose outputs it reads; ``cost``: estimated FLOPs (for the ETA)."""
@@ -281,7 +287,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         for mname in task_models(raw, t):
             if mname not in by_name:
                 raise UserError(f"{path}: task {t['name']}: unknown model {mname!r}")
-            root = by_name[mname].get("from", mname)
+            root = weights_of(raw, mname)
             mcost = _finetune_cost(t, {**defaults, **by_name[root]})
             grid = []
             if len(lrs) > 1:
@@ -406,19 +412,17 @@ def _check_more_tokens(path: Path, raw: dict, names: set[str]) -> None:
     by_name = {m["name"]: m for m in raw.get("model", [])}
     table5 = {role: m for role, m in table5_rows(raw).items() if m in by_name}
 
-    def weights(name: str) -> str:
-        """The model whose pre-trained weights ``name`` fine-tunes (``from`` is one level deep)."""
-        return by_name[name].get("from", name)
-
     for role, model in more.items():
         if role not in TABLE5_ROLES:
             raise UserError(f"{path}: table5_more_tokens: unknown role {role!r}; roles: {list(TABLE5_ROLES)}")
         if model not in names:
             raise UserError(f"{path}: table5_more_tokens.{role} = {model!r} is not a [[model]] of the matrix")
         base = table5.get(role)
-        start = by_name[weights(model)].get("continue_from")
-        if base is None or start != weights(base):
-            want = f"continue_from = {weights(base)!r}" if base else f"a table5.{role} row to continue"
+        start = by_name[weights_of(raw, model)].get("continue_from")
+        if base is None or start != weights_of(raw, base):
+            want = (
+                f"continue_from = {weights_of(raw, base)!r}" if base else f"a table5.{role} row to continue"
+            )
             raise UserError(f"{path}: table5_more_tokens.{role} = {model!r}: its weights must continue Table 5's "
                             f"{role} row ({want})")  # fmt: skip
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.experiment.matrix import Cell, Matrix, resolve
+from bertkit.experiment.matrix import Cell, Matrix, resolve, weights_of
 from bertkit.io import atomic_write_json
 
 
@@ -43,8 +43,8 @@ def data_root(matrix: Matrix) -> Path:
 
 
 def root_model(matrix: Matrix, name: str) -> str:
-    """The model whose pre-training ``name`` uses (itself, or its ``from``)."""
-    return next(m for m in matrix.raw["model"] if m["name"] == name).get("from", name)
+    """The model whose pre-training ``name`` uses (itself, or its ``from``): :func:`weights_of`."""
+    return weights_of(matrix.raw, name)
 
 
 def model_dir_for(matrix: Matrix, name: str, out: Path, done: dict[str, dict]) -> Path:

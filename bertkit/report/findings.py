@@ -4,6 +4,7 @@ left-to-right, NSP, size, Table 7, task text, the positive control and bertkit v
 from __future__ import annotations
 
 from bertkit.experiment import Matrix, features_name
+from bertkit.experiment.matrix import weights_of
 from bertkit.report.scores import (
     NOT_RUN,
     beats,
@@ -165,8 +166,7 @@ def _pretraining_spent(results: dict[str, dict], matrix: Matrix, model: str) -> 
     """(tokens, training CPU seconds) of all the pre-training behind the weights ``model`` fine-tunes: a
     continued run's own plus those of the run it continued (one level: a continued run cannot be continued);
     None before its pre-training result exists."""
-    spec = next(m for m in matrix.raw["model"] if m["name"] == model)
-    r = results.get(f"pretrain/{spec.get('from', model)}")
+    r = results.get(f"pretrain/{weights_of(matrix.raw, model)}")
     if not r or not r.get("tokens"):
         return None
     start = results.get(f"pretrain/{r['continued_from']}", {}) if r.get("continued_from") else {}
