@@ -152,19 +152,17 @@ def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypa
     assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
 
 
+def _scores_fifty(matrix, cell, out, done, info, progress=True) -> dict:
+    """A fake ``run_cell``: every cell scores 50 at the rate and seed its spec gives."""
+    return {"primary": 50.0, "hyperparameters": {"lr": cell.spec.get("lr")}, "seed": cell.spec.get("seed")}
+
+
 def test_progress_counts_only_this_matrixs_finished_cells(tmp_path, monkeypatch, capsys):
     """A results folder shared with a runner of a longer config holds results of cells this config lacks:
     the progress line's "done X/Y in matrix" counts this matrix's cells only (X never above Y)."""
     from bertkit.experiment import cells as experiment_cells
 
-    def fake_run_cell(matrix, cell, out, done, info, progress=True):
-        return {
-            "primary": 50.0,
-            "hyperparameters": {"lr": cell.spec.get("lr")},
-            "seed": cell.spec.get("seed"),
-        }
-
-    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
     res = tmp_path / "res"
     res.mkdir()
     for i in range(50):  # another config's cells
@@ -185,14 +183,7 @@ def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path
     models a task runs for changes no finished cell."""
     from bertkit.experiment import cells as experiment_cells
 
-    def fake_run_cell(matrix, cell, out, done, info, progress=True):
-        return {
-            "primary": 50.0,
-            "hyperparameters": {"lr": cell.spec.get("lr")},
-            "seed": cell.spec.get("seed"),
-        }
-
-    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
     cfg, res, out = _write(tmp_path, MINIMAL), tmp_path / "res", tmp_path / "out"
     first = run_matrix(cfg, out=out, results=res, progress=False)
     assert not first["failed"] and all("settings" in r for r in read_results(res).values())
