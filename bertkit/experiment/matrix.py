@@ -124,7 +124,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
 TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
             "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows",
-            "budget_cpu_hours", "table5_more_tokens"}  # fmt: skip
+            "budget_cpu_hours", "table5_more_tokens", "table5_wide"}  # fmt: skip
 
 
 def task_models(raw: dict, task: dict) -> list[str]:
@@ -384,6 +384,7 @@ def _check_report_models(path: Path, raw: dict, names: set[str]) -> None:
         if model not in names:
             raise UserError(f"{path}: table6: {model!r} is not a [[model]] of the matrix")
     _check_more_tokens(path, raw, names)
+    _check_wide(path, raw, names)
     headline = raw.get("table5_protocol")
     named = {t.get("protocol") for t in raw.get("task", [])} - {None}
     if headline is not None and headline not in named:
@@ -425,6 +426,33 @@ def _check_more_tokens(path: Path, raw: dict, names: set[str]) -> None:
             )
             raise UserError(f"{path}: table5_more_tokens.{role} = {model!r}: its weights must continue Table 5's "
                             f"{role} row ({want})")  # fmt: skip
+
+
+def _check_wide(path: Path, raw: dict, names: set[str]) -> None:
+    """``table5_wide = {role = "model"}``: Table 5's rows again at one other shape (e.g. twice the width), so the
+    report can set the MLM-vs-LTR gap at both shapes side by side; every row must have that one shape."""
+    wide = raw.get("table5_wide", {})
+    if not isinstance(wide, dict):
+        raise UserError(f'{path}: `table5_wide` must be a table {{role = "model"}}')
+    shapes = {}
+    for role, model in wide.items():
+        if role not in TABLE5_ROLES:
+            raise UserError(f"{path}: table5_wide: unknown role {role!r}; roles: {list(TABLE5_ROLES)}")
+        if model not in names:
+            raise UserError(f"{path}: table5_wide.{role} = {model!r} is not a [[model]] of the matrix")
+        shapes[model] = _row_shape(raw, model)
+    if len({(c.num_hidden_layers, c.hidden_size) for c in shapes.values()}) > 1:
+        listed = ", ".join(f"{m} {c.num_hidden_layers} x {c.hidden_size}" for m, c in shapes.items())
+        raise UserError(f"{path}: table5_wide: its rows must share one shape (layers x hidden); they are {listed}")
+
+
+def _row_shape(raw: dict, model: str):
+    """The BertConfig whose weights ``model`` fine-tunes: its pre-trained run's shape, a continued run's start's."""
+    by_name = {m["name"]: m for m in raw.get("model", [])}
+    spec = by_name[weights_of(raw, model)]
+    while spec.get("continue_from") in by_name:  # a continuation keeps its start's shape
+        spec = by_name[spec["continue_from"]]
+    return spec_shape({**raw.get("pretrain", {}), **spec})
 
 
 def pretrain_fields() -> list[str]:
