@@ -925,3 +925,115 @@ def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
     assert "extended one rate at a time to 3e-05 / 0.003 while the pick on dev lies on the edge" in text
     # the provenance tells the conditional cells from the rest of what is not yet run
     assert "(5 of them rates beyond a grid's edge, which run only while the pick lies on that edge)" in text
+
+
+# Table 5's MLM + NSP and LTR rows again at twice the width (``table5_wide``), with the LTR row's BiLSTM variant
+WIDE_TABLE5 = """
+[[model]]
+name = "mlm+nsp-wide"
+objective = "mlm+nsp"
+model = { hidden_size = 512, num_attention_heads = 8 }
+[[model]]
+name = "ltr-wide"
+objective = "ltr"
+model = { hidden_size = 512, num_attention_heads = 8 }
+[[model]]
+name = "ltr+bilstm-wide"
+from = "ltr-wide"
+head = { head_bilstm = true }
+[[model]]
+name = "random-wide"
+random = true
+model = { hidden_size = 512, num_attention_heads = 8 }
+"""
+WIDE_TOP = 'table5_wide = { "mlm+nsp" = "mlm+nsp-wide", ltr = "ltr-wide", "ltr+bilstm" = "ltr+bilstm-wide" }'
+
+
+def test_table5_wide_sets_mlm_against_ltr_at_its_own_shape(tmp_path):
+    """``table5_wide``: MLM vs LTR on the protocol's tagging task again with the wide rows, labelled with their
+    shape; the BiLSTM row's shape is that of the weights it fine-tunes, so random-wide is its random init."""
+    cfg, res = _fixture(tmp_path)
+    _extend(cfg, WIDE_TABLE5 + CONLL_LONG + ', "mlm+nsp-wide", "ltr-wide", "ltr+bilstm-wide", "random-wide"]\n',
+            top=WIDE_TOP)  # fmt: skip
+    scores = {"mlm+nsp-mini": [70.0, 71.0, 72.0], "mlm-mini": [69.0, 70.0, 71.0], "ltr-mini": [60.0, 61.0, 62.0],
+              "ltr+bilstm-mini": [72.0, 73.0, 74.0], "random-mini": [50.0, 51.0, 52.0],
+              "mlm+nsp-wide": [80.0, 81.0, 82.0], "ltr-wide": [74.0, 75.0, 76.0], "ltr+bilstm-wide": [80.0, 82.0, 84.0],
+              "random-wide": [55.0, 56.0, 57.0]}  # fmt: skip
+    for model, xs in scores.items():
+        _write_seeds(res, model, "CoNLL-long", xs)
+    text = _render(cfg, res)
+    assert (
+        '- **MLM beats left-to-right on CoNLL-long**, protocol "full", at 4 x 512: mlm+nsp-wide vs ltr-wide: +6.0 '
+        "(reproduces); mlm+nsp-wide vs ltr+bilstm-wide: -1.0 (does NOT reproduce)." in text
+    )
+    assert "  - ltr+bilstm-wide (4 x 512) vs random-wide, beyond the spread on 1 of 1 tasks" in text
+    # Table 5's own rows keep their line, without a shape
+    assert (
+        '- **MLM beats left-to-right on CoNLL-long**, protocol "full": mlm+nsp-mini vs ltr-mini: +10.0'
+        in text
+    )
+
+
+def test_table5_wide_is_refused_in_one_line_when_malformed(tmp_path):
+    cfg, res = _fixture(tmp_path)
+    _extend(cfg, WIDE_TABLE5)
+    base = cfg.read_text()
+    for bad, message in [
+        ('table5_wide = { elmo = "ltr-wide" }', "table5_wide: unknown role 'elmo'"),
+        ('table5_wide = { ltr = "ghost" }', "table5_wide.ltr = 'ghost' is not a [[model]]"),
+        ('table5_wide = "ltr-wide"', '`table5_wide` must be a table {role = "model"}'),
+        ('table5_wide = { "mlm+nsp" = "mlm+nsp-wide", ltr = "ltr-mini" }',
+         "table5_wide: its rows must share one shape (layers x hidden); they are mlm+nsp-wide 4 x 512, "
+         "ltr-mini 4 x 256"),
+    ]:  # fmt: skip
+        cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{bad}'))
+        with pytest.raises(UserError, match=re.escape(message)):
+            write_report(cfg, results=res)
+    cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{WIDE_TOP}'))
+    write_report(cfg, results=res)
+
+
+MEAN_POOLED = """
+[[model]]
+name = "mlm-mini-mean"
+from = "mlm-mini"
+head = { classifier_pooling = "mean" }
+[[model]]
+name = "random-mini-mean"
+from = "random-mini"
+head = { classifier_pooling = "mean" }
+"""
+
+
+def test_mean_pooled_rows_are_judged_against_the_mean_pooled_random_init(tmp_path):
+    """A pre-trained model fine-tuned with the classifier on the mean pairs with the random init that pools
+    the same way (not the [CLS] one of its shape), and the report sets both pairs' margins side by side."""
+    from bertkit.experiment import load_matrix
+    from bertkit.report.scores import same_shape_random
+
+    cfg, res = _fixture(tmp_path)
+    sst_long = ('\n[[task]]\nname = "SST-2-long"\ntask = "SST-2"\nkind = "glue"\nprotocol = "full"\n'
+                'models = ["mlm-mini", "random-mini", "mlm-mini-mean", "random-mini-mean", "ltr+bilstm-mini"]\n')  # fmt: skip
+    _extend(cfg, MEAN_POOLED + sst_long)
+    m = load_matrix(cfg)
+    assert same_shape_random(m, "mlm-mini-mean") == "random-mini-mean"
+    assert same_shape_random(m, "mlm-mini") == "random-mini"
+    # no random init with a BiLSTM head: the plain one of its shape
+    assert same_shape_random(m, "ltr+bilstm-mini") == "random-mini"
+    assert same_shape_random(m, "mlm-mini-mean", among=["random-mini"]) == "random-mini"
+    scores = {"mlm-mini": [60.0, 61.0, 62.0], "random-mini": [63.0, 64.0, 65.0],
+              "mlm-mini-mean": [70.0, 71.0, 72.0], "random-mini-mean": [64.0, 65.0, 66.0]}  # fmt: skip
+    for model, xs in scores.items():
+        _write_seeds(res, model, "SST-2-long", xs)
+    text = _render(cfg, res)
+    assert (
+        "  - mlm-mini-mean (4 x 256) vs random-mini-mean, beyond the spread on 1 of 1 tasks: SST-2-long +6.0"
+        in text
+    )
+    assert "  - random-mini-mean (" not in text  # a random init is no pre-trained model to judge
+    assert (
+        '- **[CLS] or the mean of the last layer**, protocol "full" (pre-trained minus random init of its shape, '
+        "fine-tuned with the classifier on [CLS] as the paper, then on the mean over the real tokens): mlm-mini vs "
+        "random-mini, then mlm-mini-mean vs random-mini-mean: SST-2-long -3.0 -> +6.0 (beyond the spread)."
+        in text
+    )

@@ -440,14 +440,17 @@ def _check_wide(path: Path, raw: dict, names: set[str]) -> None:
             raise UserError(f"{path}: table5_wide: unknown role {role!r}; roles: {list(TABLE5_ROLES)}")
         if model not in names:
             raise UserError(f"{path}: table5_wide.{role} = {model!r} is not a [[model]] of the matrix")
-        shapes[model] = _row_shape(raw, model)
+        shapes[model] = shape_of(raw, model)
     if len({(c.num_hidden_layers, c.hidden_size) for c in shapes.values()}) > 1:
         listed = ", ".join(f"{m} {c.num_hidden_layers} x {c.hidden_size}" for m, c in shapes.items())
-        raise UserError(f"{path}: table5_wide: its rows must share one shape (layers x hidden); they are {listed}")
+        raise UserError(
+            f"{path}: table5_wide: its rows must share one shape (layers x hidden); they are {listed}"
+        )
 
 
-def _row_shape(raw: dict, model: str):
-    """The BertConfig whose weights ``model`` fine-tunes: its pre-trained run's shape, a continued run's start's."""
+def shape_of(raw: dict, model: str):
+    """The BertConfig of the weights ``model`` fine-tunes: the matrix's [pretrain] defaults, then the preset and
+    ``model = {...}`` overrides of its pre-trained run (of its ``from``'s; a continued run's start's)."""
     by_name = {m["name"]: m for m in raw.get("model", [])}
     spec = by_name[weights_of(raw, model)]
     while spec.get("continue_from") in by_name:  # a continuation keeps its start's shape

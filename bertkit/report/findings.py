@@ -148,10 +148,15 @@ def _same_shape_finding(matrix: Matrix, results: dict[str, dict], tasks: list[st
 
 
 def mlm_vs_ltr(rows: dict[str, str], ms, task: str, label: str = "") -> str:
-    """Table 5's MLM rows against its left-to-right rows on ``task`` (the paper: MLM ahead on SQuAD)."""
+    """Table 5's MLM rows against its left-to-right rows on ``task`` (the paper: MLM ahead on SQuAD); ``rows``
+    maps Table 5's roles to models (those it lacks are left out)."""
     parts = []
-    for m in (rows["mlm+nsp"], rows["mlm"]):
-        for ltr in (rows["ltr"], rows["ltr+bilstm"]):
+    mlms, ltrs = (
+        [rows[r] for r in ("mlm+nsp", "mlm") if r in rows],
+        [rows[r] for r in ("ltr", "ltr+bilstm") if r in rows],
+    )
+    for m in mlms:
+        for ltr in ltrs:
             a, b = ms(m, task), ms(ltr, task)
             if a is None or b is None:
                 parts.append(f"{m} vs {ltr}: {NOT_RUN}")
@@ -207,6 +212,35 @@ def mlm_vs_ltr_by_budget(
     return (f"- **MLM vs left-to-right as pre-training goes on, {task}**{label} (MLM minus LTR at each budget, the "
             "same tokens for both; the paper's Figure 5: MLM converges marginally more slowly than LTR yet leads "
             "it on MNLI almost from the start): " + "; ".join(parts) + ".")  # fmt: skip
+
+
+def pooling_effect(
+    matrix: Matrix, ms, pairs: list[tuple[str, str]], tasks: list[str], label: str = ""
+) -> str | None:
+    """Pre-trained minus random init fine-tuned with the classifier on [CLS] (the paper's) and again on the
+    mean of the last layer, for each pair of ``pairs`` (pre-trained, its same-shape random) whose models both
+    pool by the mean (``head = { classifier_pooling = "mean" }``) over the [CLS] pair of the weights they
+    share. None without such a pair."""
+    specs = {m["name"]: m for m in matrix.raw["model"]}
+    parts = []
+    for m, rnd in pairs:
+        if any((specs[x].get("head") or {}).get("classifier_pooling") != "mean" for x in (m, rnd)):
+            continue
+        cls_m, cls_rnd = weights_of(matrix.raw, m), weights_of(matrix.raw, rnd)
+        gaps = []
+        for t in tasks:
+            four = [ms(x, t) for x in (cls_m, cls_rnd, m, rnd)]
+            if None in four:
+                continue
+            a, b, c, d = four
+            gaps.append(f"{t} {a[0] - b[0]:+.1f} -> {c[0] - d[0]:+.1f}"
+                        f"{' (beyond the spread)' if beats(c, d) else ''}")  # fmt: skip
+        parts.append(f"{cls_m} vs {cls_rnd}, then {m} vs {rnd}: " + (", ".join(gaps) or NOT_RUN))
+    if not parts:
+        return None
+    return (f"- **[CLS] or the mean of the last layer**{label} (pre-trained minus random init of its shape, "
+            "fine-tuned with the classifier on [CLS] as the paper, then on the mean over the real tokens): "
+            + "; ".join(parts) + ".")  # fmt: skip
 
 
 def nsp_effect(rows: dict[str, str], ms, tasks: list[str], label: str = "") -> str:

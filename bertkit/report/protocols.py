@@ -11,6 +11,7 @@ from bertkit.report.findings import (
     mlm_vs_ltr,
     mlm_vs_ltr_by_budget,
     nsp_effect,
+    pooling_effect,
     same_budget_downstream,
     table7_finding,
 )
@@ -20,6 +21,7 @@ from bertkit.report.scores import (
     ROW_LABELS,
     beats,
     fmt,
+    is_random,
     majority_baselines,
     mean_std,
     metric_name,
@@ -55,11 +57,11 @@ def _protocol_pairs(matrix: Matrix, tasks: list[dict]) -> list[tuple[str, str]]:
     """(pre-trained model, random init of its shape) for every pre-trained model the protocol's tasks
     fine-tune whose same-shape random init they fine-tune too."""
     models = _protocol_models(matrix, tasks)
-    randoms = {m["name"] for m in matrix.raw["model"] if m.get("random")}
+    randoms = {m["name"] for m in matrix.raw["model"] if is_random(matrix, m["name"])}
     pairs = []
     for m in models:
-        rnd = same_shape_random(matrix, m) if m not in randoms else None
-        if rnd in models:
+        rnd = same_shape_random(matrix, m, among=models) if m not in randoms else None
+        if rnd is not None:
             pairs.append((m, rnd))
     return pairs
 
@@ -118,12 +120,21 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
     def ms(m: str, t: str):
         return mean_std(seed_scores(results, m, t))
 
+    pooled = pooling_effect(matrix, ms, _protocol_pairs(matrix, tasks), [t["name"] for t in tasks], label)
+    out += [pooled] if pooled else []
+
     def runs(t: dict, roles: tuple[str, ...]) -> bool:
         return set(rows[r] for r in roles) <= set(task_models(matrix.raw, t))
 
     ltr_roles = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm")
     out += [mlm_vs_ltr(rows, ms, t["name"], label) for t in tasks
             if t.get("kind") in ("squad", "ner") and runs(t, ltr_roles)]  # fmt: skip
+    wide = matrix.raw.get("table5_wide") or {}
+    if wide:
+        shape = model_shape(matrix, next(iter(wide.values())))
+        at = f"{label}, at {shape.num_hidden_layers} x {shape.hidden_size}"
+        out += [mlm_vs_ltr(wide, ms, t["name"], at) for t in tasks
+                if t.get("kind") in ("squad", "ner") and set(wide.values()) <= set(task_models(matrix.raw, t))]  # fmt: skip
     longer = [mlm_vs_ltr_by_budget(matrix, results, ms, t["name"], label) for t in tasks
               if t.get("kind") in ("squad", "ner")]  # fmt: skip
     out += [line for line in longer if line]

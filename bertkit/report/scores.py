@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 
 from bertkit.experiment import Matrix, table5_rows
@@ -122,23 +123,37 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
 
 
 def model_shape(matrix: Matrix, model: str):
-    """The BertConfig ``model`` trains: the matrix's [pretrain] defaults, then the model's own preset and
-    ``model = {...}`` overrides."""
-    from bertkit.experiment.matrix import spec_shape
+    """The BertConfig whose weights ``model`` fine-tunes: :func:`bertkit.experiment.matrix.shape_of`."""
+    from bertkit.experiment.matrix import shape_of
 
-    spec = next(m for m in matrix.raw["model"] if m["name"] == model)
-    return spec_shape({**matrix.raw.get("pretrain", {}), **spec})
+    return shape_of(matrix.raw, model)
 
 
-def same_shape_random(matrix: Matrix, model: str) -> str | None:
+def is_random(matrix: Matrix, model: str) -> bool:
+    """Whether the weights ``model`` fine-tunes are a random initialisation (a ``random`` model, or one whose
+    ``from`` is)."""
+    from bertkit.experiment.matrix import weights_of
+
+    specs = {m["name"]: m for m in matrix.raw["model"]}
+    return model in specs and bool(specs[weights_of(matrix.raw, model)].get("random"))
+
+
+def same_shape_random(matrix: Matrix, model: str, among: Iterable[str] | None = None) -> str | None:
     """The matrix's random-init model of the same architecture as ``model``, if it has one: the start a
-    pre-trained model of that size has to beat."""
-    names = {m["name"] for m in matrix.raw["model"]}
-    if model not in names:
+    pre-trained model of that size has to beat. A random model with the same fine-tuning head as ``model``
+    (``head = {...}``, e.g. mean pooling) comes first, then the plain one of that shape; ``among`` limits the
+    choice to those models (e.g. the ones a protocol fine-tunes)."""
+    specs = {m["name"]: m for m in matrix.raw["model"]}
+    if model not in specs:
         return None
-    target = model_shape(matrix, model)
-    randoms = [m["name"] for m in matrix.raw["model"] if m.get("random")]
-    return next((n for n in randoms if model_shape(matrix, n) == target), None)
+    target, head = model_shape(matrix, model), specs[model].get("head")
+    randoms = [n for n in specs if is_random(matrix, n) and n != model]
+    if among is not None:
+        randoms = [n for n in randoms if n in set(among)]
+    shaped = [n for n in randoms if model_shape(matrix, n) == target]
+    same_head = [n for n in shaped if specs[n].get("head") == head]
+    plain = [n for n in shaped if not specs[n].get("head")]
+    return next(iter(same_head + plain), None)
 
 
 def feature_scores(results: dict[str, dict], entry: str, variant: str) -> list[float]:
