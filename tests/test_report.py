@@ -928,11 +928,7 @@ def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
 
 
 # Table 5's MLM + NSP and LTR rows again at twice the width (``table5_wide``), with the LTR row's BiLSTM variant
-WIDE_TABLE5 = """
-[[model]]
-name = "mlm+nsp-wide"
-objective = "mlm+nsp"
-model = { hidden_size = 512, num_attention_heads = 8 }
+WIDE_TABLE5 = WIDE_MODELS + """
 [[model]]
 name = "ltr-wide"
 objective = "ltr"
@@ -941,30 +937,26 @@ model = { hidden_size = 512, num_attention_heads = 8 }
 name = "ltr+bilstm-wide"
 from = "ltr-wide"
 head = { head_bilstm = true }
-[[model]]
-name = "random-wide"
-random = true
-model = { hidden_size = 512, num_attention_heads = 8 }
-"""
-WIDE_TOP = 'table5_wide = { "mlm+nsp" = "mlm+nsp-wide", ltr = "ltr-wide", "ltr+bilstm" = "ltr+bilstm-wide" }'
+"""  # WIDE_MODELS' "wide" is the MLM + NSP row
+WIDE_TOP = 'table5_wide = { "mlm+nsp" = "wide", ltr = "ltr-wide", "ltr+bilstm" = "ltr+bilstm-wide" }'
 
 
 def test_table5_wide_sets_mlm_against_ltr_at_its_own_shape(tmp_path):
     """``table5_wide``: MLM vs LTR on the protocol's tagging task again with the wide rows, labelled with their
     shape; the BiLSTM row's shape is that of the weights it fine-tunes, so random-wide is its random init."""
     cfg, res = _fixture(tmp_path)
-    _extend(cfg, WIDE_TABLE5 + CONLL_LONG + ', "mlm+nsp-wide", "ltr-wide", "ltr+bilstm-wide", "random-wide"]\n',
+    _extend(cfg, WIDE_TABLE5 + CONLL_LONG + ', "wide", "ltr-wide", "ltr+bilstm-wide", "random-wide"]\n',
             top=WIDE_TOP)  # fmt: skip
     scores = {"mlm+nsp-mini": [70.0, 71.0, 72.0], "mlm-mini": [69.0, 70.0, 71.0], "ltr-mini": [60.0, 61.0, 62.0],
               "ltr+bilstm-mini": [72.0, 73.0, 74.0], "random-mini": [50.0, 51.0, 52.0],
-              "mlm+nsp-wide": [80.0, 81.0, 82.0], "ltr-wide": [74.0, 75.0, 76.0], "ltr+bilstm-wide": [80.0, 82.0, 84.0],
+              "wide": [80.0, 81.0, 82.0], "ltr-wide": [74.0, 75.0, 76.0], "ltr+bilstm-wide": [80.0, 82.0, 84.0],
               "random-wide": [55.0, 56.0, 57.0]}  # fmt: skip
     for model, xs in scores.items():
         _write_seeds(res, model, "CoNLL-long", xs)
     text = _render(cfg, res)
     assert (
-        '- **MLM beats left-to-right on CoNLL-long**, protocol "full", at 4 x 512: mlm+nsp-wide vs ltr-wide: +6.0 '
-        "(reproduces); mlm+nsp-wide vs ltr+bilstm-wide: -1.0 (does NOT reproduce)." in text
+        '- **MLM beats left-to-right on CoNLL-long**, protocol "full", at 4 x 512: wide vs ltr-wide: +6.0 '
+        "(reproduces); wide vs ltr+bilstm-wide: -1.0 (does NOT reproduce)." in text
     )
     assert "  - ltr+bilstm-wide (4 x 512) vs random-wide, beyond the spread on 1 of 1 tasks" in text
     # Table 5's own rows keep their line, without a shape
@@ -982,8 +974,8 @@ def test_table5_wide_is_refused_in_one_line_when_malformed(tmp_path):
         ('table5_wide = { elmo = "ltr-wide" }', "table5_wide: unknown role 'elmo'"),
         ('table5_wide = { ltr = "ghost" }', "table5_wide.ltr = 'ghost' is not a [[model]]"),
         ('table5_wide = "ltr-wide"', '`table5_wide` must be a table {role = "model"}'),
-        ('table5_wide = { "mlm+nsp" = "mlm+nsp-wide", ltr = "ltr-mini" }',
-         "table5_wide: its rows must share one shape (layers x hidden); they are mlm+nsp-wide 4 x 512, "
+        ('table5_wide = { "mlm+nsp" = "wide", ltr = "ltr-mini" }',
+         "table5_wide: its rows must share one shape (layers x hidden); they are wide 4 x 512, "
          "ltr-mini 4 x 256"),
     ]:  # fmt: skip
         cfg.write_text(base.replace('report_size = "mini"', f'report_size = "mini"\n{bad}'))
