@@ -928,7 +928,9 @@ def test_rate_grid_finding_counts_picks_inside_on_the_edge_and_moved(tmp_path):
 
 
 # Table 5's MLM + NSP and LTR rows again at twice the width (``table5_wide``), with the LTR row's BiLSTM variant
-WIDE_TABLE5 = WIDE_MODELS + """
+WIDE_TABLE5 = (
+    WIDE_MODELS
+    + """
 [[model]]
 name = "ltr-wide"
 objective = "ltr"
@@ -937,7 +939,8 @@ model = { hidden_size = 512, num_attention_heads = 8 }
 name = "ltr+bilstm-wide"
 from = "ltr-wide"
 head = { head_bilstm = true }
-"""  # WIDE_MODELS' "wide" is the MLM + NSP row
+"""
+)  # WIDE_MODELS' "wide" is the MLM + NSP row
 WIDE_TOP = 'table5_wide = { "mlm+nsp" = "wide", ltr = "ltr-wide", "ltr+bilstm" = "ltr+bilstm-wide" }'
 
 
