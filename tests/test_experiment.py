@@ -201,6 +201,52 @@ def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path
     assert run_matrix(cfg, out=out, results=res, dry_run=True)["changed"] == []
 
 
+def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, monkeypatch, capsys):
+    """A fresh machine has the result files but not the models. On another thread count a rebuilt model is not
+    bitwise the one the kept results used: the rebuild writes its measurements beside the kept ones
+    (RESULTS/rebuilt/), and every later result that reads it, in this sitting or a later one, names it.
+    ``--rerun`` runs finished cells again (here: one grid on one model), keeping the old results aside."""
+    from bertkit.experiment import cells as experiment_cells
+
+    pretrain_score = {"value": 50.0}
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        primary = pretrain_score["value"] if cell.name == "pretrain/a" else 50.0
+        return {"primary": primary, "metrics": {"loss": primary / 10}, "seed": cell.spec.get("seed"),
+                "hyperparameters": {"lr": cell.spec.get("lr")}}  # fmt: skip
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    cfg, res = _write(tmp_path, MINIMAL), tmp_path / "res"
+    run_matrix(cfg, out=tmp_path / "old", results=res, progress=False)
+    with pytest.raises(UserError, match="--threads 0: give 1 or more"):
+        run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, threads=0)
+    with pytest.raises(UserError, match="--rerun 'nothing' matches no finished cell"):
+        run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, rerun="nothing")
+    assert not (res / "replaced").exists() and not (res / "rebuilt").exists()
+
+    pretrain_score["value"] = 50.5  # the fresh machine's model differs a little
+    capsys.readouterr()
+    summary = run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, rerun="finetune/a/*", threads=1)
+    assert sorted(summary["rerun"]) == sorted(n for n in summary["ran"] if n.startswith("finetune/a/"))
+    assert (res / "replaced" / "finetune__a__SST-2__seed2.json").is_file()
+    records = {r["cell"]: r for r in map(json.loads, map(Path.read_text, (res / "rebuilt").glob("*.json")))}
+    assert sorted(records) == ["prepare", "pretrain/a", "vocab"]
+    pre = records["pretrain/a"]
+    assert pre["same_result"] is False and records["vocab"]["same_result"] is True
+    assert (pre["kept"]["primary"], pre["rebuilt"]["primary"], pre["rebuilt"]["threads"]) == (50.0, 50.5, 1)
+    assert json.loads((res / "pretrain__a.json").read_text())["primary"] == 50.0  # the kept result stays
+    assert "pretrain/a rebuilt, NOT the same result (primary 50.0 -> 50.5; metrics" in capsys.readouterr().out
+    results = read_results(res)
+    read_it = results["finetune/a/SST-2/seed2"]["rebuilt_inputs"]
+    assert read_it["pretrain/a"]["same_result"] is False and read_it["vocab"]["same_result"] is True
+    assert "rebuilt_inputs" not in results["finetune/a+bilstm/SST-2/seed2"]  # ran on the old model
+
+    # a later sitting on the same run folder reads the same rebuilt model: it says so too
+    again = run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, rerun="finetune/a/SST-2/seed2")
+    assert again["ran"] == ["finetune/a/SST-2/seed2"]
+    assert "pretrain/a" in read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]
+
+
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     import os
 

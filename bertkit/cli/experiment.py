@@ -26,6 +26,16 @@ def register(subparsers) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars (the per-cell line stays)")
     p.add_argument("--rerun-changed", action="store_true",
                    help="run again finished cells whose settings changed in the config (old results kept aside)")  # fmt: skip
+    p.add_argument(
+        "--rerun",
+        metavar="PATTERN",
+        help="run again the finished cells matching PATTERN (as --only; old results kept aside)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads for this sitting (default: the config's `threads`; each result records it)",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,4 +53,5 @@ def run(args: argparse.Namespace) -> dict:
     from bertkit.experiment import run_matrix
 
     return run_matrix(args.config, out=args.out, only=args.only, results=args.results, dry_run=args.dry_run,
-                      progress=not args.quiet, rerun_changed=args.rerun_changed)  # fmt: skip
+                      progress=not args.quiet, rerun_changed=args.rerun_changed,
+                      threads=args.threads, rerun=args.rerun)  # fmt: skip

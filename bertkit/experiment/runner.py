@@ -15,21 +15,26 @@ from bertkit.errors import UserError
 from bertkit.experiment.grid import skip_reason, stale_seed_cells
 from bertkit.experiment.locks import claim_cell, wait_for_other_runners
 from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
+from bertkit.experiment.rebuilds import describe, forget_rebuild, rebuilt_inputs, record_rebuild
 from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
 from bertkit.io import atomic_write_json
 
 
-def select(matrix: Matrix, only: str | None) -> list[Cell]:
-    """Cells matching ``only`` (a glob over cell names; a plain word matches as a substring) plus every
-    cell they need, in matrix order."""
-    if not only:
-        return list(matrix.cells)
-    pats = [p.strip() for p in only.split(",") if p.strip()]
+def _matching(cells: list[Cell], pattern: str) -> list[Cell]:
+    """The cells whose names match ``pattern``: comma-separated globs; a plain word matches as a substring."""
+    pats = [p.strip() for p in pattern.split(",") if p.strip()]
 
     def match(n: str) -> bool:
         return any(fnmatch.fnmatch(n, p) if any(ch in p for ch in "*?[") else p in n for p in pats)
 
-    chosen = {c.name for c in matrix.cells if match(c.name)}
+    return [c for c in cells if match(c.name)]
+
+
+def select(matrix: Matrix, only: str | None) -> list[Cell]:
+    """Cells matching ``only`` (see :func:`_matching`) plus every cell they need, in matrix order."""
+    if not only:
+        return list(matrix.cells)
+    chosen = {c.name for c in _matching(matrix.cells, only)}
     if not chosen:
         raise UserError(f"--only {only!r} matches no cell; cells look like {matrix.cells[-1].name!r}")
     stack = list(chosen)
@@ -132,10 +137,15 @@ def run_matrix(
     dry_run: bool = False,
     progress: bool = True,
     rerun_changed: bool = False,
+    threads: int | None = None,
+    rerun: str | None = None,
 ) -> dict[str, Any]:
     """Run every pending cell of the matrix (see the module docstring); returns a summary dict.
     ``rerun_changed``: run again the finished cells whose settings (or an input's) changed in the config since
-    (their old result files move to ``RESULTS/replaced/``); without it such cells stop the run with an error."""
+    (their old result files move to ``RESULTS/replaced/``); without it such cells stop the run with an error.
+    ``threads``: torch threads for this sitting instead of the config's ``threads`` (each result records its
+    own). ``rerun``: a pattern as ``only``'s; the finished cells it matches, among those selected, run again
+    (their old result files move to ``RESULTS/replaced/``), e.g. to put a grid on one rebuilt model."""
     import torch
 
     from bertkit.experiment.cells import run_cell
@@ -156,16 +166,23 @@ def run_matrix(
                 f"{res_dir / 'replaced'})"
             )
         _replace(matrix, changed, res_dir, done)
+    again = [c.name for c in _matching(cells, rerun) if c.name in done] if rerun else []
+    if rerun and not again:
+        raise UserError(f"--rerun {rerun!r} matches no finished cell among those selected")
+    if not dry_run:
+        _replace(matrix, again, res_dir, done)
     moved = stale_seed_cells(cells, done)  # an extension of the grid won after these ran
     if moved and not dry_run:
         _replace(matrix, moved, res_dir, done)
     todo = plan(matrix, cells, done, out)
     summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
         [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
-        "results": str(res_dir), "changed": changed, "pick_moved": moved}  # fmt: skip
+        "results": str(res_dir), "changed": changed, "pick_moved": moved, "rerun": again}  # fmt: skip
     if dry_run:
         return summary
-    threads = int(matrix.raw.get("threads", 0))
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads {threads}: give 1 or more")
+    threads = threads or int(matrix.raw.get("threads", 0))
     if threads:
         torch.set_num_threads(threads)
     info = machine_info()
@@ -227,9 +244,15 @@ def run_matrix(
             result["cost"] = cell.cost
             if cell.cost and result["wall_s"] and not result.get("skipped"):  # a skipped cell took no time
                 timed.append((cell.kind, result["wall_s"], cell.cost))
-            if rebuild:
-                logger.info("%s rebuilt (its result file is kept)", cell.name)
+            if rebuild:  # the result file is kept; say whether the rebuild measured the same
+                record = record_rebuild(
+                    res_dir, out, cell, done[cell.name], result, info, torch.get_num_threads()
+                )
+                print(f"[experiment {matrix.name}] {describe(record)}", flush=True)
                 continue
+            forget_rebuild(out, cell)
+            if from_rebuilds := rebuilt_inputs(matrix, cell, out):
+                result["rebuilt_inputs"] = from_rebuilds
             result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
                       "settings": settings[cell.name],
                       "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip

@@ -1,0 +1,91 @@
+"""Rebuilt cells: a finished cell whose output (a model, a prepared corpus) is missing under the run folder —
+a fresh machine, a cleaned disk — runs again when a pending cell reads it. Its result file is kept, so the
+rebuild must say whether it produced the same thing. On another thread count or CPU a pre-training run is not
+bitwise the same (GEMM reductions split differently), so the results that read a rebuild may rest on a model
+that differs, slightly, from the one the earlier results used. This module writes that down:
+
+- ``RESULTS/rebuilt/<result stem>__<time>.json``: the kept result's measurements next to the rebuild's, whether
+  they are equal, and the thread count, commit and CPU of each (committed with the results);
+- the same record at ``OUT/rebuilt/<result stem>.json``, beside the rebuilt output: it lives as long as that
+  output, so every result computed from it later, by any runner, names it under ``rebuilt_inputs``. A cell that
+  runs afresh (not as a rebuild) removes its own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bertkit.experiment.matrix import Cell, Matrix
+from bertkit.io import atomic_write_json
+
+# what a cell measured; the other keys (paths, timings) are expected to differ between sittings
+MEASURED = ("primary", "metrics", "tokens", "steps")
+PROVENANCE = ("threads", "commit", "cpu", "torch", "finished")
+
+
+def record_rebuild(
+    res_dir: Path, out: Path, cell: Cell, kept: dict, rebuilt: dict, info: dict, threads: int
+) -> dict:
+    """Write the comparison of the kept result ``kept`` with the rebuild's ``rebuilt`` (see the module
+    docstring) and return it. ``info``: :func:`~bertkit.experiment.results.machine_info` of this sitting."""
+    compared = [k for k in MEASURED if k in kept or k in rebuilt]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    record = {
+        "cell": cell.name,
+        "same_result": all(kept.get(k) == rebuilt.get(k) for k in compared),
+        "compared": compared,
+        "kept": {k: kept.get(k) for k in (*compared, *PROVENANCE)},
+        "rebuilt": {**{k: rebuilt.get(k) for k in compared}, **info, "threads": threads, "finished": now},
+    }
+    stem = Path(cell.result_name).stem
+    atomic_write_json(res_dir / "rebuilt" / f"{stem}__{now.replace(':', '')}.json", record)
+    atomic_write_json(out / "rebuilt" / f"{stem}.json", record)
+    return record
+
+
+def forget_rebuild(out: Path, cell: Cell) -> None:
+    """``cell`` ran afresh: its output is no longer a rebuild."""
+    (out / "rebuilt" / f"{Path(cell.result_name).stem}.json").unlink(missing_ok=True)
+
+
+def describe(record: dict) -> str:
+    """One line for the log: equal, or which measurements moved and from what to what."""
+    if record["same_result"]:
+        return f"{record['cell']} rebuilt: the same result as the kept one"
+    moved = [f"{k} {record['kept'][k]} -> {record['rebuilt'][k]}" for k in record["compared"]
+             if record["kept"][k] != record["rebuilt"][k]]  # fmt: skip
+    k, r = record["kept"], record["rebuilt"]
+    return (f"{record['cell']} rebuilt, NOT the same result ({'; '.join(moved)}); kept: {k['threads']} thread(s) "
+            f"on {k['cpu']} at {k['commit']}, rebuilt: {r['threads']} on {r['cpu']} at {r['commit']}")  # fmt: skip
+
+
+def rebuilt_inputs(matrix: Matrix, cell: Cell, out: Path) -> dict[str, dict[str, Any]]:
+    """The inputs of ``cell`` (direct or through other inputs) whose output under ``out`` is a rebuild: for
+    each, whether the rebuild measured the same as the kept result, and when it finished."""
+    seen: set[str] = set()
+    stack = list(cell.needs)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(matrix.cell(name).needs)
+    found = {}
+    for name in sorted(seen):
+        marker = out / "rebuilt" / f"{Path(matrix.cell(name).result_name).stem}.json"
+        if marker.is_file():
+            record = json.loads(marker.read_text(encoding="utf-8"))
+            found[name] = {"same_result": record["same_result"], "finished": record["rebuilt"]["finished"]}
+    return found
+
+
+def read_rebuilds(res_dir: Path) -> list[dict[str, Any]]:
+    """Every rebuild record under ``RESULTS/rebuilt/``, oldest first."""
+    folder = Path(res_dir) / "rebuilt"
+    return (
+        [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+        if folder.is_dir()
+        else []
+    )
