@@ -226,7 +226,9 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
 
     pretrain_score["value"] = 50.5  # the fresh machine's model differs a little
     capsys.readouterr()
-    summary = run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, rerun="finetune/a/*", threads=1)
+    summary = run_matrix(
+        cfg, out=tmp_path / "new", results=res, progress=False, rerun="finetune/a/*", threads=1
+    )
     assert sorted(summary["rerun"]) == sorted(n for n in summary["ran"] if n.startswith("finetune/a/"))
     assert (res / "replaced" / "finetune__a__SST-2__seed2.json").is_file()
     records = {r["cell"]: r for r in map(json.loads, map(Path.read_text, (res / "rebuilt").glob("*.json")))}
