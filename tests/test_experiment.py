@@ -212,7 +212,9 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
 
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
         primary = pretrain_score["value"] if cell.name == "pretrain/a" else 50.0
-        return {"primary": primary, "metrics": {"loss": primary / 10}, "seed": cell.spec.get("seed"),
+        # a timing in the metrics (as the vocabulary cell's) differs in every sitting: not a difference
+        metrics = {"loss": primary / 10, "seconds": time.monotonic()}
+        return {"primary": primary, "metrics": metrics, "seed": cell.spec.get("seed"),
                 "hyperparameters": {"lr": cell.spec.get("lr")}}  # fmt: skip
 
     monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
@@ -237,7 +239,10 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     assert pre["same_result"] is False and records["vocab"]["same_result"] is True
     assert (pre["kept"]["primary"], pre["rebuilt"]["primary"], pre["rebuilt"]["threads"]) == (50.0, 50.5, 1)
     assert json.loads((res / "pretrain__a.json").read_text())["primary"] == 50.0  # the kept result stays
-    assert "pretrain/a rebuilt, NOT the same result (primary 50.0 -> 50.5; metrics" in capsys.readouterr().out
+    assert (
+        "pretrain/a rebuilt, NOT the same result (primary 50.0 -> 50.5; metrics {'loss': 5.0} -> {'loss': 5.05})"
+        in capsys.readouterr().out
+    )
     results = read_results(res)
     read_it = results["finetune/a/SST-2/seed2"]["rebuilt_inputs"]
     assert read_it["pretrain/a"]["same_result"] is False and read_it["vocab"]["same_result"] is True

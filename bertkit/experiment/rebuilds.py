@@ -26,6 +26,25 @@ MEASURED = ("primary", "metrics", "tokens", "steps")
 PROVENANCE = ("threads", "commit", "cpu", "torch", "finished")
 
 
+def _is_timing(key: str) -> bool:
+    return key in ("seconds", "out") or key.endswith(("_s", "_per_s", "_seconds"))
+
+
+def _measured(value: Any) -> Any:
+    """``value`` without its timings and paths (at any depth), which differ between any two sittings."""
+    if isinstance(value, dict):
+        return {k: _measured(v) for k, v in value.items() if not _is_timing(k)}
+    return value
+
+
+def same_result(record: dict) -> bool:
+    """Whether a rebuild measured what the kept result did, timings and paths aside (recomputed from the
+    record, so records of older rules read the same way)."""
+    return all(
+        _measured(record["kept"].get(k)) == _measured(record["rebuilt"].get(k)) for k in record["compared"]
+    )
+
+
 def record_rebuild(
     res_dir: Path, out: Path, cell: Cell, kept: dict, rebuilt: dict, info: dict, threads: int
 ) -> dict:
@@ -35,11 +54,11 @@ def record_rebuild(
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record = {
         "cell": cell.name,
-        "same_result": all(kept.get(k) == rebuilt.get(k) for k in compared),
         "compared": compared,
         "kept": {k: kept.get(k) for k in (*compared, *PROVENANCE)},
         "rebuilt": {**{k: rebuilt.get(k) for k in compared}, **info, "threads": threads, "finished": now},
     }
+    record["same_result"] = same_result(record)
     stem = Path(cell.result_name).stem
     atomic_write_json(res_dir / "rebuilt" / f"{stem}__{now.replace(':', '')}.json", record)
     atomic_write_json(out / "rebuilt" / f"{stem}.json", record)
@@ -53,10 +72,12 @@ def forget_rebuild(out: Path, cell: Cell) -> None:
 
 def describe(record: dict) -> str:
     """One line for the log: equal, or which measurements moved and from what to what."""
-    if record["same_result"]:
+    if same_result(record):
         return f"{record['cell']} rebuilt: the same result as the kept one"
-    moved = [f"{k} {record['kept'][k]} -> {record['rebuilt'][k]}" for k in record["compared"]
-             if record["kept"][k] != record["rebuilt"][k]]  # fmt: skip
+    kept, new = (
+        {k: _measured(r[k]) for k in record["compared"]} for r in (record["kept"], record["rebuilt"])
+    )
+    moved = [f"{k} {kept[k]} -> {new[k]}" for k in record["compared"] if kept[k] != new[k]]
     k, r = record["kept"], record["rebuilt"]
     return (f"{record['cell']} rebuilt, NOT the same result ({'; '.join(moved)}); kept: {k['threads']} thread(s) "
             f"on {k['cpu']} at {k['commit']}, rebuilt: {r['threads']} on {r['cpu']} at {r['commit']}")  # fmt: skip
@@ -77,7 +98,7 @@ def rebuilt_inputs(matrix: Matrix, cell: Cell, out: Path) -> dict[str, dict[str,
         marker = out / "rebuilt" / f"{Path(matrix.cell(name).result_name).stem}.json"
         if marker.is_file():
             record = json.loads(marker.read_text(encoding="utf-8"))
-            found[name] = {"same_result": record["same_result"], "finished": record["rebuilt"]["finished"]}
+            found[name] = {"same_result": same_result(record), "finished": record["rebuilt"]["finished"]}
     return found
 
 
