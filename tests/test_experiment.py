@@ -206,6 +206,8 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     bitwise the one the kept results used: the rebuild writes its measurements beside the kept ones
     (RESULTS/rebuilt/), and every later result that reads it, in this sitting or a later one, names it.
     ``--rerun`` runs finished cells again (here: one grid on one model), keeping the old results aside."""
+    import torch
+
     from bertkit.experiment import cells as experiment_cells
 
     pretrain_score = {"value": 50.0}
@@ -218,6 +220,8 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
                 "hyperparameters": {"lr": cell.spec.get("lr")}}  # fmt: skip
 
     monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    thread_calls = []  # recorded, not applied: --threads must not change the later tests' thread count
+    monkeypatch.setattr(torch, "set_num_threads", thread_calls.append)
     cfg, res = _write(tmp_path, MINIMAL), tmp_path / "res"
     run_matrix(cfg, out=tmp_path / "old", results=res, progress=False)
     with pytest.raises(UserError, match="--threads 0: give 1 or more"):
@@ -237,7 +241,7 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     assert sorted(records) == ["prepare", "pretrain/a", "vocab"]
     pre = records["pretrain/a"]
     assert pre["same_result"] is False and records["vocab"]["same_result"] is True
-    assert (pre["kept"]["primary"], pre["rebuilt"]["primary"], pre["rebuilt"]["threads"]) == (50.0, 50.5, 1)
+    assert (pre["kept"]["primary"], pre["rebuilt"]["primary"]) == (50.0, 50.5)
     assert json.loads((res / "pretrain__a.json").read_text())["primary"] == 50.0  # the kept result stays
     assert (
         "pretrain/a rebuilt, NOT the same result (primary 50.0 -> 50.5; metrics {'loss': 5.0} -> {'loss': 5.05})"
@@ -252,6 +256,18 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     again = run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, rerun="finetune/a/SST-2/seed2")
     assert again["ran"] == ["finetune/a/SST-2/seed2"]
     assert "pretrain/a" in read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]
+
+    # the report says it, beside the commits and machines
+    from bertkit.report.front import rebuild_lines
+
+    lines = {line.split("`")[1]: line for line in rebuild_lines(read_results(res), res)}
+    assert sorted(lines) == ["prepare", "pretrain/a", "vocab"]
+    kept_threads = json.loads((res / "pretrain__a.json").read_text())["threads"]
+    assert (
+        f"NOT the same result (primary 50.0 -> 50.5); kept: {kept_threads} thread(s)" in lines["pretrain/a"]
+    )
+    assert "; 4 result file(s) read the rebuild" in lines["pretrain/a"]
+    assert ": the same result; " in lines["vocab"]
 
 
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
@@ -484,11 +500,12 @@ def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, 
     assert not list((tmp_path / "out" / "locks").glob("*.lock"))
 
 
-@pytest.mark.parametrize("other_runner", ["finishes", "is killed"])
+@pytest.mark.parametrize("other_runner", ["finishes", "is killed", "rebuilds", "is killed rebuilding"])
 def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch, other_runner):
     """A second runner finds pretrain/a locked by a live runner: it runs what it can, then waits for that
     cell instead of failing the fine-tuning cells that need it. If the other runner dies without a result,
-    this one takes the cell over."""
+    this one takes the cell over. A rebuild (a fresh machine: the result file is there, the model is not) is
+    over when its lock is let go, not when its result file exists: it existed all along."""
     import subprocess
     import sys
     import threading
@@ -501,23 +518,38 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
     m = load_matrix(cfg)
     res, out = tmp_path / "res", tmp_path / "out"
     res.mkdir()
+    rebuilding = "rebuild" in other_runner
+    if rebuilding:  # the corpus cells' outputs are here, pretrain/a's model is not
+        for name, output in (("vocab", "vocab/vocab.txt"), ("prepare", "prepare/data/manifest.json")):
+            _finished_elsewhere(m, res, name)
+            (out / output).parent.mkdir(parents=True)
+            (out / output).write_text("{}")
+        _finished_elsewhere(m, res, "pretrain/a")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     lock = locks._lock_path(out, m.cell("pretrain/a"))
-    lock.parent.mkdir(parents=True)
+    lock.parent.mkdir(parents=True, exist_ok=True)
     lock.write_text(str(other.pid))
-    calls = []
+    calls, other_over = [], threading.Event()
 
     def other_runner_ends():
-        while "prepare" not in calls:  # this runner got past the locked cell to what it could do
-            time.sleep(0.01)
+        if rebuilding:  # nothing to run meanwhile: give this runner time to (wrongly) go ahead
+            time.sleep(0.5)
+        else:
+            while "prepare" not in calls:  # this runner got past the locked cell to what it could do
+                time.sleep(0.01)
         if other_runner == "finishes":
             _finished_elsewhere(m, res, "pretrain/a")
-            (out / "pretrain" / "a").mkdir(parents=True)
+        if other_runner in ("finishes", "rebuilds"):
+            (out / "pretrain" / "a" / "model").mkdir(parents=True)
+            (out / "pretrain" / "a" / "model" / "config.json").write_text("{}")
+        other_over.set()
         other.kill()
         other.wait()
 
     def fake_run_cell(matrix, cell, out_, done, info, progress=True):
         calls.append(cell.name)
+        if cell.name.startswith("finetune/"):
+            assert other_over.is_set(), f"{cell.name} ran before the model it reads was there"
         return {"primary": 2.0, "seed": cell.spec.get("seed")}
 
     monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
@@ -529,9 +561,10 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
         ender.join()
         other.kill()
     assert summary["failed"] == {} and summary["left_to_other_runners"] == []
-    took_over = other_runner == "is killed"
+    took_over = "is killed" in other_runner
     assert ("pretrain/a" in calls) == took_over
-    assert calls.index("prepare") < min(calls.index(c) for c in calls if c.startswith("finetune/"))
+    if not rebuilding:
+        assert calls.index("prepare") < min(calls.index(c) for c in calls if c.startswith("finetune/"))
     assert {c.name for c in m.cells if c.name.startswith("finetune/")} <= set(calls)
 
 

@@ -62,18 +62,21 @@ def _held_elsewhere(out: Path, cell: Cell) -> bool:
 def wait_for_other_runners(
     elsewhere: dict[str, Cell], out: Path, res_dir: Path, done: dict[str, Any]
 ) -> list[Cell]:
-    """Block until a cell another runner holds is over: its result file appeared (read into ``done``) or its
-    lock was let go without one (that runner failed or was killed). Returns the latter, for this runner to
-    try; both leave ``elsewhere``."""
+    """Block until a cell another runner holds is over: its lock was let go (a runner writes the result file
+    before it lets go). Returns those this runner must try itself: without a result file, or rebuilds whose
+    output is still missing (that runner failed or was killed); all leave ``elsewhere``. A rebuild's result
+    file is there from the start, so only the lock tells whether its output is ready."""
+    from bertkit.experiment.paths import artifact
+
+    def unfinished(c: Cell) -> bool:
+        output = artifact(c, out)
+        return c.name not in done or (output is not None and not output.exists())
+
     while True:
-        over = [
-            c
-            for c in elsewhere.values()
-            if (res_dir / c.result_name).is_file() or not _held_elsewhere(out, c)
-        ]
+        over = [c for c in elsewhere.values() if not _held_elsewhere(out, c)]
         if over:
             done.update(read_results(res_dir))
             for c in over:
                 del elsewhere[c.name]
-            return [c for c in over if c.name not in done]
+            return [c for c in over if unfinished(c)]
         time.sleep(POLL_OTHER_RUNNERS_S)

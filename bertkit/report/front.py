@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bertkit.experiment import Matrix, seeds_of
 from bertkit.experiment.matrix import features_name
+from bertkit.experiment.rebuilds import read_rebuilds, same_result
 from bertkit.report.scores import protocols
 
 
@@ -54,9 +55,32 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         f"contended: compare CPU seconds",
         f"- CPU time of the finished cells: {cpu_h:.2f} CPU-hours{split}",
         *([budget] if budget else []),
+        *rebuild_lines(results, folder),
         f"- seeds: {_seeds_line(matrix)} (mean ± sample std over seeds; a single seed shows its score alone)",
         "",
     ]
+
+
+def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
+    """One line per rebuilt cell (:mod:`bertkit.experiment.rebuilds`): whether the rebuild measured what the
+    kept result did, on which threads, CPU and commit each ran, and how many results read the rebuild."""
+    lines = []
+    for record in read_rebuilds(folder):
+        kept, new = record["kept"], record["rebuilt"]
+        readers = sum(record["cell"] in r.get("rebuilt_inputs", {}) for r in results.values())
+        if same_result(record):
+            outcome = "the same result"
+        else:
+            moved = [f"{k} {kept[k]} -> {new[k]}" for k in ("primary", "tokens", "steps")
+                     if k in record["compared"] and kept[k] != new[k]]  # fmt: skip
+            outcome = f"NOT the same result ({'; '.join(moved) or 'its metrics differ'})"
+        lines.append(
+            f"- rebuilt `{record['cell']}` (its output was missing, a later cell read it): {outcome}; kept: "
+            f"{kept['threads']} thread(s), {kept['cpu']}, {kept['commit']}; rebuilt: {new['threads']} thread(s), "
+            f"{new['cpu']}, {new['commit']}, {new['finished'][:10]}; {readers} result file(s) read the rebuild "
+            "(they name it under `rebuilt_inputs`)"
+        )
+    return lines
 
 
 def diagnostic_models(matrix: Matrix) -> set[str]:
