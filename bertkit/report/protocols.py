@@ -84,11 +84,30 @@ def _settings_text(t: dict) -> str:
 
 
 def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> list[str]:
-    """The first finding of the report (pre-trained beats random by more than the spread), judged on the
-    protocol's tasks for every pre-trained model there with its same-shape random init; then Table 5's
-    ablations and the same-budget pair where the protocol fine-tunes them, and Table 7 on its tasks."""
+    """The findings of protocol ``name``, in the report's order: pre-trained beats random (each pre-trained
+    model against its same-shape random init), [CLS] or mean pooling, Table 5's ablations (MLM vs LTR, NSP),
+    the rate grids' edges, the same-budget pair with transformers, and Table 7 on its tasks."""
     tasks = protocol_tasks(matrix, name)
-    where = "Table 5 below" if matrix.raw.get("table5_protocol") == name else "its own table below"
+    label = f', protocol "{name}"'
+
+    def ms(m: str, t: str):
+        return mean_std(seed_scores(results, m, t))
+
+    pooled = pooling_effect(matrix, ms, _protocol_pairs(matrix, tasks), [t["name"] for t in tasks], label)
+    grids = grid_edges_finding(matrix, results, tasks, label)
+    return [
+        *_beats_random(matrix, results, name, tasks),
+        *([pooled] if pooled else []),
+        *_table5_ablations(matrix, results, tasks, label, ms),
+        *([grids] if grids else []),
+        *_same_budget_lines(matrix, tasks, label, ms),
+        *table7_finding(matrix, results, ms, {t["name"] for t in tasks}),
+    ]
+
+
+def _beats_random(matrix: Matrix, results: dict[str, dict], name: str, tasks: list[dict]) -> list[str]:
+    """The first finding: each pre-trained model of the protocol against the random init of its shape, one
+    line per pair (the models differ in what they show), with a verdict per task both fine-tune."""
     parts = []
     for m, rnd in _protocol_pairs(matrix, tasks):
         verdicts, wins = [], []
@@ -106,51 +125,51 @@ def protocol_finding(matrix: Matrix, results: dict[str, dict], name: str) -> lis
         shape = model_shape(matrix, m)
         parts.append(f"{m} ({shape.num_hidden_layers} x {shape.hidden_size}) vs {rnd}{tally(wins)}: "
                      + ", ".join(verdicts))  # fmt: skip
-    out = []
-    if parts:
-        out.append(f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning "
-                   f"protocol \"{name}\"** ({where}), each pre-trained model against the random init of its "
-                   "shape:")  # fmt: skip
-        out += [f"  - {part}." for part in parts]  # one line per pair: the models differ in what they show
-    # Table 5's ablations, where the protocol fine-tunes their rows: MLM vs LTR on the span and tagging tasks
-    # (the paper's largest gaps), and the NSP effect on every task both MLM rows have
+    if not parts:
+        return []
+    where = "Table 5 below" if matrix.raw.get("table5_protocol") == name else "its own table below"
+    return [f"- **Pre-training beats random initialisation by more than the seeds' spread, fine-tuning "
+            f"protocol \"{name}\"** ({where}), each pre-trained model against the random init of its shape:",
+            *(f"  - {part}." for part in parts)]  # fmt: skip
+
+
+def _table5_ablations(
+    matrix: Matrix, results: dict[str, dict], tasks: list[dict], label: str, ms
+) -> list[str]:
+    """Table 5's ablations where the protocol fine-tunes their rows: MLM vs LTR on the span and tagging tasks
+    (the paper's largest gaps), at the rows' shape, at ``table5_wide``'s and over two budgets; then the NSP
+    effect on every task both MLM rows have."""
     rows = table5_models(matrix)
-    label = f', protocol "{name}"'
 
-    def ms(m: str, t: str):
-        return mean_std(seed_scores(results, m, t))
+    def runs(t: dict, models) -> bool:
+        return set(models) <= set(task_models(matrix.raw, t))
 
-    pooled = pooling_effect(matrix, ms, _protocol_pairs(matrix, tasks), [t["name"] for t in tasks], label)
-    out += [pooled] if pooled else []
-
-    def runs(t: dict, roles: tuple[str, ...]) -> bool:
-        return set(rows[r] for r in roles) <= set(task_models(matrix.raw, t))
-
+    span_tasks = [t for t in tasks if t.get("kind") in ("squad", "ner")]
     ltr_roles = ("mlm+nsp", "mlm", "ltr", "ltr+bilstm")
-    out += [mlm_vs_ltr(rows, ms, t["name"], label) for t in tasks
-            if t.get("kind") in ("squad", "ner") and runs(t, ltr_roles)]  # fmt: skip
+    out = [
+        mlm_vs_ltr(rows, ms, t["name"], label) for t in span_tasks if runs(t, (rows[r] for r in ltr_roles))
+    ]
     wide = matrix.raw.get("table5_wide") or {}
     if wide:
         shape = model_shape(matrix, next(iter(wide.values())))
         at = f"{label}, at {shape.num_hidden_layers} x {shape.hidden_size}"
-        out += [mlm_vs_ltr(wide, ms, t["name"], at) for t in tasks
-                if t.get("kind") in ("squad", "ner") and set(wide.values()) <= set(task_models(matrix.raw, t))]  # fmt: skip
-    longer = [mlm_vs_ltr_by_budget(matrix, results, ms, t["name"], label) for t in tasks
-              if t.get("kind") in ("squad", "ner")]  # fmt: skip
+        out += [mlm_vs_ltr(wide, ms, t["name"], at) for t in span_tasks if runs(t, wide.values())]
+    longer = [mlm_vs_ltr_by_budget(matrix, results, ms, t["name"], label) for t in span_tasks]
     out += [line for line in longer if line]
-    nsp_tasks = [t["name"] for t in tasks if runs(t, ("mlm+nsp", "mlm"))]
-    if nsp_tasks:
-        out.append(nsp_effect(rows, ms, nsp_tasks, label))
-    grids = grid_edges_finding(matrix, results, tasks, label)
-    if grids:
-        out.append(grids)
-    for spec in matrix.raw["model"]:  # the same-CPU-budget pair, where the protocol fine-tunes both
+    nsp_tasks = [t["name"] for t in tasks if runs(t, (rows["mlm+nsp"], rows["mlm"]))]
+    return out + ([nsp_effect(rows, ms, nsp_tasks, label)] if nsp_tasks else [])
+
+
+def _same_budget_lines(matrix: Matrix, tasks: list[dict], label: str, ms) -> list[str]:
+    """bertkit vs transformers pre-trained on the same CPU budget, where the protocol fine-tunes both."""
+    out = []
+    for spec in matrix.raw["model"]:
         pair = {spec.get("same_cpu_as"), spec["name"]}
         both = [t["name"] for t in tasks if pair <= set(task_models(matrix.raw, t))]
         if spec.get("runner") == "transformers" and both:
             out.append(f"- **bertkit vs transformers on the same CPU budget**{label}, downstream: "
                        f"{same_budget_downstream(spec, ms, both)}.")  # fmt: skip
-    return out + table7_finding(matrix, results, ms, {t["name"] for t in tasks})
+    return out
 
 
 def grid_edges_finding(matrix: Matrix, results: dict[str, dict], tasks: list[dict], label: str) -> str | None:
