@@ -256,6 +256,7 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     again = run_matrix(cfg, out=tmp_path / "new", results=res, progress=False, rerun="finetune/a/SST-2/seed2")
     assert again["ran"] == ["finetune/a/SST-2/seed2"]
     assert "pretrain/a" in read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]
+    first_build = read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]["pretrain/a"]["finished"]
 
     # the report says it, beside the commits and machines
     from bertkit.report.front import rebuild_lines
@@ -268,6 +269,16 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     )
     assert "; 4 result file(s) read the rebuild" in lines["pretrain/a"]
     assert ": the same result; " in lines["vocab"]
+
+    # yet another fresh machine rebuilds pretrain/a again for one cell: each build counts its own readers
+    time.sleep(1)  # the builds are told apart by the second they finished
+    run_matrix(cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/SST-2/seed1")
+    builds = [line for line in rebuild_lines(read_results(res), res) if "`pretrain/a`" in line]
+    assert len(builds) == 2 and "; 3 result file(s) read the rebuild" in builds[0]
+    assert "; 1 result file(s) read the rebuild" in builds[1]
+    assert (
+        read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]["pretrain/a"]["finished"] == first_build
+    )
 
 
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):

@@ -67,7 +67,9 @@ def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
     lines = []
     for record in read_rebuilds(folder):
         kept, new = record["kept"], record["rebuilt"]
-        readers = sum(record["cell"] in r.get("rebuilt_inputs", {}) for r in results.values())
+        # a later machine may rebuild the same cell again: count the results that read this build
+        readers = sum(r.get("rebuilt_inputs", {}).get(record["cell"], {}).get("finished") == new["finished"]
+                      for r in results.values())  # fmt: skip
         if same_result(record):
             outcome = "the same result"
         else:
@@ -78,7 +80,7 @@ def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
             f"- rebuilt `{record['cell']}` (its output was missing, a later cell read it): {outcome}; kept: "
             f"{kept['threads']} thread(s), {kept['cpu']}, {kept['commit']}; rebuilt: {new['threads']} thread(s), "
             f"{new['cpu']}, {new['commit']}, {new['finished'][:10]}; {readers} result file(s) read the rebuild "
-            "(they name it under `rebuilt_inputs`)"
+            "(they name it, and this build's time, under `rebuilt_inputs`)"
         )
     return lines
 
