@@ -26,14 +26,15 @@ MEASURED = ("primary", "metrics", "tokens", "steps")
 PROVENANCE = ("threads", "commit", "cpu", "torch", "finished")
 
 
-def _is_timing(key: str) -> bool:
+def _varies_between_sittings(key: str) -> bool:
+    """A timing or an output path: never the same twice, whatever was built."""
     return key in ("seconds", "out") or key.endswith(("_s", "_per_s", "_seconds"))
 
 
 def _measured(value: Any) -> Any:
     """``value`` without its timings and paths (at any depth), which differ between any two sittings."""
     if isinstance(value, dict):
-        return {k: _measured(v) for k, v in value.items() if not _is_timing(k)}
+        return {k: _measured(v) for k, v in value.items() if not _varies_between_sittings(k)}
     return value
 
 

@@ -150,6 +150,8 @@ def run_matrix(
 
     from bertkit.experiment.cells import run_cell
 
+    if threads is not None and threads < 1:
+        raise UserError(f"--threads {threads}: give 1 or more")
     matrix = load_matrix(config)
     out = Path(out) if out else Path("runs") / matrix.name
     res_dir = results_dir(matrix, results)
@@ -169,7 +171,10 @@ def run_matrix(
     again = [c.name for c in _matching(cells, rerun) if c.name in done] if rerun else []
     if rerun and not again:
         raise UserError(f"--rerun {rerun!r} matches no finished cell among those selected")
-    if not dry_run:
+    if dry_run:  # plan them as a real sitting would, leaving their files where they are
+        for name in again:
+            done.pop(name)
+    else:
         _replace(matrix, again, res_dir, done)
     moved = stale_seed_cells(cells, done)  # an extension of the grid won after these ran
     if moved and not dry_run:
@@ -180,8 +185,6 @@ def run_matrix(
         "results": str(res_dir), "changed": changed, "pick_moved": moved, "rerun": again}  # fmt: skip
     if dry_run:
         return summary
-    if threads is not None and threads < 1:
-        raise UserError(f"--threads {threads}: give 1 or more")
     threads = threads or int(matrix.raw.get("threads", 0))
     if threads:
         torch.set_num_threads(threads)
