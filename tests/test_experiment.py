@@ -232,6 +232,7 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
 
     planned = run_matrix(cfg, out=tmp_path / "new", results=res, dry_run=True, rerun="finetune/a/*")
     assert planned["rerun"] and set(planned["rerun"]) <= set(planned["to_run"])  # planned, files untouched
+    assert planned["rebuild"] == ["vocab", "prepare", "pretrain/a"]  # said before hours go into them
     assert not (res / "replaced").exists()
     pretrain_score["value"] = 50.5  # the fresh machine's model differs a little
     capsys.readouterr()

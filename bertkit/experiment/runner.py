@@ -182,7 +182,8 @@ def run_matrix(
     todo = plan(matrix, cells, done, out)
     summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
         [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
-        "results": str(res_dir), "changed": changed, "pick_moved": moved, "rerun": again}  # fmt: skip
+        "results": str(res_dir), "changed": changed, "pick_moved": moved, "rerun": again,
+        "rebuild": [c.name for c in todo if c.name in done]}  # fmt: skip
     if dry_run:
         return summary
     threads = threads or int(matrix.raw.get("threads", 0))
