@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.experiment.matrix import Cell
+from bertkit.experiment.paths import artifact
 from bertkit.experiment.results import read_results
 
 POLL_OTHER_RUNNERS_S = 5.0  # how often a runner waiting on another runner's cell looks for its result
@@ -66,8 +67,6 @@ def wait_for_other_runners(
     before it lets go). Returns those this runner must try itself: without a result file, or rebuilds whose
     output is still missing (that runner failed or was killed); all leave ``elsewhere``. A rebuild's result
     file is there from the start, so only the lock tells whether its output is ready."""
-    from bertkit.experiment.paths import artifact
-
     def unfinished(c: Cell) -> bool:
         output = artifact(c, out)
         return c.name not in done or (output is not None and not output.exists())
