@@ -284,6 +284,15 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
         read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]["pretrain/a"]["finished"] == first_build
     )
 
+    # model a's SST-2 grid and seeds now read two builds of pretrain/a; a+bilstm's all read the first
+    from bertkit.report.front import mixed_build_lines
+
+    mixed = mixed_build_lines(load_matrix(cfg), read_results(res), res)
+    assert len(mixed) == 1 and "different builds of `pretrain/a`**: a/SST-2 (" in mixed[0]
+    assert first_build in mixed[0] and "a+bilstm" not in mixed[0] and "--rerun" in mixed[0]
+    run_matrix(cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/*")
+    assert mixed_build_lines(load_matrix(cfg), read_results(res), res) == []  # one build again
+
 
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     import os

@@ -67,6 +67,7 @@ def wait_for_other_runners(
     before it lets go). Returns those this runner must try itself: without a result file, or rebuilds whose
     output is still missing (that runner failed or was killed); all leave ``elsewhere``. A rebuild's result
     file is there from the start, so only the lock tells whether its output is ready."""
+
     def unfinished(c: Cell) -> bool:
         output = artifact(c, out)
         return c.name not in done or (output is not None and not output.exists())

@@ -56,6 +56,7 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         f"- CPU time of the finished cells: {cpu_h:.2f} CPU-hours{split}",
         *([budget] if budget else []),
         *rebuild_lines(results, folder),
+        *mixed_build_lines(matrix, results, folder),
         f"- seeds: {_seeds_line(matrix)} (mean ± sample std over seeds; a single seed shows its score alone)",
         "",
     ]
@@ -83,6 +84,47 @@ def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
             "(they name it, and this build's time, under `rebuilt_inputs`)"
         )
     return lines
+
+
+def mixed_build_lines(matrix: Matrix, results: dict[str, dict], folder: Path) -> list[str]:
+    """Where one model's results on one task (a rate grid and its seeds) read different builds of a rebuilt
+    cell that did NOT measure the same: the pick and the seeds' spread would then mix two models. One line
+    per such cell, naming each model and task and the builds ("the first" is the one the kept result made)."""
+    differing = {r["cell"] for r in read_rebuilds(folder) if not same_result(r)}
+    cells = {c.name: c for c in matrix.cells}
+    lines = []
+    for rebuilt in sorted(differing):
+        builds: dict[str, set[str]] = {}
+        for name, r in results.items():
+            if not name.startswith("finetune/") or not _reads(cells, name, rebuilt):
+                continue
+            group = "/".join(name.split("/")[1:3])  # model/task
+            builds.setdefault(group, set()).add(
+                r.get("rebuilt_inputs", {}).get(rebuilt, {}).get("finished") or "the first"
+            )
+        mixed = {g: b for g, b in builds.items() if len(b) > 1}
+        if mixed:
+            lines.append(
+                f"- **results of one grid read different builds of `{rebuilt}`**: "
+                + "; ".join(f"{g} ({', '.join(sorted(b))})" for g, b in sorted(mixed.items()))
+                + " — run them again on one build (`bertkit experiment ... --rerun PATTERN`)"
+            )
+    return lines
+
+
+def _reads(cells: dict, cell: str, input_cell: str) -> bool:
+    """Whether ``cell`` reads ``input_cell``'s output, directly or through other inputs (``cells``: the
+    matrix's cells by name; False for a cell this config lacks)."""
+    stack = list(cells[cell].needs) if cell in cells else []
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name == input_cell:
+            return True
+        if name not in seen:
+            seen.add(name)
+            stack.extend(cells[name].needs)
+    return False
 
 
 def diagnostic_models(matrix: Matrix) -> set[str]:
