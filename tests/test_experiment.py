@@ -274,24 +274,63 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     assert "; 4 result file(s) read the rebuild" in lines["pretrain/a"]
     assert ": the same result; " in lines["vocab"]
 
-    # yet another fresh machine rebuilds pretrain/a again for one cell: each build counts its own readers
+    # yet another fresh machine rebuilds pretrain/a again for one cell: the rest of its grid follows it onto
+    # the new build (test_a_grid_is_put_on_one_build_of_a_rebuilt_model), and each build counts its readers
     time.sleep(1)  # the builds are told apart by the second they finished
-    run_matrix(cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/SST-2/seed1")
-    builds = [line for line in rebuild_lines(read_results(res), res) if "`pretrain/a`" in line]
-    assert len(builds) == 2 and "; 3 result file(s) read the rebuild" in builds[0]
-    assert "; 1 result file(s) read the rebuild" in builds[1]
-    assert (
-        read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]["pretrain/a"]["finished"] == first_build
+    newer = run_matrix(
+        cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/SST-2/seed1"
     )
+    assert len(newer["one_build"]) == 3
+    builds = [line for line in rebuild_lines(read_results(res), res) if "`pretrain/a`" in line]
+    assert len(builds) == 2 and "; 0 result file(s) read the rebuild" in builds[0]
+    assert "; 4 result file(s) read the rebuild" in builds[1]
 
-    # model a's SST-2 grid and seeds now read two builds of pretrain/a; a+bilstm's all read the first
+    # results an older runner left on two builds of one grid: the report names the grid
     from bertkit.report.front import mixed_build_lines
 
+    assert mixed_build_lines(load_matrix(cfg), read_results(res), res) == []
+    path = res / "finetune__a__SST-2__seed2.json"
+    old_runner = json.loads(path.read_text())
+    old_runner["rebuilt_inputs"]["pretrain/a"]["finished"] = first_build
+    path.write_text(json.dumps(old_runner))
     mixed = mixed_build_lines(load_matrix(cfg), read_results(res), res)
     assert len(mixed) == 1 and "different builds of `pretrain/a`**: a/SST-2 (" in mixed[0]
     assert first_build in mixed[0] and "a+bilstm" not in mixed[0] and "--rerun" in mixed[0]
-    run_matrix(cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/*")
-    assert mixed_build_lines(load_matrix(cfg), read_results(res), res) == []  # one build again
+
+
+def test_a_grid_is_put_on_one_build_of_a_rebuilt_model(tmp_path, monkeypatch):
+    """A fresh machine rebuilds pretrain/a (not the same model) for model a's one pending SST-2 seed. The cells
+    of that grid that read the first build run again, before the seed that takes their pick, so the pick and
+    the spread come from one model; a+bilstm's grid, whole already, keeps its results. A second runner that
+    arrives after the rebuild finds nothing more to move."""
+    from bertkit.experiment import cells as experiment_cells
+
+    build = {"n": 0}
+
+    def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        if cell.name == "pretrain/a":
+            build["n"] += 1
+        return {"primary": 50.0 + build["n"] if cell.name == "pretrain/a" else 50.0,
+                "seed": cell.spec.get("seed"), "hyperparameters": {"lr": cell.spec.get("lr")}}  # fmt: skip
+
+    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    cfg, res = _write(tmp_path, MINIMAL), tmp_path / "res"
+    run_matrix(cfg, out=tmp_path / "old", results=res, progress=False)
+    (res / "finetune__a__SST-2__seed2.json").unlink()  # pending on the fresh machine
+    before = read_results(res)
+    assert run_matrix(cfg, out=tmp_path / "new", results=res, dry_run=True)["one_build"] == []  # no build yet
+
+    summary = run_matrix(cfg, out=tmp_path / "new", results=res, progress=False)
+    grid = ["finetune/a/SST-2/lr0.0001/seed1", "finetune/a/SST-2/lr0.0003/seed1", "finetune/a/SST-2/seed1"]
+    assert summary["one_build"] == grid
+    assert summary["ran"] == [*grid, "finetune/a/SST-2/seed2"]  # the grid before the seed that needs it
+    after = read_results(res)
+    builds = {after[n]["rebuilt_inputs"]["pretrain/a"]["finished"] for n in [*grid, "finetune/a/SST-2/seed2"]}
+    assert len(builds) == 1
+    assert all(after[n] == before[n] for n in before if n.startswith("finetune/a+bilstm/"))
+    assert (res / "replaced" / "finetune__a__SST-2__seed1.json").is_file()
+    again = run_matrix(cfg, out=tmp_path / "new", results=res, dry_run=True)
+    assert again["one_build"] == [] and again["to_run"] == []
 
 
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):

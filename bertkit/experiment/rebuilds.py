@@ -9,6 +9,9 @@ that differs, slightly, from the one the earlier results used. This module write
 - the same record at ``OUT/rebuilt/<result stem>.json``, beside the rebuilt output: it lives as long as that
   output, so every result computed from it later, by any runner, names it under ``rebuilt_inputs``. A cell that
   runs afresh (not as a rebuild) removes its own.
+
+A rate grid picks on dev across its cells and its seeds share that pick, so one model's cells on one task must
+read one build: :func:`other_build_cells` names the finished cells a runner runs again for that.
 """
 
 from __future__ import annotations
@@ -84,23 +87,56 @@ def describe(record: dict) -> str:
             f"on {k['cpu']} at {k['commit']}, rebuilt: {r['threads']} on {r['cpu']} at {r['commit']}")  # fmt: skip
 
 
-def rebuilt_inputs(matrix: Matrix, cell: Cell, out: Path) -> dict[str, dict[str, Any]]:
-    """The inputs of ``cell`` (direct or through other inputs) whose output under ``out`` is a rebuild: for
-    each, whether the rebuild measured the same as the kept result, and when it finished."""
+def inputs_of(cells: dict[str, Cell], cell: Cell) -> set[str]:
+    """The cells whose outputs ``cell`` reads, directly or through other inputs (``cells``: by name)."""
     seen: set[str] = set()
     stack = list(cell.needs)
     while stack:
         name = stack.pop()
         if name not in seen:
             seen.add(name)
-            stack.extend(matrix.cell(name).needs)
+            stack.extend(cells[name].needs)
+    return seen
+
+
+def rebuilt_inputs(matrix: Matrix, cell: Cell, out: Path) -> dict[str, dict[str, Any]]:
+    """The inputs of ``cell`` (direct or through other inputs) whose output under ``out`` is a rebuild: for
+    each, whether the rebuild measured the same as the kept result, and when it finished."""
     found = {}
-    for name in sorted(seen):
+    for name in sorted(inputs_of({c.name: c for c in matrix.cells}, cell)):
         marker = out / "rebuilt" / f"{Path(matrix.cell(name).result_name).stem}.json"
         if marker.is_file():
             record = json.loads(marker.read_text(encoding="utf-8"))
             found[name] = {"same_result": same_result(record), "finished": record["rebuilt"]["finished"]}
     return found
+
+
+def group_of(name: str) -> str:
+    """A fine-tuning or feature cell's model and task (``finetune/MODEL/TASK``): the cells one pick spans."""
+    return "/".join(name.split("/")[:3])
+
+
+def other_build_cells(matrix: Matrix, pending: list[Cell], done: dict[str, dict], out: Path) -> list[str]:
+    """Finished cells that read another build of a rebuilt input than the one under ``out`` (one that did not
+    measure the same), in the model-and-task groups of the ``pending`` cells: running them again puts each
+    such group on one build. Groups without a pending cell keep their results (they are whole already)."""
+    cells = {c.name: c for c in matrix.cells}
+    builds: dict[str, dict[str, str]] = {}  # group -> {rebuilt input: the build under `out`}
+    for cell in pending:
+        if cell.kind in ("finetune", "features"):
+            for name, build in rebuilt_inputs(matrix, cell, out).items():
+                if not build["same_result"]:
+                    builds.setdefault(group_of(cell.name), {})[name] = build["finished"]
+    stale = []
+    for name, result in done.items():
+        wanted = builds.get(group_of(name)) if name in cells else None
+        if wanted and any(
+            rebuilt in inputs_of(cells, cells[name])
+            and result.get("rebuilt_inputs", {}).get(rebuilt, {}).get("finished") != build
+            for rebuilt, build in wanted.items()
+        ):
+            stale.append(name)
+    return [c.name for c in matrix.cells if c.name in stale]  # matrix order: grid cells before their seeds
 
 
 def read_rebuilds(res_dir: Path) -> list[dict[str, Any]]:

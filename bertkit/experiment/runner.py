@@ -15,7 +15,13 @@ from bertkit.errors import UserError
 from bertkit.experiment.grid import skip_reason, stale_seed_cells
 from bertkit.experiment.locks import claim_cell, wait_for_other_runners
 from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
-from bertkit.experiment.rebuilds import describe, forget_rebuild, rebuilt_inputs, record_rebuild
+from bertkit.experiment.rebuilds import (
+    describe,
+    forget_rebuild,
+    other_build_cells,
+    rebuilt_inputs,
+    record_rebuild,
+)
 from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
 from bertkit.io import atomic_write_json
 
@@ -76,6 +82,24 @@ def _replace(matrix: Matrix, names: list[str], res_dir: Path, done: dict[str, di
         except FileNotFoundError:  # another runner on this matrix moved it first
             pass
         done.pop(name, None)
+
+
+def _on_one_build(
+    matrix: Matrix, queue: list[Cell], done: dict[str, dict], out: Path, res_dir: Path, summary: dict
+) -> list[Cell]:
+    """``queue`` plus the finished cells that read another build of a model than the queued cells of their
+    grid will (:func:`~bertkit.experiment.rebuilds.other_build_cells`), their results moved aside, in matrix
+    order (a grid cell before the seeds that take its pick)."""
+    stale = other_build_cells(matrix, queue, done, out)
+    if not stale:
+        return queue
+    _replace(matrix, stale, res_dir, done)
+    summary["one_build"] = [*summary.get("one_build", []), *stale]
+    print(f"[experiment {matrix.name}] {len(stale)} finished cell(s) read another build of a rebuilt model "
+          f"than the rest of their grid will: they run again ({', '.join(stale[:3])}{' ...' if len(stale) > 3 else ''})",
+          flush=True)  # fmt: skip
+    order = {c.name: i for i, c in enumerate(matrix.cells)}
+    return sorted([*queue, *(matrix.cell(n) for n in stale)], key=lambda c: order[c.name])
 
 
 def _fmt_s(s: float) -> str:
@@ -179,11 +203,18 @@ def run_matrix(
     moved = stale_seed_cells(cells, done)  # an extension of the grid won after these ran
     if moved and not dry_run:
         _replace(matrix, moved, res_dir, done)
+    pending = [c for c in cells if c.name not in done]
+    one_build = other_build_cells(matrix, pending, done, out)  # a grid must not mix builds of its model
+    if dry_run:
+        for name in one_build:
+            done.pop(name)
+    else:
+        _replace(matrix, one_build, res_dir, done)
     todo = plan(matrix, cells, done, out)
     summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
         [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),
         "results": str(res_dir), "changed": changed, "pick_moved": moved, "rerun": again,
-        "rebuild": [c.name for c in todo if c.name in done]}  # fmt: skip
+        "rebuild": [c.name for c in todo if c.name in done], "one_build": one_build}  # fmt: skip
     if dry_run:
         return summary
     threads = threads or int(matrix.raw.get("threads", 0))
@@ -207,6 +238,7 @@ def run_matrix(
         cell = next((c for c in queue if not any(n in elsewhere for n in [*c.needs, *c.after])), None)
         if cell is None:  # every cell left needs one that another runner is on: wait for it
             queue[:0] = wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
+            queue = _on_one_build(matrix, queue, done, out, res_dir, summary)  # it may have rebuilt a model
             continue
         queue.remove(cell)
         k += 1
@@ -253,6 +285,7 @@ def run_matrix(
                     res_dir, out, cell, done[cell.name], result, info, torch.get_num_threads()
                 )
                 print(f"[experiment {matrix.name}] {describe(record)}", flush=True)
+                queue = _on_one_build(matrix, queue, done, out, res_dir, summary)
                 continue
             forget_rebuild(out, cell)
             if from_rebuilds := rebuilt_inputs(matrix, cell, out):
