@@ -298,6 +298,48 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     assert first_build in mixed[0] and "a+bilstm" not in mixed[0] and "--rerun" in mixed[0]
 
 
+def test_a_rebuild_compares_outputs_bit_for_bit_where_both_results_have_a_digest(tmp_path):
+    """A finished cell with an output records its sha256 (weights, vocabulary, shards; not the configs and
+    manifests, which hold paths): a later rebuild is then the same only if its output is the same, bit for bit.
+    Results written before the digest existed are compared on their measurements alone."""
+    from bertkit.experiment.paths import output_digest
+    from bertkit.experiment.rebuilds import describe, record_rebuild
+
+    m = load_matrix(_write(tmp_path, MINIMAL))
+    pretrain = m.cell("pretrain/a")
+
+    def model_in(folder: str, weights: bytes) -> Path:
+        out = tmp_path / folder
+        (out / "pretrain" / "a" / "model").mkdir(parents=True)
+        (out / "pretrain" / "a" / "model" / "config.json").write_text(json.dumps({"written_in": str(out)}))
+        (out / "pretrain" / "a" / "model" / "model.safetensors").write_bytes(weights)
+        return out
+
+    one, two, three = model_in("one", b"weights"), model_in("two", b"weights"), model_in("three", b"weightz")
+    digests = [output_digest(pretrain, out) for out in (one, two, three)]
+    assert digests[0] == digests[1] != digests[2] and None not in digests
+    assert output_digest(m.cell("finetune/a/SST-2/seed2"), one) is None  # no output of its own
+    info = {"commit": "c0ffee0", "cpu": "some CPU", "torch": "2.13.0"}
+    kept = {
+        "primary": 30.0,
+        "output_sha256": digests[0],
+        "threads": 1,
+        "commit": "abc1234",
+        "cpu": "some CPU",
+    }
+
+    def rebuild(folder: str, kept: dict, digest: str) -> dict:
+        return record_rebuild(tmp_path / f"res-{folder}", tmp_path / folder, pretrain, kept,
+                              {"primary": 30.0, "output_sha256": digest}, info, 2)  # fmt: skip
+
+    same = rebuild("two", kept, digests[1])
+    assert same["same_result"] and "bitwise the same output" in describe(same)
+    other_weights = rebuild("three", kept, digests[2])  # the same score from other weights
+    assert not other_weights["same_result"] and "NOT the same result" in describe(other_weights)
+    older = rebuild("three", {k: v for k, v in kept.items() if k != "output_sha256"}, digests[2])
+    assert older["same_result"] and "bitwise" not in describe(older)
+
+
 def test_a_grid_is_put_on_one_build_of_a_rebuilt_model(tmp_path, monkeypatch):
     """A fresh machine rebuilds pretrain/a (not the same model) for model a's one pending SST-2 seed. The cells
     of that grid that read the first build run again, before the seed that takes their pick, so the pick and
@@ -523,6 +565,13 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
     (res / "finetune__ltr-tiny__SST-2__seed2.json").unlink()
     plan_only = run_matrix(SMOKE, out=out, results=res, dry_run=True)
     assert plan_only["to_run"] == ["pretrain/ltr-tiny", "finetune/ltr-tiny/SST-2/seed2"]
+    # ... and on the same threads the rebuild is the same model, bit for bit: nothing else needs to run again
+    rebuilt = run_matrix(SMOKE, out=out, results=res, progress=False)
+    assert rebuilt["ran"] == ["finetune/ltr-tiny/SST-2/seed2"] and rebuilt["one_build"] == []
+    (record,) = [json.loads(p.read_text()) for p in (res / "rebuilt").glob("pretrain__ltr-tiny__*.json")]
+    assert record["same_result"] and "output_sha256" in record["compared"]
+    seed2 = json.loads((res / "finetune__ltr-tiny__SST-2__seed2.json").read_text())
+    assert seed2["rebuilt_inputs"]["pretrain/ltr-tiny"]["same_result"] is True
 
 
 def _finished_elsewhere(matrix, res: Path, prefix: str) -> None:

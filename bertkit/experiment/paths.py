@@ -26,6 +26,30 @@ def artifact(cell: Cell, out: Path) -> Path | None:
     return None
 
 
+def output_digest(cell: Cell, out: Path) -> str | None:
+    """sha256 over the content of a cell's output (the weights of a model, the vocabulary, the shards of a
+    prepared corpus, a task-text file), file by file in name order; None for a cell without one. Manifests and
+    configs are left out: they hold paths and settings, not what was built."""
+    import hashlib
+
+    found = artifact(cell, out)
+    if found is None or not found.exists():
+        return None
+    if cell.kind == "prepare":
+        files = sorted(found.parent.glob("*.npy"))
+    elif cell.kind in ("pretrain", "random"):
+        files = sorted(found.parent.glob("*.safetensors"))
+    else:
+        files = [found]
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest() if files else None
+
+
 def prepared_data(out: Path, prepare_cell: str) -> Path:
     """The shards a prepare cell writes: ``OUT/prepare/data`` for the matrix corpus, and
     ``OUT/prepare-task-text/<model>/data`` for cell ``prepare/<model>`` (a model with ``task_text``)."""

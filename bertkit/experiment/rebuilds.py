@@ -24,8 +24,11 @@ from typing import Any
 from bertkit.experiment.matrix import Cell, Matrix
 from bertkit.io import atomic_write_json
 
-# what a cell measured; the other keys (paths, timings) are expected to differ between sittings
+# what a cell measured; the other keys (paths, timings) are expected to differ between sittings.
+# `output_sha256` (bertkit.experiment.paths.output_digest) is compared only where both results have it:
+# results written before it existed lack it.
 MEASURED = ("primary", "metrics", "tokens", "steps")
+DIGEST = "output_sha256"
 PROVENANCE = ("threads", "commit", "cpu", "torch", "finished")
 
 
@@ -55,6 +58,7 @@ def record_rebuild(
     """Write the comparison of the kept result ``kept`` with the rebuild's ``rebuilt`` (see the module
     docstring) and return it. ``info``: :func:`~bertkit.experiment.results.machine_info` of this sitting."""
     compared = [k for k in MEASURED if k in kept or k in rebuilt]
+    compared += [DIGEST] if kept.get(DIGEST) and rebuilt.get(DIGEST) else []
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     record = {
         "cell": cell.name,
@@ -77,7 +81,8 @@ def forget_rebuild(out: Path, cell: Cell) -> None:
 def describe(record: dict) -> str:
     """One line for the log: equal, or which measurements moved and from what to what."""
     if same_result(record):
-        return f"{record['cell']} rebuilt: the same result as the kept one"
+        bitwise = ", bitwise the same output" if DIGEST in record["compared"] else ""
+        return f"{record['cell']} rebuilt: the same result as the kept one{bitwise}"
     kept, new = (
         {k: _measured(r[k]) for k in record["compared"]} for r in (record["kept"], record["rebuilt"])
     )

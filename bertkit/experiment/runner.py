@@ -15,6 +15,7 @@ from bertkit.errors import UserError
 from bertkit.experiment.grid import skip_reason, stale_seed_cells
 from bertkit.experiment.locks import claim_cell, wait_for_other_runners
 from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
+from bertkit.experiment.paths import output_digest
 from bertkit.experiment.rebuilds import (
     describe,
     forget_rebuild,
@@ -278,6 +279,8 @@ def run_matrix(
             result.setdefault("wall_s", round(time.time() - w0, 1))
             result.setdefault("cpu_s", round(_cpu_now() - c0, 1))
             result["cost"] = cell.cost
+            if digest := output_digest(cell, out):  # what a later rebuild is compared with, bit for bit
+                result["output_sha256"] = digest
             if cell.cost and result["wall_s"] and not result.get("skipped"):  # a skipped cell took no time
                 timed.append((cell.kind, result["wall_s"], cell.cost))
             if rebuild:  # the result file is kept; say whether the rebuild measured the same

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bertkit.experiment import Matrix, seeds_of
 from bertkit.experiment.matrix import features_name
-from bertkit.experiment.rebuilds import read_rebuilds, same_result
+from bertkit.experiment.rebuilds import DIGEST, read_rebuilds, same_result
 from bertkit.report.scores import protocols
 
 
@@ -71,11 +71,14 @@ def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
         # a later machine may rebuild the same cell again: count the results that read this build
         readers = sum(r.get("rebuilt_inputs", {}).get(record["cell"], {}).get("finished") == new["finished"]
                       for r in results.values())  # fmt: skip
+        bitwise = DIGEST in record["compared"]
         if same_result(record):
-            outcome = "the same result"
+            outcome = "the same result" + (", bitwise the same output" if bitwise else "")
         else:
             moved = [f"{k} {kept[k]} -> {new[k]}" for k in ("primary", "tokens", "steps")
                      if k in record["compared"] and kept[k] != new[k]]  # fmt: skip
+            if bitwise and kept[DIGEST] != new[DIGEST]:
+                moved.append("another output sha256")
             outcome = f"NOT the same result ({'; '.join(moved) or 'its metrics differ'})"
         lines.append(
             f"- rebuilt `{record['cell']}` (its output was missing, a later cell read it): {outcome}; kept: "
