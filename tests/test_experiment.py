@@ -263,9 +263,10 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     first_build = read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]["pretrain/a"]["finished"]
 
     # the report says it, beside the commits and machines
+    from bertkit.experiment.rebuilds import read_rebuilds
     from bertkit.report.front import rebuild_lines
 
-    lines = {line.split("`")[1]: line for line in rebuild_lines(read_results(res), res)}
+    lines = {line.split("`")[1]: line for line in rebuild_lines(read_results(res), read_rebuilds(res))}
     assert sorted(lines) == ["prepare", "pretrain/a", "vocab"]
     kept_threads = json.loads((res / "pretrain__a.json").read_text())["threads"]
     assert (
@@ -281,20 +282,20 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
         cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/SST-2/seed1"
     )
     assert len(newer["one_build"]) == 3
-    builds = [line for line in rebuild_lines(read_results(res), res) if "`pretrain/a`" in line]
+    builds = [line for line in rebuild_lines(read_results(res), read_rebuilds(res)) if "`pretrain/a`" in line]
     assert len(builds) == 2 and "; 0 result file(s) read the rebuild" in builds[0]
     assert "; 4 result file(s) read the rebuild" in builds[1]
 
     # results an older runner left on two builds of one grid: the report names the grid
     from bertkit.report.front import mixed_build_lines
 
-    assert mixed_build_lines(load_matrix(cfg), read_results(res), res) == []
+    assert mixed_build_lines(load_matrix(cfg), read_results(res), read_rebuilds(res)) == []
     path = res / "finetune__a__SST-2__seed2.json"
     old_runner = json.loads(path.read_text())
     old_runner["rebuilt_inputs"]["pretrain/a"]["finished"] = first_build
     path.write_text(json.dumps(old_runner))
-    mixed = mixed_build_lines(load_matrix(cfg), read_results(res), res)
-    assert len(mixed) == 1 and "different builds of `pretrain/a`**: a/SST-2 (" in mixed[0]
+    mixed = mixed_build_lines(load_matrix(cfg), read_results(res), read_rebuilds(res))
+    assert len(mixed) == 1 and "different builds of `pretrain/a`**: finetune/a/SST-2 (" in mixed[0]
     assert first_build in mixed[0] and "a+bilstm" not in mixed[0] and "--rerun" in mixed[0]
 
 

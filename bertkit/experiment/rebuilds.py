@@ -78,15 +78,28 @@ def forget_rebuild(out: Path, cell: Cell) -> None:
     (out / "rebuilt" / f"{Path(cell.result_name).stem}.json").unlink(missing_ok=True)
 
 
+def differences(record: dict) -> list[str]:
+    """What a rebuild measured otherwise than the kept result, as "KEY KEPT -> REBUILT" (the digests by name
+    only); empty when :func:`same_result`."""
+    kept, new = (
+        {k: _measured(r[k]) for k in record["compared"]} for r in (record["kept"], record["rebuilt"])
+    )
+    return [f"{k} {kept[k]} -> {new[k]}" if k != DIGEST else "another output sha256"
+            for k in record["compared"] if kept[k] != new[k]]  # fmt: skip
+
+
+def build_read(result: dict, rebuilt: str) -> str | None:
+    """When the build of cell ``rebuilt`` that ``result`` read finished; None for the first build (the one its
+    kept result made)."""
+    return result.get("rebuilt_inputs", {}).get(rebuilt, {}).get("finished")
+
+
 def describe(record: dict) -> str:
     """One line for the log: equal, or which measurements moved and from what to what."""
     if same_result(record):
         bitwise = ", bitwise the same output" if DIGEST in record["compared"] else ""
         return f"{record['cell']} rebuilt: the same result as the kept one{bitwise}"
-    kept, new = (
-        {k: _measured(r[k]) for k in record["compared"]} for r in (record["kept"], record["rebuilt"])
-    )
-    moved = [f"{k} {kept[k]} -> {new[k]}" for k in record["compared"] if kept[k] != new[k]]
+    moved = differences(record)
     k, r = record["kept"], record["rebuilt"]
     return (f"{record['cell']} rebuilt, NOT the same result ({'; '.join(moved)}); kept: {k['threads']} thread(s) "
             f"on {k['cpu']} at {k['commit']}, rebuilt: {r['threads']} on {r['cpu']} at {r['commit']}")  # fmt: skip
@@ -136,8 +149,7 @@ def other_build_cells(matrix: Matrix, pending: list[Cell], done: dict[str, dict]
     for name, result in done.items():
         wanted = builds.get(group_of(name)) if name in cells else None
         if wanted and any(
-            rebuilt in inputs_of(cells, cells[name])
-            and result.get("rebuilt_inputs", {}).get(rebuilt, {}).get("finished") != build
+            rebuilt in inputs_of(cells, cells[name]) and build_read(result, rebuilt) != build
             for rebuilt, build in wanted.items()
         ):
             stale.append(name)

@@ -103,6 +103,16 @@ def _on_one_build(
     return sorted([*queue, *(matrix.cell(n) for n in stale)], key=lambda c: order[c.name])
 
 
+def _set_aside(matrix: Matrix, names: list[str], res_dir: Path, done: dict[str, dict], dry_run: bool) -> None:
+    """Forget the finished cells ``names`` so they run again; a real sitting also moves their result files to
+    ``RESULTS/replaced/`` (:func:`_replace`), a dry run leaves the files where they are."""
+    if dry_run:
+        for name in names:
+            done.pop(name, None)
+    else:
+        _replace(matrix, names, res_dir, done)
+
+
 def _fmt_s(s: float) -> str:
     if not math.isfinite(s):
         return "?"
@@ -196,21 +206,13 @@ def run_matrix(
     again = [c.name for c in _matching(cells, rerun) if c.name in done] if rerun else []
     if rerun and not again:
         raise UserError(f"--rerun {rerun!r} matches no finished cell among those selected")
-    if dry_run:  # plan them as a real sitting would, leaving their files where they are
-        for name in again:
-            done.pop(name)
-    else:
-        _replace(matrix, again, res_dir, done)
+    _set_aside(matrix, again, res_dir, done, dry_run)
     moved = stale_seed_cells(cells, done)  # an extension of the grid won after these ran
     if moved and not dry_run:
         _replace(matrix, moved, res_dir, done)
     pending = [c for c in cells if c.name not in done]
     one_build = other_build_cells(matrix, pending, done, out)  # a grid must not mix builds of its model
-    if dry_run:
-        for name in one_build:
-            done.pop(name)
-    else:
-        _replace(matrix, one_build, res_dir, done)
+    _set_aside(matrix, one_build, res_dir, done, dry_run)
     todo = plan(matrix, cells, done, out)
     summary: dict[str, Any] = {"matrix": matrix.name, "cells": len(cells), "finished_before": len(
         [c for c in cells if c.name in done]), "to_run": [c.name for c in todo], "out": str(out),

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from bertkit.experiment import Matrix, seeds_of
 from bertkit.experiment.matrix import features_name
-from bertkit.experiment.rebuilds import DIGEST, read_rebuilds, same_result
+from bertkit.experiment.rebuilds import (
+    DIGEST,
+    build_read,
+    differences,
+    group_of,
+    inputs_of,
+    read_rebuilds,
+    same_result,
+)
 from bertkit.report.scores import protocols
 
 
@@ -35,6 +43,7 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         hours = sum(_cpu_s(r) for c, r in results.items() if stage_of(c) == name) / 3600
         split += f'; {hours:.2f} of them for protocol "{name}" (fine-tuning and Table 7)'
     budget = budget_line(matrix, results)
+    rebuilds = read_rebuilds(folder)
     pending = _pending(matrix, results)
     conditional = sum("extends" in c.spec for c in pending)
     pending_text = f"{len(pending)} cells not yet run" + (
@@ -55,30 +64,27 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         f"contended: compare CPU seconds",
         f"- CPU time of the finished cells: {cpu_h:.2f} CPU-hours{split}",
         *([budget] if budget else []),
-        *rebuild_lines(results, folder),
-        *mixed_build_lines(matrix, results, folder),
+        *rebuild_lines(results, rebuilds),
+        *mixed_build_lines(matrix, results, rebuilds),
         f"- seeds: {_seeds_line(matrix)} (mean ± sample std over seeds; a single seed shows its score alone)",
         "",
     ]
 
 
-def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
-    """One line per rebuilt cell (:mod:`bertkit.experiment.rebuilds`): whether the rebuild measured what the
-    kept result did, on which threads, CPU and commit each ran, and how many results read the rebuild."""
+def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
+    """One line per rebuild record (:mod:`bertkit.experiment.rebuilds`): whether the rebuild measured what the
+    kept result did, on which threads, CPU and commit each ran, and how many results read that build."""
     lines = []
-    for record in read_rebuilds(folder):
+    for record in records:
         kept, new = record["kept"], record["rebuilt"]
         # a later machine may rebuild the same cell again: count the results that read this build
-        readers = sum(r.get("rebuilt_inputs", {}).get(record["cell"], {}).get("finished") == new["finished"]
-                      for r in results.values())  # fmt: skip
-        bitwise = DIGEST in record["compared"]
+        readers = sum(build_read(r, record["cell"]) == new["finished"] for r in results.values())
         if same_result(record):
-            outcome = "the same result" + (", bitwise the same output" if bitwise else "")
+            outcome = "the same result" + (
+                ", bitwise the same output" if DIGEST in record["compared"] else ""
+            )
         else:
-            moved = [f"{k} {kept[k]} -> {new[k]}" for k in ("primary", "tokens", "steps")
-                     if k in record["compared"] and kept[k] != new[k]]  # fmt: skip
-            if bitwise and kept[DIGEST] != new[DIGEST]:
-                moved.append("another output sha256")
+            moved = [d for d in differences(record) if not d.startswith("metrics ")]  # metrics: too long here
             outcome = f"NOT the same result ({'; '.join(moved) or 'its metrics differ'})"
         lines.append(
             f"- rebuilt `{record['cell']}` (its output was missing, a later cell read it): {outcome}; kept: "
@@ -89,22 +95,17 @@ def rebuild_lines(results: dict[str, dict], folder: Path) -> list[str]:
     return lines
 
 
-def mixed_build_lines(matrix: Matrix, results: dict[str, dict], folder: Path) -> list[str]:
+def mixed_build_lines(matrix: Matrix, results: dict[str, dict], records: list[dict]) -> list[str]:
     """Where one model's results on one task (a rate grid and its seeds) read different builds of a rebuilt
     cell that did NOT measure the same: the pick and the seeds' spread would then mix two models. One line
     per such cell, naming each model and task and the builds ("the first" is the one the kept result made)."""
-    differing = {r["cell"] for r in read_rebuilds(folder) if not same_result(r)}
     cells = {c.name: c for c in matrix.cells}
     lines = []
-    for rebuilt in sorted(differing):
+    for rebuilt in sorted({r["cell"] for r in records if not same_result(r)}):
         builds: dict[str, set[str]] = {}
         for name, r in results.items():
-            if not name.startswith("finetune/") or not _reads(cells, name, rebuilt):
-                continue
-            group = "/".join(name.split("/")[1:3])  # model/task
-            builds.setdefault(group, set()).add(
-                r.get("rebuilt_inputs", {}).get(rebuilt, {}).get("finished") or "the first"
-            )
+            if name.startswith("finetune/") and name in cells and rebuilt in inputs_of(cells, cells[name]):
+                builds.setdefault(group_of(name), set()).add(build_read(r, rebuilt) or "the first")
         mixed = {g: b for g, b in builds.items() if len(b) > 1}
         if mixed:
             lines.append(
@@ -113,21 +114,6 @@ def mixed_build_lines(matrix: Matrix, results: dict[str, dict], folder: Path) ->
                 + " — run them again on one build (`bertkit experiment ... --rerun PATTERN`)"
             )
     return lines
-
-
-def _reads(cells: dict, cell: str, input_cell: str) -> bool:
-    """Whether ``cell`` reads ``input_cell``'s output, directly or through other inputs (``cells``: the
-    matrix's cells by name; False for a cell this config lacks)."""
-    stack = list(cells[cell].needs) if cell in cells else []
-    seen: set[str] = set()
-    while stack:
-        name = stack.pop()
-        if name == input_cell:
-            return True
-        if name not in seen:
-            seen.add(name)
-            stack.extend(cells[name].needs)
-    return False
 
 
 def diagnostic_models(matrix: Matrix) -> set[str]:
