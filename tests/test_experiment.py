@@ -845,6 +845,25 @@ def test_eta_weighs_a_grid_extension_by_the_chance_it_runs(tmp_path):
     assert _seconds_left([up, seed], timed, {}) == pytest.approx(10.0 * 0.5 + 10.0 * seed.cost / up.cost)
 
 
+def test_eta_times_a_fine_tuning_cell_by_finished_cells_of_its_own_task(tmp_path):
+    """Seconds per estimated FLOP differ some 70 times between tasks (SQuAD's strided features and span
+    decoding are not in the estimate): a task's cells are timed by that task's finished cells, and by the
+    kind's only where none of the task has finished."""
+    from bertkit.experiment.runner import _seconds_left, _work_kind
+
+    squad = '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
+    m = load_matrix(_write(tmp_path, MINIMAL + squad))
+    sst, qa = m.cell("finetune/a/SST-2/seed2"), m.cell("finetune/a/SQuAD/seed2")
+    result_of = {"kind": "finetune", "task": "SQuAD"}  # a result names its task; a cell's spec holds it
+    assert _work_kind("finetune", qa.spec) == _work_kind("finetune", result_of) == "finetune/SQuAD"
+    assert _work_kind("pretrain", m.cell("pretrain/a").spec) == "pretrain"
+    timed = [("finetune/SST-2", 1.0, sst.cost), ("finetune/SQuAD", 70.0, qa.cost)]
+    assert _seconds_left([sst], timed, {}) == pytest.approx(1.0)
+    assert _seconds_left([qa], timed, {}) == pytest.approx(70.0)  # the old pooled rate said 35.5
+    only_sst = timed[:1]  # no SQuAD cell finished yet: the fine-tuning rate stands in
+    assert _seconds_left([qa], only_sst, {}) == pytest.approx(qa.cost / sst.cost)
+
+
 def test_a_pick_moved_by_another_sitting_reruns_its_seed_cells_at_the_start(tmp_path, monkeypatch):
     """Extensions finished elsewhere (another runner, an earlier sitting) after a seed cell ran: the next
     sitting finds the seed cell stale before it plans, moves its file aside and runs it at the new pick. A

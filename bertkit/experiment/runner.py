@@ -141,17 +141,34 @@ def _cpu_now() -> float:
     return time.process_time() + ch.ru_utime + ch.ru_stime
 
 
+def _work_kind(kind: str, spec: dict[str, Any]) -> str:
+    """What a cell's seconds per estimated FLOP are pooled by: its kind, and for fine-tuning its task too (the
+    FLOP estimate leaves out what differs most between tasks: SQuAD's strided features and span decoding, the
+    full dev sets' evaluation; a full SQuAD cell takes some 70 times the seconds per FLOP of an SST-2 one).
+    ``spec``: a cell's spec (its task a dict) or a result (its task a name)."""
+    task = spec.get("task") if kind in ("finetune", "features") else None
+    return f"{kind}/{task['name'] if isinstance(task, dict) else task}" if task else kind
+
+
 def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]], done: dict[str, dict]) -> float:
     """Estimated seconds for ``cells``: their FLOP estimates times the seconds per FLOP that finished cells of
-    the same kind took (any kind's when none has finished; 30 GFLOP/s before anything has), each weighted by
-    the chance it runs at all (:func:`_share_run`)."""
+    the same work took (:func:`_work_kind`: the same task, else the same kind, else any; 30 GFLOP/s before
+    anything has finished), each weighted by the chance it runs at all (:func:`_share_run`). ``timed``: one
+    (work kind, wall seconds, estimated FLOPs) per finished cell."""
 
     def rate(rows: list) -> float | None:
         return sum(w for _, w, _ in rows) / sum(c for _, _, c in rows) if rows else None
 
     overall = rate(timed) or 1 / 3e10
-    by_kind = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
-    return sum(c.cost * _share_run(c, done) * (by_kind.get(c.kind) or overall) for c in cells)
+    by_work = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
+    by_kind = {
+        k: rate([t for t in timed if t[0].split("/")[0] == k]) for k in {t[0].split("/")[0] for t in timed}
+    }
+
+    def seconds_per_flop(c: Cell) -> float:
+        return by_work.get(_work_kind(c.kind, c.spec)) or by_kind.get(c.kind) or overall
+
+    return sum(c.cost * _share_run(c, done) * seconds_per_flop(c) for c in cells)
 
 
 def _share_run(cell: Cell, done: dict[str, dict]) -> float:
@@ -227,7 +244,7 @@ def run_matrix(
     out.mkdir(parents=True, exist_ok=True)
     res_dir.mkdir(parents=True, exist_ok=True)
     # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
-    timed = [(r["kind"], r["wall_s"], r["cost"]) for r in done.values()
+    timed = [(_work_kind(r["kind"], r), r["wall_s"], r["cost"]) for r in done.values()
              if r.get("cost") and r.get("wall_s") and not r.get("skipped")]  # fmt: skip
     ran: list[str] = []
     failed: dict[str, str] = {}
@@ -284,7 +301,7 @@ def run_matrix(
             if digest := output_digest(cell, out):  # what a later rebuild is compared with, bit for bit
                 result["output_sha256"] = digest
             if cell.cost and result["wall_s"] and not result.get("skipped"):  # a skipped cell took no time
-                timed.append((cell.kind, result["wall_s"], cell.cost))
+                timed.append((_work_kind(cell.kind, cell.spec), result["wall_s"], cell.cost))
             if rebuild:  # the result file is kept; say whether the rebuild measured the same
                 record = record_rebuild(
                     res_dir, out, cell, done[cell.name], result, info, torch.get_num_threads()
