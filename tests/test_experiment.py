@@ -864,6 +864,25 @@ def test_eta_times_a_fine_tuning_cell_by_finished_cells_of_its_own_task(tmp_path
     assert _seconds_left([qa], only_sst, {}) == pytest.approx(qa.cost / sst.cost)
 
 
+def test_eta_scales_earlier_sittings_rates_by_this_sittings_speed(tmp_path):
+    """A sitting on a slower host (or beside a second runner) takes longer for everything: once it has
+    finished a cell, work it has not timed yet is the earlier sittings' rate times how much slower it ran."""
+    from bertkit.experiment.runner import _seconds_left
+
+    squad = '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
+    m = load_matrix(_write(tmp_path, MINIMAL + squad))
+    sst, qa = m.cell("finetune/a/SST-2/seed2"), m.cell("finetune/a/SQuAD/seed2")
+    earlier = [("finetune/SST-2", 1.0, sst.cost), ("finetune/SQuAD", 70.0, qa.cost)]
+    assert _seconds_left([qa], earlier, {}, here=[]) == pytest.approx(70.0)
+    slower = [("finetune/SST-2", 2.5, sst.cost)]  # this sitting ran SST-2 2.5 times slower
+    assert _seconds_left([qa], earlier, {}, here=slower) == pytest.approx(175.0)
+    assert _seconds_left([sst], earlier, {}, here=slower) == pytest.approx(2.5)  # its own rate
+    mine = [*slower, ("finetune/SQuAD", 100.0, qa.cost)]  # its own SQuAD timing wins over the scaled one
+    assert _seconds_left([qa], earlier, {}, here=mine) == pytest.approx(100.0)
+    new_work = [("pretrain", 10.0, sst.cost)]  # nothing earlier to compare with: this sitting's rates alone
+    assert _seconds_left([qa], [], {}, here=new_work) == pytest.approx(10.0 * qa.cost / sst.cost)
+
+
 def test_a_pick_moved_by_another_sitting_reruns_its_seed_cells_at_the_start(tmp_path, monkeypatch):
     """Extensions finished elsewhere (another runner, an earlier sitting) after a seed cell ran: the next
     sitting finds the seed cell stale before it plans, moves its file aside and runs it at the new pick. A

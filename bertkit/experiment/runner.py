@@ -150,23 +150,42 @@ def _work_kind(kind: str, spec: dict[str, Any]) -> str:
     return f"{kind}/{task['name'] if isinstance(task, dict) else task}" if task else kind
 
 
-def _seconds_left(cells: list[Cell], timed: list[tuple[str, float, float]], done: dict[str, dict]) -> float:
-    """Estimated seconds for ``cells``: their FLOP estimates times the seconds per FLOP that finished cells of
-    the same work took (:func:`_work_kind`: the same task, else the same kind, else any; 30 GFLOP/s before
-    anything has finished), each weighted by the chance it runs at all (:func:`_share_run`). ``timed``: one
-    (work kind, wall seconds, estimated FLOPs) per finished cell."""
+Timing = tuple[str, float, float]  # (work kind, wall seconds, estimated FLOPs) of one finished cell
 
-    def rate(rows: list) -> float | None:
-        return sum(w for _, w, _ in rows) / sum(c for _, _, c in rows) if rows else None
 
-    overall = rate(timed) or 1 / 3e10
-    by_work = {k: rate([t for t in timed if t[0] == k]) for k in {t[0] for t in timed}}
-    by_kind = {
-        k: rate([t for t in timed if t[0].split("/")[0] == k]) for k in {t[0].split("/")[0] for t in timed}
-    }
+def _seconds_per_flop(rows: list[Timing], work: str) -> float | None:
+    """Seconds per estimated FLOP that ``rows`` took for ``work`` (a :func:`_work_kind`), else for its kind,
+    else for anything; None without rows."""
+
+    def rate(kept: list[Timing]) -> float | None:
+        return sum(w for _, w, _ in kept) / sum(c for _, _, c in kept) if kept else None
+
+    kind = work.split("/")[0]
+    same_kind = [t for t in rows if t[0].split("/")[0] == kind]
+    return rate([t for t in rows if t[0] == work]) or rate(same_kind) or rate(rows)
+
+
+def _seconds_left(
+    cells: list[Cell], timed: list[Timing], done: dict[str, dict], here: list[Timing] | None = None
+) -> float:
+    """Estimated seconds for ``cells``: their FLOP estimates times seconds per FLOP, each weighted by the chance
+    it runs at all (:func:`_share_run`). ``timed``: earlier sittings' finished cells; ``here``: this sitting's.
+
+    Work this sitting has timed takes this sitting's rate. Other work takes the earlier sittings' rate
+    (:func:`_seconds_per_flop`) scaled by how much slower or faster this sitting ran what it did finish: hosts
+    of the same CPU model name have run the same step at very different speeds, and a second runner on the same cores
+    slows both. 30 GFLOP/s before anything has finished."""
+    here = here or []
+    before = [(t, r) for t in here if (r := _seconds_per_flop(timed, t[0]))]
+    speed = sum(t[1] for t, _ in before) / sum(t[2] * r for t, r in before) if before else 1.0
 
     def seconds_per_flop(c: Cell) -> float:
-        return by_work.get(_work_kind(c.kind, c.spec)) or by_kind.get(c.kind) or overall
+        work = _work_kind(c.kind, c.spec)
+        if mine := _seconds_per_flop([t for t in here if t[0] == work], work):
+            return mine
+        if earlier := _seconds_per_flop(timed, work):
+            return earlier * speed
+        return _seconds_per_flop(here, work) or 1 / 3e10
 
     return sum(c.cost * _share_run(c, done) * seconds_per_flop(c) for c in cells)
 
@@ -243,9 +262,10 @@ def run_matrix(
     info = machine_info()
     out.mkdir(parents=True, exist_ok=True)
     res_dir.mkdir(parents=True, exist_ok=True)
-    # seconds per estimated FLOP, from the finished cells' own timings (previous sittings included)
+    # seconds per estimated FLOP: earlier sittings' finished cells, then this sitting's (``here``)
     timed = [(_work_kind(r["kind"], r), r["wall_s"], r["cost"]) for r in done.values()
              if r.get("cost") and r.get("wall_s") and not r.get("skipped")]  # fmt: skip
+    here: list[Timing] = []
     ran: list[str] = []
     failed: dict[str, str] = {}
     t_start = time.time()
@@ -266,7 +286,7 @@ def run_matrix(
         if blocked:  # an input failed: this cell cannot run in this sitting
             failed[cell.name] = f"needs {blocked[0]}, which failed"
             continue
-        left = _seconds_left([cell, *queue], timed, done)
+        left = _seconds_left([cell, *queue], timed, done, here)
         finished = sum(1 for c in matrix.cells if c.name in done)  # not results of cells this config lacks
         print(
             f"[experiment {matrix.name}] cell {k}/{len(todo)} {cell.name} | done "
@@ -301,7 +321,7 @@ def run_matrix(
             if digest := output_digest(cell, out):  # what a later rebuild is compared with, bit for bit
                 result["output_sha256"] = digest
             if cell.cost and result["wall_s"] and not result.get("skipped"):  # a skipped cell took no time
-                timed.append((_work_kind(cell.kind, cell.spec), result["wall_s"], cell.cost))
+                here.append((_work_kind(cell.kind, cell.spec), result["wall_s"], cell.cost))
             if rebuild:  # the result file is kept; say whether the rebuild measured the same
                 record = record_rebuild(
                     res_dir, out, cell, done[cell.name], result, info, torch.get_num_threads()
