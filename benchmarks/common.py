@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from bertkit.kernels.peak import gemm_peak
+
 
 class Mismatch(AssertionError):
     """Ours and the reference disagree: the benchmark is not comparing the same work."""
@@ -118,40 +120,6 @@ def bf16_supported() -> bool:
     """Whether this CPU has native bf16 GEMMs (AVX512-BF16 or AMX) that oneDNN uses."""
     flags = set(cpu_flags())
     return bool(flags & {"avx512_bf16", "amx_bf16"}) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-
-
-def gemm_peak(dtype: torch.dtype = torch.float32, n: int = 2048, seconds: float = 1.5) -> dict[str, Any]:
-    """The machine's GEMM peak: FLOP/s of the fastest of repeated n x n x n matmuls over about ``seconds`` per
-    kernel, the threads as pinned, taking the faster of ``torch.mm`` and oneDNN's linear where this build has
-    it (on AMD ``torch.mm`` takes MKL's generic path while bertkit's linears may run on oneDNN: a peak from
-    ``torch.mm`` alone would read below what the model reaches). The ceiling a model's FLOP/s is a fraction of."""
-    from bertkit.kernels.gemm import onednn_op
-
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(dtype)
-    b = torch.randn(n, n, generator=g).to(dtype)
-    out = torch.empty(n, n, dtype=dtype)
-    kernels = {"torch.mm": lambda: torch.mm(a, b, out=out)}
-    op = onednn_op()
-    if op is not None:  # y = a b^T: the same n^3 multiply-adds
-        kernels["onednn"] = lambda: op(a, b, None, "none", [], "")
-    best = {name: _fastest(run, seconds) for name, run in kernels.items()}
-    kernel = min(best, key=lambda name: best[name][0])
-    per_kernel = {name: 2.0 * n**3 / t for name, (t, _) in best.items()}
-    return {"dtype": str(dtype).replace("torch.", ""), "n": n, "runs": best[kernel][1], "kernel": kernel,
-            "flops_per_s": per_kernel[kernel], "per_kernel": per_kernel}  # fmt: skip
-
-
-def _fastest(run: Any, seconds: float) -> tuple[float, int]:
-    """(the fastest of repeated calls of ``run`` over about ``seconds``, at least 3, after one warm-up; calls)."""
-    run()  # warm-up: kernel selection, page faults
-    best, spent, runs = float("inf"), 0.0, 0
-    while spent < seconds or runs < 3:
-        t0 = time.perf_counter()
-        run()
-        dt = time.perf_counter() - t0
-        best, spent, runs = min(best, dt), spent + dt, runs + 1
-    return best, runs
 
 
 def machine_peaks() -> dict[str, Any]:

@@ -161,3 +161,25 @@ def test_repeats_table_gives_every_runs_ratio_and_quality_and_their_mean(tmp_pat
     assert "| mean of 3 | train-embed MNRL | | 70.00 / 71.00 | 80.00 / 80.17 |" in text  # ours (79+80+81)/3
     update(doc, _embed_run(0, 2.0, 79.0, 79.5), "a/s0.json")  # without --also: no repeats table
     assert "mean of" not in doc.read_text(encoding="utf-8")
+
+
+def test_per_core_speed_runs_on_one_thread_and_gives_the_threads_back(monkeypatch):
+    """The experiment runner records one core's GEMM speed per sitting: measured on one thread whatever the
+    sitting runs on, and the sitting's thread count is left as it was."""
+    import torch
+
+    import bertkit.kernels.peak as peak
+
+    seen = []
+
+    def spy(dtype, n, seconds):
+        seen.append(torch.get_num_threads())
+        return {"flops_per_s": 5e10}
+
+    monkeypatch.setattr(peak, "gemm_peak", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert peak.per_core_gflops() == 50.0 and seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -496,6 +496,8 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
     for r in results.values():
         for key in ("matrix", "cell", "kind", "commit", "cpu", "torch", "wall_s", "cpu_s", "threads"):
             assert key in r, (r["cell"], key)
+        assert r["gemm_gflops_per_core"] > 0  # how fast a core of this host was: one measurement per sitting
+    assert len({r["gemm_gflops_per_core"] for r in results.values()}) == 1
     pre = results["pretrain/mlm+nsp-tiny"]
     assert pre["tokens"] == pre["steps"] * 16 * 64 and pre["curve"] and 0 <= pre["primary"] <= 100
     assert pre["metrics"]["mlm_perplexity"] > 1

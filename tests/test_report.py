@@ -473,6 +473,21 @@ def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
     )  # 2 roundings
 
 
+def test_machine_line_gives_the_spread_of_the_hosts_core_speed(tmp_path):
+    """Hosts with the same CPU model name ran the same step at very different speeds: the machine line says how
+    far apart the sittings' cores measured, and says nothing of it when no result records it (older runs)."""
+    cfg, res = _fixture(tmp_path)
+    machine = re.compile(r"^- machine\(s\): .*$", re.M)
+    assert "GFLOP/s" not in machine.search(_render(cfg, res)).group(0)
+    for i, speed in enumerate([61.4, 97.2, None]):
+        record = {"cell": f"pretrain/x{i}", "kind": "pretrain", "cpu": "AMD EPYC", "cpu_s": 10.0}
+        (res / f"x{i}.json").write_text(
+            json.dumps({**record, **({"gemm_gflops_per_core": speed} if speed else {})})
+        )
+    line = machine.search(_render(cfg, res)).group(0)
+    assert "one core's fp32 GEMM ran at 61-97 GFLOP/s at the start of the sittings (2 of " in line
+
+
 def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):
     cfg, res = _fixture(tmp_path)
     text = _render(cfg, res)

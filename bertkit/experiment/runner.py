@@ -25,6 +25,7 @@ from bertkit.experiment.rebuilds import (
 )
 from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
 from bertkit.io import atomic_write_json
+from bertkit.kernels.peak import per_core_gflops
 
 
 def _matching(cells: list[Cell], pattern: str) -> list[Cell]:
@@ -260,6 +261,9 @@ def run_matrix(
     if threads:
         torch.set_num_threads(threads)
     info = machine_info()
+    # CPU seconds from two hosts of the same CPU model name can differ a lot: each result says how fast a core
+    # of its host was, measured once per sitting (beside whatever else runs on the machine then)
+    info["gemm_gflops_per_core"] = round(per_core_gflops(), 1)
     out.mkdir(parents=True, exist_ok=True)
     res_dir.mkdir(parents=True, exist_ok=True)
     # seconds per estimated FLOP: earlier sittings' finished cells, then this sitting's (``here``)

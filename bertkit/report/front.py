@@ -61,7 +61,7 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         f"- code commit(s) of the runs: {', '.join(commits) or '—'}; torch {', '.join(torches) or '—'}; "
         f"threads {', '.join(threads) or '—'}",
         f"- machine(s): {'; '.join(cpus) or '—'} (`lscpu` model name); the machine was shared, so wall times are "
-        f"contended: compare CPU seconds",
+        f"contended: compare CPU seconds{core_speed_text(results)}",
         f"- CPU time of the finished cells: {cpu_h:.2f} CPU-hours{split}",
         *([budget] if budget else []),
         *rebuild_lines(results, rebuilds),
@@ -69,6 +69,19 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         f"- seeds: {_seeds_line(matrix)} (mean ± sample std over seeds; a single seed shows its score alone)",
         "",
     ]
+
+
+def core_speed_text(results: dict[str, dict]) -> str:
+    """How far apart the hosts' cores ran (``gemm_gflops_per_core``, measured once per sitting), or nothing
+    when no result records it: hosts sharing a CPU model name differ in speed, and so do their CPU seconds."""
+    speeds = [r["gemm_gflops_per_core"] for r in results.values() if r.get("gemm_gflops_per_core")]
+    if not speeds:
+        return ""
+    return (
+        f", though a core's speed differs between hosts: one core's fp32 GEMM ran at {min(speeds):.0f}-"
+        f"{max(speeds):.0f} GFLOP/s at the start of the sittings ({len(speeds)} of {len(results)} results "
+        "record it; older ones do not)"
+    )
 
 
 def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
