@@ -173,9 +173,9 @@ def _seconds_left(
     it runs at all (:func:`_share_run`). ``timed``: earlier sittings' finished cells; ``here``: this sitting's.
 
     Work this sitting has timed takes this sitting's rate. Other work takes the earlier sittings' rate
-    (:func:`_seconds_per_flop`) scaled by how much slower or faster this sitting ran what it did finish: hosts
-    of the same CPU model name have run the same step at very different speeds, and a second runner on the same cores
-    slows both. 30 GFLOP/s before anything has finished."""
+    (:func:`_seconds_per_flop`) scaled by how much slower or faster this sitting ran what it did finish:
+    hosts of the same CPU model name have run the same step at very different speeds, and a second runner on
+    the same cores slows both. 30 GFLOP/s before anything has finished."""
     here = here or []
     before = [(t, r) for t in here if (r := _seconds_per_flop(timed, t[0]))]
     speed = sum(t[1] for t, _ in before) / sum(t[2] * r for t, r in before) if before else 1.0
