@@ -299,6 +299,37 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     assert first_build in mixed[0] and "a+bilstm" not in mixed[0] and "--rerun" in mixed[0]
 
 
+def test_report_names_a_model_whose_tasks_read_different_builds(tmp_path):
+    """A model's CoNLL results on the build before a rebuild and its SQuAD results on the rebuild: each task's
+    grid is whole, yet its row compares two pre-trainings. The report names the model and each task's build;
+    a rebuild that measured the same, or one build for every task, gives no line."""
+    from bertkit.report.front import mixed_build_lines
+
+    squad = '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
+    m = load_matrix(_write(tmp_path, MINIMAL + squad))
+    rebuild = {"finished": "2026-11-26T21:21:21Z", "same_result": False}
+    results = {c.name: {"cell": c.name} for c in m.cells if c.name.startswith("finetune/a/")}
+    for name in results:
+        if "/SQuAD/" in name:
+            results[name]["rebuilt_inputs"] = {"pretrain/a": rebuild}
+    record = {
+        "cell": "pretrain/a",
+        "compared": ["primary"],
+        "kept": {"primary": 30.8},
+        "rebuilt": {"primary": 31.1},
+    }
+    lines = mixed_build_lines(m, results, [record])
+    assert lines == [
+        "- `a`'s tasks read different builds of `pretrain/a` (each task on one build): SQuAD "
+        "(2026-11-26T21:21:21Z), SST-2 (the first); its rows compare two pre-trainings across those tasks (the "
+        "rebuild line above gives how far apart they measured)"
+    ]
+    assert mixed_build_lines(m, results, [{**record, "rebuilt": {"primary": 30.8}}]) == []  # the same model
+    for r in results.values():
+        r["rebuilt_inputs"] = {"pretrain/a": rebuild}
+    assert mixed_build_lines(m, results, [record]) == []  # every task on the rebuild
+
+
 def test_a_rebuild_compares_outputs_bit_for_bit_where_both_results_have_a_digest(tmp_path):
     """A finished cell with an output records its sha256 (weights, vocabulary, shards; not the configs and
     manifests, which hold paths): a later rebuild is then the same only if its output is the same, bit for bit.

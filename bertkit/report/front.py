@@ -109,9 +109,11 @@ def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
 
 
 def mixed_build_lines(matrix: Matrix, results: dict[str, dict], records: list[dict]) -> list[str]:
-    """Where one model's results on one task (a rate grid and its seeds) read different builds of a rebuilt
-    cell that did NOT measure the same: the pick and the seeds' spread would then mix two models. One line
-    per such cell, naming each model and task and the builds ("the first" is the one the kept result made)."""
+    """Where results read different builds of a rebuilt cell that did NOT measure the same. Within one model's
+    results on one task (a rate grid and its seeds), the pick and the seeds' spread would mix two models: one
+    line per such cell, naming each model and task and the builds ("the first" is the one the kept result
+    made), and how to mend it. Across one model's tasks, each task whole on its own build, its table row sets
+    two pre-trainings side by side: one line per such model, naming the build of each task."""
     cells = {c.name: c for c in matrix.cells}
     lines = []
     for rebuilt in sorted({r["cell"] for r in records if not same_result(r)}):
@@ -126,6 +128,19 @@ def mixed_build_lines(matrix: Matrix, results: dict[str, dict], records: list[di
                 + "; ".join(f"{g} ({', '.join(sorted(b))})" for g, b in sorted(mixed.items()))
                 + " — run them again on one build (`bertkit experiment ... --rerun PATTERN`)"
             )
+        by_model: dict[str, dict[str, str]] = {}  # model -> {task: the one build its results read}
+        for group, b in sorted(builds.items()):
+            if len(b) == 1:
+                _, model, task = group.split("/")
+                by_model.setdefault(model, {})[task] = next(iter(b))
+        for model, tasks in sorted(by_model.items()):
+            if len(set(tasks.values())) > 1:
+                lines.append(
+                    f"- `{model}`'s tasks read different builds of `{rebuilt}` (each task on one build): "
+                    + ", ".join(f"{t} ({b})" for t, b in tasks.items())
+                    + "; its rows compare two pre-trainings across those tasks (the rebuild line above gives "
+                    "how far apart they measured)"
+                )
     return lines
 
 
