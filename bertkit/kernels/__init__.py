@@ -8,6 +8,9 @@
 - :func:`packing_for` / :class:`Packing` / :func:`packed_attention`: run position-wise work on the real
   tokens of a padded batch only, and attention per group of equal-length sequences (:mod:`.packing`).
 
+Beside them, not called by the model: :mod:`.peak`, the machine's GEMM peak that ``make bench`` reports rows
+against and the experiment runner records one core's speed with.
+
 The switch :func:`reference_ops` (or ``BERTKIT_KERNELS=0``, or :func:`set_enabled`) makes every call compute
 the plain PyTorch op instead; tests/test_kernels.py checks both give the same outputs and gradients.
 """
