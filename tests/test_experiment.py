@@ -209,10 +209,15 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     import torch
 
     from bertkit.experiment import cells as experiment_cells
+    from bertkit.experiment.paths import artifact
 
     pretrain_score = {"value": 50.0}
 
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
+        made = artifact(cell, out)  # what a later sitting on the same run folder finds, and does not rebuild
+        if made is not None:
+            made.parent.mkdir(parents=True, exist_ok=True)
+            made.write_text("{}")
         primary = pretrain_score["value"] if cell.name == "pretrain/a" else 50.0
         # a timing in the metrics (as the vocabulary cell's) differs in every sitting: not a difference
         metrics = {"loss": primary / 10, "seconds": time.monotonic()}
@@ -273,7 +278,7 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
         f"NOT the same result (primary 50.0 -> 50.5); kept: {kept_threads} thread(s)" in lines["pretrain/a"]
     )
     assert "; 4 result file(s) read the rebuild" in lines["pretrain/a"]
-    assert ": the same result; " in lines["vocab"]
+    assert ": the same result, bitwise the same output; " in lines["vocab"]  # the same vocab.txt
 
     # yet another fresh machine rebuilds pretrain/a again for one cell: the rest of its grid follows it onto
     # the new build (test_a_grid_is_put_on_one_build_of_a_rebuilt_model), and each build counts its readers
@@ -282,6 +287,9 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
         cfg, out=tmp_path / "newer", results=res, progress=False, rerun="finetune/a/SST-2/seed1"
     )
     assert len(newer["one_build"]) == 3
+    # the cells the one-build rule queues count in the progress line's total, not past it
+    counts = re.findall(r"\] cell (\d+)/(\d+) ", capsys.readouterr().out)
+    assert counts[-1][0] == counts[-1][1] and all(int(k) <= int(n) for k, n in counts), counts
     builds = [line for line in rebuild_lines(read_results(res), read_rebuilds(res)) if "`pretrain/a`" in line]
     assert len(builds) == 2 and "; 0 result file(s) read the rebuild" in builds[0]
     assert "; 4 result file(s) read the rebuild" in builds[1]

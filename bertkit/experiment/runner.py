@@ -293,7 +293,7 @@ def run_matrix(
         left = _seconds_left([cell, *queue], timed, done, here)
         finished = sum(1 for c in matrix.cells if c.name in done)  # not results of cells this config lacks
         print(
-            f"[experiment {matrix.name}] cell {k}/{len(todo)} {cell.name} | done "
+            f"[experiment {matrix.name}] cell {k}/{k + len(queue)} {cell.name} | done "
             f"{finished}/{len(matrix.cells)} in matrix | ~{_fmt_s(left)} of work left, ETA "
             f"{time.strftime('%H:%M', time.localtime(time.time() + left))}",
             flush=True,
