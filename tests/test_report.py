@@ -485,7 +485,7 @@ def test_machine_line_gives_the_spread_of_the_hosts_core_speed(tmp_path):
             json.dumps({**record, **({"gemm_gflops_per_core": speed} if speed else {})})
         )
     line = machine.search(_render(cfg, res)).group(0)
-    assert "one core's fp32 GEMM ran at 61-97 GFLOP/s at the start of the sittings (2 of " in line
+    assert "; one core's fp32 GEMM, measured at the start of each sitting: 61-97 GFLOP/s (2 of " in line
 
 
 def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):

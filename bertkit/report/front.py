@@ -77,10 +77,11 @@ def core_speed_text(results: dict[str, dict]) -> str:
     speeds = [r["gemm_gflops_per_core"] for r in results.values() if r.get("gemm_gflops_per_core")]
     if not speeds:
         return ""
+    low, high = f"{min(speeds):.0f}", f"{max(speeds):.0f}"
     return (
-        f", though a core's speed differs between hosts: one core's fp32 GEMM ran at {min(speeds):.0f}-"
-        f"{max(speeds):.0f} GFLOP/s at the start of the sittings ({len(speeds)} of {len(results)} results "
-        "record it; older ones do not)"
+        f"; one core's fp32 GEMM, measured at the start of each sitting: {low if low == high else f'{low}-{high}'} "
+        f"GFLOP/s ({len(speeds)} of {len(results)} results record it; older ones do not), and CPU seconds from "
+        "different hosts compare only up to that"
     )
 
 
