@@ -44,7 +44,7 @@ def fastest(run: Callable[[], Any], seconds: float) -> tuple[float, int]:
     return best, runs
 
 
-def per_core_gflops(n: int = 512, seconds: float = 0.1) -> float:
+def per_core_gflops(n: int = 256, seconds: float = 0.05) -> float:
     """fp32 GEMM GFLOP/s on one thread (:func:`gemm_peak` at a cache-sized n): how fast one core of this host
     is, next to its CPU model name, which hosts of very different speed share. The thread count is restored."""
     threads = torch.get_num_threads()
