@@ -39,6 +39,10 @@ lr = [1e-4, 3e-4]
 """
 
 
+# MINIMAL with a second task: what pools by task (the ETA) or spans a model's tasks (the builds they read)
+TWO_TASKS = MINIMAL + '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "m.toml"
     p.write_text(text)
@@ -313,8 +317,7 @@ def test_report_names_a_model_whose_tasks_read_different_builds(tmp_path):
     a rebuild that measured the same, or one build for every task, gives no line."""
     from bertkit.report.front import mixed_build_lines
 
-    squad = '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
-    m = load_matrix(_write(tmp_path, MINIMAL + squad))
+    m = load_matrix(_write(tmp_path, TWO_TASKS))
     rebuild = {"finished": "2026-11-26T21:21:21Z", "same_result": False}
     results = {c.name: {"cell": c.name} for c in m.cells if c.name.startswith("finetune/a/")}
     for name in results:
@@ -892,8 +895,7 @@ def test_eta_times_a_fine_tuning_cell_by_finished_cells_of_its_own_task(tmp_path
     kind's only where none of the task has finished."""
     from bertkit.experiment.runner import _seconds_left, _work_kind
 
-    squad = '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
-    m = load_matrix(_write(tmp_path, MINIMAL + squad))
+    m = load_matrix(_write(tmp_path, TWO_TASKS))
     sst, qa = m.cell("finetune/a/SST-2/seed2"), m.cell("finetune/a/SQuAD/seed2")
     result_of = {"kind": "finetune", "task": "SQuAD"}  # a result names its task; a cell's spec holds it
     assert _work_kind("finetune", qa.spec) == _work_kind("finetune", result_of) == "finetune/SQuAD"
@@ -910,8 +912,7 @@ def test_eta_scales_earlier_sittings_rates_by_this_sittings_speed(tmp_path):
     finished a cell, work it has not timed yet is the earlier sittings' rate times how much slower it ran."""
     from bertkit.experiment.runner import _seconds_left
 
-    squad = '[[task]]\nname = "SQuAD"\nkind = "squad"\nlr = [1e-4, 3e-4]\n'
-    m = load_matrix(_write(tmp_path, MINIMAL + squad))
+    m = load_matrix(_write(tmp_path, TWO_TASKS))
     sst, qa = m.cell("finetune/a/SST-2/seed2"), m.cell("finetune/a/SQuAD/seed2")
     earlier = [("finetune/SST-2", 1.0, sst.cost), ("finetune/SQuAD", 70.0, qa.cost)]
     assert _seconds_left([qa], earlier, {}, here=[]) == pytest.approx(70.0)

@@ -116,12 +116,21 @@ def mixed_build_lines(matrix: Matrix, results: dict[str, dict], records: list[di
     made), and how to mend it. Across one model's tasks, each task whole on its own build, its table row sets
     two pre-trainings side by side: one line per such model, naming the build of each task."""
     cells = {c.name: c for c in matrix.cells}
+    differing = sorted({r["cell"] for r in records if not same_result(r)})
+    # each fine-tuning result's inputs, walked once (not once per rebuilt cell)
+    reads = {
+        n: inputs_of(cells, cells[n])
+        for n in results
+        if differing and n.startswith("finetune/") and n in cells
+    }
     lines = []
-    for rebuilt in sorted({r["cell"] for r in records if not same_result(r)}):
+    for rebuilt in differing:
         builds: dict[str, set[str]] = {}
-        for name, r in results.items():
-            if name.startswith("finetune/") and name in cells and rebuilt in inputs_of(cells, cells[name]):
-                builds.setdefault(group_of(name), set()).add(build_read(r, rebuilt) or "the first")
+        for name, inputs in reads.items():
+            if rebuilt in inputs:
+                builds.setdefault(group_of(name), set()).add(
+                    build_read(results[name], rebuilt) or "the first"
+                )
         mixed = {g: b for g, b in builds.items() if len(b) > 1}
         if mixed:
             lines.append(
