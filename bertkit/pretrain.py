@@ -442,7 +442,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
 
     loss_fn = make_loss_fn(cfg.objective, pad_id)
     results: dict[str, Any] = {
-        "phases": [], "world_size": world, "objective": cfg.objective, "data_format": fmt,
+        "phases": [], "world_size": world, "objective": cfg.objective, "data_format": fmt, "device": str(device),
     }  # fmt: skip
     opt = sched = None
     start = 0

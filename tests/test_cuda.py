@@ -115,3 +115,50 @@ def test_training_on_the_gpu_lowers_the_loss_in_mixed_precision(tmp_path, precis
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     first, last = logged[0]["loss"], logged[-1]["loss"]
     assert trainer.nonfinite_steps == 0 and last < 0.7 * first, (first, last)
+
+
+# ------------------------------------------------------------------------------- the pre-training CLI
+
+
+@pytest.fixture(scope="module")
+def gpu_data_dir(tmp_path_factory):
+    from bertkit.demo import tiny_data
+
+    return tiny_data(tmp_path_factory.mktemp("gpu_data"), max_seq_length=64)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_pretraining_cli_on_the_gpu_resumes_after_sigkill(tmp_path, gpu_data_dir, precision):
+    """`bertkit pretrain --device cuda` killed with SIGKILL after step 10 and resumed from its step-8 checkpoint
+    logs the uninterrupted run's losses: the CUDA RNG (dropout stays on) and, in fp16, the loss scaler come
+    back with the model and optimizer. Exact where the GPU's kernels are deterministic; within 1e-3 here since
+    some CUDA backward kernels sum with atomics."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from test_pretrain_run import KILLER, env1, inproc, losses, write_config
+
+    cfg = write_config(tmp_path / "cfg.toml")
+    common = ["--data", gpu_data_dir, "--config", cfg, "--steps", 14, "--batch-size", 8, "--max-seq-length", 64,
+              "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--eval-every", 5, "--eval-batches", 1,
+              "--quiet", "--valid-documents", 2, "--device", DEVICE, "--precision", precision]  # fmt: skip
+    inproc(["--out", tmp_path / "ref", *common])
+    run = tmp_path / "killed"
+    (tmp_path / "killer.py").write_text(KILLER)
+    argv = ["pretrain", "--out", run, *common]
+    p = subprocess.run([sys.executable, tmp_path / "killer.py", "10", *map(str, argv)], env=env1(),
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
+    assert losses(run)[-1][0] == 10
+    resumed = subprocess.run([sys.executable, "-m", "bertkit", *map(str, argv), "--resume"], env=env1(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got, want = losses(run), losses(tmp_path / "ref")
+    assert [s for s, _ in got] == [s for s, _ in want] == list(range(1, 15))
+    print(f"{precision}: resumed losses bitwise equal: {got == want}")
+    for (_, x), (_, y) in zip(got, want):
+        assert x == pytest.approx(y, rel=1e-3)
+    res = json.loads((run / "results.json").read_text())
+    assert res["steps"] == 14 and res["device"].startswith("cuda"), res

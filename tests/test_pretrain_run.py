@@ -163,7 +163,7 @@ def test_two_process_ddp_matches_one_process(tmp_path, data_dir):
     two = subprocess.run(cmd, env=env1(), capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     res = json.loads((tmp_path / "two" / "results.json").read_text())
-    assert res["world_size"] == 2
+    assert res["world_size"] == 2 and res["device"] == "cpu"
     a, b = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 7))
     for (_, x), (_, y) in zip(a, b):

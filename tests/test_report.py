@@ -823,7 +823,12 @@ models = ["mlm+nsp-mini"]
 
 def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
     """Without ``gpu_bench`` the estimate says its 40% MFU is assumed; with it, the GPU-hours follow the
-    measured MFU of the bench's file (a lower MFU, more hours), and an unreadable file is named in one line."""
+    measured MFU of the bench's file (a lower MFU, more hours), each phase at the MFU measured at its sequence
+    length where a second file has it (else the first's, said to be borrowed); files of two GPUs, or an
+    unreadable file, are named in one line."""
+    from benchmarks.bench_gpu import training_flops
+    from bertkit.config import BertConfig
+
     cfg, res = _fixture(tmp_path)
     assumed = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
     assert (
@@ -835,14 +840,39 @@ def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
     (tmp_path / "gpu.jsonl").write_text(json.dumps(row) + "\n")
     _extend(cfg, top='gpu_bench = "gpu.jsonl"')
     measured = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
-    assert "one NVIDIA H200 (dense bf16 peak 989 TFLOP/s) at 20% MFU, the MFU `python -m benchmarks.bench_gpu` " \
-           f"measured there (BERT-base, 128 x 128, bf16, eager; `{tmp_path.name}/gpu.jsonl`; transformers 16% on " \
-           "the same step)" in measured  # fmt: skip
+    assert "one NVIDIA H200 (dense bf16 peak 989 TFLOP/s) at 20% MFU for the 128-token phase (BERT-base, " \
+           f"128 x 128, bf16, eager; `{tmp_path.name}/gpu.jsonl`; transformers 16% on the same step) and 20% MFU " \
+           "for the 512-token phase (the 128-token MFU: this length was not measured), the MFUs " \
+           "`python -m benchmarks.bench_gpu` measured there" in measured  # fmt: skip
 
     def hours(text: str) -> float:
         return float(text.split("GPU-hours")[0].rsplit("**", 1)[1].replace(",", ""))
 
     assert hours(measured) == pytest.approx(hours(assumed) * 0.40 / 0.20, rel=0.05)  # both printed rounded
+    # the 512-token phase measured at half the 128-token MFU: its hours double, the other phase's stay
+    (tmp_path / "gpu512.jsonl").write_text(json.dumps({**row, "ours_mfu": 0.1, "seq_len": 512}) + "\n")
+    cfg.write_text(
+        cfg.read_text().replace('gpu_bench = "gpu.jsonl"', 'gpu_bench = ["gpu.jsonl", "gpu512.jsonl"]')
+    )
+    both = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
+    assert (
+        f"10% MFU for the 512-token phase (BERT-base, 128 x 512, bf16, eager; `{tmp_path.name}/gpu512.jsonl`"
+        in both
+    )
+    base = BertConfig.preset("base")
+    short, long = (
+        s * training_flops(base, [n] * 256, 256 * k) for s, n, k in ((900_000, 128, 20), (100_000, 512, 80))
+    )
+    assert hours(both) / hours(measured) == pytest.approx(
+        (short / 0.2 + long / 0.1) / ((short + long) / 0.2), rel=0.01
+    )
+    (tmp_path / "gpu512.jsonl").write_text(
+        json.dumps({**row, "device_name": "NVIDIA H100", "seq_len": 512}) + "\n"
+    )
+    with pytest.raises(
+        UserError, match=r"gpu_bench: the files measured different GPUs \(NVIDIA H100, NVIDIA H200\)"
+    ):
+        _render(cfg, res)
     (tmp_path / "gpu.jsonl").write_text("{not json\n")
     with pytest.raises(UserError, match=r"gpu_bench = 'gpu.jsonl': cannot read .*gpu.jsonl"):
         _render(cfg, res)

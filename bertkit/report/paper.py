@@ -57,27 +57,52 @@ def recipe_table(matrix: Matrix) -> list[str]:
     return out
 
 
-def measured_gpu_mfu(matrix: Matrix) -> dict | None:
-    """The GPU bench's row the config's ``gpu_bench`` names (a ``python -m benchmarks.bench_gpu`` output file,
-    one JSON row per line, relative to the config), when it measured an MFU; else None."""
+def measured_gpu_mfu(matrix: Matrix) -> list[dict]:
+    """The GPU bench's rows that measured an MFU, from the file or files the config's ``gpu_bench`` names
+    (``python -m benchmarks.bench_gpu`` outputs, one JSON row per line, relative to the config): one per
+    sequence length, the first file's first; [] without ``gpu_bench``. The rows must come from one kind of
+    GPU, since the estimate adds up their phases' hours."""
     import json
 
-    name = matrix.raw.get("gpu_bench")
-    if not name:
-        return None
-    path = matrix.base / name
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, ValueError) as e:
-        raise UserError(f"{matrix.path}: gpu_bench = {name!r}: cannot read {path}: {e}") from None
-    row = next((r for r in rows if r.get("ours_mfu")), None)
-    # shown from the repository's root, as the report's other paths are (the config sits in experiments/)
-    return None if row is None else {**row, "file": os.path.relpath(path, matrix.base.parent)}
+    names = matrix.raw.get("gpu_bench") or []
+    rows: dict[int, dict] = {}
+    for name in [names] if isinstance(names, str) else names:
+        path = matrix.base / name
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+            found = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, ValueError) as e:
+            raise UserError(f"{matrix.path}: gpu_bench = {name!r}: cannot read {path}: {e}") from None
+        for row in found:
+            if row.get("ours_mfu"):
+                # shown from the repository's root, as the report's other paths are (the config sits in experiments/)
+                rows.setdefault(
+                    row.get("seq_len", 0), {**row, "file": os.path.relpath(path, matrix.base.parent)}
+                )
+    devices = sorted({r["device_name"] for r in rows.values()})
+    if len(devices) > 1:
+        raise UserError(f"{matrix.path}: gpu_bench: the files measured different GPUs ({', '.join(devices)}); "
+                        "name files of one GPU")  # fmt: skip
+    return list(rows.values())
+
+
+def _phase_mfu(rows: list[dict], seq_len: int) -> tuple[float, str]:
+    """The MFU for a pre-training phase of ``seq_len`` tokens and where it comes from: the bench row measured at
+    that length, else the first row's, said to be borrowed."""
+    row = next((r for r in rows if r.get("seq_len") == seq_len), None)
+    if row is None:
+        return rows[0][
+            "ours_mfu"
+        ], f"the {rows[0].get('seq_len', '?')}-token MFU: this length was not measured"
+    how = "compiled" if row.get("compiled") else "eager"
+    return row["ours_mfu"], (f"BERT-base, {row.get('sequences', '?')} x {seq_len}, bf16, {how}; `{row['file']}`; "
+                             f"transformers {row.get('ref_mfu', 0):.0%} on the same step")  # fmt: skip
 
 
 def base_estimate(matrix: Matrix) -> list[str]:
     """What BERT-Base as published costs: tokens, FLOPs (benchmarks.bench_gpu.training_flops), GPU-hours at the
-    MFU the GPU bench measured (the config's ``gpu_bench``), else at its goal of 40%, said to be assumed."""
+    MFU the GPU bench measured for each phase's sequence length (the config's ``gpu_bench``), else at its goal
+    of 40%, said to be assumed."""
     from bertkit.config import BertConfig
 
     try:
@@ -87,26 +112,27 @@ def base_estimate(matrix: Matrix) -> list[str]:
     c = BertConfig.preset("base")
     phases = [(900_000, 128, 20), (100_000, 512, 80)]  # steps, sequence length, masked positions per sequence
     tokens = sum(s * 256 * n for s, n, _ in phases)
-    flops = sum(s * training_flops(c, [n] * 256, 256 * k) for s, n, k in phases)
+    phase_flops = [s * training_flops(c, [n] * 256, 256 * k) for s, n, k in phases]
+    flops = sum(phase_flops)
     measured = measured_gpu_mfu(matrix)
     if measured:
-        gpu, peak, mfu = measured["device_name"], measured["peak_tflops"] * 1e12, measured["ours_mfu"]
-        where = (f"the MFU `python -m benchmarks.bench_gpu` measured there (BERT-base, "
-                 f"{measured.get('sequences', '?')} x {measured.get('seq_len', '?')}, bf16, "
-                 f"{'compiled' if measured.get('compiled') else 'eager'}; `{measured['file']}`; transformers "
-                 f"{measured.get('ref_mfu', 0):.0%} on the same step). The 512-token phase was not measured")  # fmt: skip
-    else:
-        gpu, peak, mfu = "H100", dict(PEAK_BF16_TFLOPS)["H100"] * 1e12, 0.40
-        where = (
-            "the GPU bench's goal; the bench has not been run on a GPU, so this MFU is assumed, not measured"
+        gpu, peak = measured[0]["device_name"], measured[0]["peak_tflops"] * 1e12
+        mfus = [_phase_mfu(measured, n) for _, n, _ in phases]
+        hours = sum(f / (peak * m) for f, (m, _) in zip(phase_flops, mfus)) / 3600
+        at = " and ".join(
+            f"{m:.0%} MFU for the {n}-token phase ({why})" for (_, n, _), (m, why) in zip(phases, mfus)
         )
-    hours = flops / (peak * mfu) / 3600
+        where = f"{at}, the MFUs `python -m benchmarks.bench_gpu` measured there"
+    else:
+        gpu, peak = "H100", dict(PEAK_BF16_TFLOPS)["H100"] * 1e12
+        hours = flops / (peak * 0.40) / 3600
+        where = "40% MFU, the GPU bench's goal; the bench has not been run on a GPU, so this MFU is assumed, not measured"
     return [
         f"- tokens: 900k steps x 256 x 128 + 100k steps x 256 x 512 = **{tokens / 1e9:.1f}B tokens** "
         "(the paper's 1M steps of 256 sequences, 90% at 128 tokens, 10% at 512)",
         f"- FLOPs (`training_flops` of `benchmarks/bench_gpu.py`: forward + backward, MLM head on the masked rows "
         f"only): **{flops:.2e}**",
-        f"- one {gpu} (dense bf16 peak {peak / 1e12:.0f} TFLOP/s) at {mfu:.0%} MFU, {where}: **{hours:,.0f} "
+        f"- one {gpu} (dense bf16 peak {peak / 1e12:.0f} TFLOP/s) at {where}: **{hours:,.0f} "
         f"GPU-hours** ({hours / 8 / 24:.1f} days on 8 GPUs)",
         "- the same pre-training under `torchrun` on 8 GPUs (global batch 256 = 8 x 32; `bertkit prepare` the "
         "corpus first):",
