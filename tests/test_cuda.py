@@ -6,6 +6,8 @@ CI has no GPU, so these run in a session that is lent one (``pytest tests/test_c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -162,3 +164,73 @@ def test_pretraining_cli_on_the_gpu_resumes_after_sigkill(tmp_path, gpu_data_dir
         assert x == pytest.approx(y, rel=1e-3)
     res = json.loads((run / "results.json").read_text())
     assert res["steps"] == 14 and res["device"].startswith("cuda"), res
+
+
+# --------------------------------------------------------------------- fine-tuning and serving on the GPU
+
+
+@pytest.fixture(scope="module")
+def gpu_model_dir(tmp_path_factory, gpu_data_dir):
+    """A tiny random BertForPreTraining with the test corpus's vocabulary and tokenizer files (HF layout)."""
+    from bertkit.pretrain import save_tokenizer
+
+    root = tmp_path_factory.mktemp("gpu_model")
+    vocab = gpu_data_dir / "vocab.txt"
+    n = sum(1 for _ in vocab.open(encoding="utf-8"))
+    torch.manual_seed(0)
+    cfg = BertConfig.preset("tiny", vocab_size=n, max_position_embeddings=64)
+    BertForPreTraining(cfg).save_pretrained(root / "model")
+    save_tokenizer(vocab, True, root / "model")
+    return root / "model"
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_fine_tuning_cli_trains_on_the_gpu_in_mixed_precision(tmp_path, gpu_model_dir, precision):
+    """`bertkit finetune classify` takes the GPU when there is one, runs in bf16 autocast or fp16 with a loss
+    scaler, learns a separable toy task and saves a model the CPU loads."""
+    import json
+
+    from bertkit.cli import main
+    from bertkit.export import model_class_for
+
+    rows = [("good fine great film", "1"), ("bad awful poor", "0"), ("a fine cast", "1"), ("the dull plot", "0")]
+    rows = [(f"{t} {i % 7}", y) for i in range(16) for t, y in rows]
+    for name in ("train", "dev"):
+        (tmp_path / f"{name}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    out = tmp_path / "out"
+    argv = ["finetune", "classify", "--train", tmp_path / "train.csv", "--dev", tmp_path / "dev.csv",
+            "--model", gpu_model_dir, "--batch-size", 8, "--lr", 2e-3, "--epochs", 6, "--max-seq-length", 16,
+            "--quiet", "--precision", precision, "--out", out]  # fmt: skip
+    assert main([str(a) for a in argv]) == 0
+    result = json.loads((out / "metrics.json").read_text())
+    assert result["device"].startswith(DEVICE) and result["metrics"]["accuracy"] >= 0.9, result
+    saved = Path(result["model_dir"])
+    config = BertConfig.from_pretrained(saved)
+    model = model_class_for(config.architectures[0]).from_pretrained(saved)
+    assert next(model.parameters()).device.type == "cpu"
+
+
+def test_serving_on_the_gpu_gives_the_cpus_embeddings_and_fill_mask(gpu_model_dir):
+    """The inference service on the GPU (fp32, TF32 off) embeds and fills masks as on the CPU."""
+    import numpy as np
+
+    from bertkit.serving.service import InferenceService
+
+    texts = ["the module defines a class", "return the value of the attribute", "a list"]
+    cpu = InferenceService(gpu_model_dir, device="cpu")
+    gpu = InferenceService(gpu_model_dir, device=DEVICE)
+    try:
+        assert gpu.info()["device"].startswith(DEVICE)
+        (want_vecs, want_n), (got_vecs, got_n) = cpu.embed(texts), gpu.embed(texts)
+        assert got_n == want_n and got_vecs.shape == want_vecs.shape
+        np.testing.assert_allclose(got_vecs, want_vecs, rtol=1e-4, atol=1e-5)
+        # every token's probability (near-ties in a random model's ranking may order differently)
+        masked = f"return the {cpu.tokenizer.mask_token} of the attribute"
+        every = len(cpu.tokenizer)
+        want = {p["token"]: p["score"] for p in cpu.fill_mask(masked, top_k=every)[0]}
+        got = {p["token"]: p["score"] for p in gpu.fill_mask(masked, top_k=every)[0]}
+        assert got.keys() == want.keys() and len(got) == every
+        assert max(abs(got[t] - want[t]) for t in want) <= 1e-4  # the scores are rounded to 4 decimals
+    finally:
+        cpu.close()
+        gpu.close()

@@ -84,7 +84,7 @@ def test_two_process_ddp_equals_one_process_with_accumulation_2(tmp_path, capsys
     two = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
     res = json.loads((tmp_path / "two" / "metrics.json").read_text())
-    assert res["world_size"] == 2 and one["world_size"] == 1
+    assert res["world_size"] == 2 and one["world_size"] == 1 and res["device"] == one["device"] == "cpu"
     a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert [s for s, _ in a] == [s for s, _ in b] == list(range(1, 13))
     for (_, x), (_, y) in zip(a, b):

@@ -228,6 +228,7 @@ def finetune(
     assert best is not None
     score, r, model, losses, metrics, preds, raw, train_s, eval_s, run_dir = best
     result = _result(task, metrics, r, train_ex, train_feats, losses, (encode_s, train_s, eval_s), out)
+    result["device"] = str(next(model.parameters()).device)  # where it trained (the GPU when there is one)
     best_eval = read_best(run_dir) if r.keep_best else None
     if best_eval is not None:
         result["best"] = best_eval  # the evaluation whose weights were kept (they are the saved model)
