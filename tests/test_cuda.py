@@ -193,7 +193,12 @@ def test_fine_tuning_cli_trains_on_the_gpu_in_mixed_precision(tmp_path, gpu_mode
     from bertkit.cli import main
     from bertkit.export import model_class_for
 
-    rows = [("good fine great film", "1"), ("bad awful poor", "0"), ("a fine cast", "1"), ("the dull plot", "0")]
+    rows = [
+        ("good fine great film", "1"),
+        ("bad awful poor", "0"),
+        ("a fine cast", "1"),
+        ("the dull plot", "0"),
+    ]
     rows = [(f"{t} {i % 7}", y) for i in range(16) for t, y in rows]
     for name in ("train", "dev"):
         (tmp_path / f"{name}.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in rows))
