@@ -24,6 +24,7 @@ from bertkit.experiment.rebuilds import (
     record_rebuild,
 )
 from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
+from bertkit.experiment.work import data_costs
 from bertkit.io import atomic_write_json
 from bertkit.kernels.peak import per_core_gflops
 
@@ -167,7 +168,11 @@ def _seconds_per_flop(rows: list[Timing], work: str) -> float | None:
 
 
 def _seconds_left(
-    cells: list[Cell], timed: list[Timing], done: dict[str, dict], here: list[Timing] | None = None
+    cells: list[Cell],
+    timed: list[Timing],
+    done: dict[str, dict],
+    here: list[Timing] | None = None,
+    first_guess: float = 3e10,
 ) -> float:
     """Estimated seconds for ``cells``: their FLOP estimates times seconds per FLOP, each weighted by the chance
     it runs at all (:func:`_share_run`). ``timed``: earlier sittings' finished cells; ``here``: this sitting's.
@@ -175,7 +180,7 @@ def _seconds_left(
     Work this sitting has timed takes this sitting's rate. Other work takes the earlier sittings' rate
     (:func:`_seconds_per_flop`) scaled by how much slower or faster this sitting ran what it did finish:
     hosts of the same CPU model name have run the same step at very different speeds, and a second runner on
-    the same cores slows both. 30 GFLOP/s before anything has finished."""
+    the same cores slows both. ``first_guess`` FLOP/s before anything has finished."""
     here = here or []
     before = [(t, r) for t in here if (r := _seconds_per_flop(timed, t[0]))]
     speed = sum(t[1] for t, _ in before) / sum(t[2] * r for t, r in before) if before else 1.0
@@ -186,7 +191,7 @@ def _seconds_left(
             return mine
         if earlier := _seconds_per_flop(timed, work):
             return earlier * speed
-        return _seconds_per_flop(here, work) or 1 / 3e10
+        return _seconds_per_flop(here, work) or 1 / first_guess
 
     return sum(c.cost * _share_run(c, done) * seconds_per_flop(c) for c in cells)
 
@@ -266,9 +271,16 @@ def run_matrix(
     info["gemm_gflops_per_core"] = round(per_core_gflops(), 1)
     out.mkdir(parents=True, exist_ok=True)
     res_dir.mkdir(parents=True, exist_ok=True)
+    # a fine-tuning or feature cell's work counted from its task's data where it can be read here: the plan's
+    # estimate reads no data and is off by an order of magnitude either way (bertkit.experiment.work)
+    costs = data_costs(matrix)
+    for c in matrix.cells:
+        c.cost = costs.get(c.name, c.cost)
     # seconds per estimated FLOP: earlier sittings' finished cells, then this sitting's (``here``)
-    timed = [(_work_kind(r["kind"], r), r["wall_s"], r["cost"]) for r in done.values()
+    timed = [(_work_kind(r["kind"], r), r["wall_s"], costs.get(r.get("cell", ""), r["cost"])) for r in done.values()
              if r.get("cost") and r.get("wall_s") and not r.get("skipped")]  # fmt: skip
+    # before any cell is timed: half the GEMM speed measured on a core, per thread
+    first_guess = 0.5e9 * info["gemm_gflops_per_core"] * torch.get_num_threads()
     here: list[Timing] = []
     ran: list[str] = []
     failed: dict[str, str] = {}
@@ -290,7 +302,7 @@ def run_matrix(
         if blocked:  # an input failed: this cell cannot run in this sitting
             failed[cell.name] = f"needs {blocked[0]}, which failed"
             continue
-        left = _seconds_left([cell, *queue], timed, done, here)
+        left = _seconds_left([cell, *queue], timed, done, here, first_guess)
         finished = sum(1 for c in matrix.cells if c.name in done)  # not results of cells this config lacks
         print(
             f"[experiment {matrix.name}] cell {k}/{k + len(queue)} {cell.name} | done "

@@ -1,0 +1,149 @@
+"""How much work a fine-tuning or feature cell is, counted from its task's data (for the matrix ETA).
+
+The matrix's own estimate (:func:`bertkit.experiment.matrix._finetune_cost`) reads no data: it takes 5,000
+training examples of half the sequence length when a task does not say. That is off by an order of magnitude
+either way: SST-2's 67k short sentences, SQuAD's strided windows that fill the sequence, full dev sets. Here
+the task's files are read once and every example is counted at its own length, in tokens estimated from
+words (1.3 WordPiece tokens per whitespace word, the usual rate for English), capped at the task's sequence
+length, as bertkit's packed CPU path runs only the real tokens:
+
+- training: 6 FLOPs per encoder parameter and token (forward and backward) plus attention over the sequence,
+  for every epoch;
+- evaluation: the same forward (2 FLOPs per parameter and token) over the dev set;
+- a feature cell (Table 7): one forward over train and dev, then the BiLSTM tagger's epochs.
+
+Cells whose data cannot be read keep the matrix's estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bertkit.experiment.matrix import Cell, Matrix, spec_shape
+from bertkit.experiment.paths import weights_of
+
+TOKENS_PER_WORD = 1.3
+
+
+def _tokens(text: str | None) -> float:
+    return TOKENS_PER_WORD * len(text.split()) if text else 0.0
+
+
+def _sequence_lengths(examples: list, seq: int) -> list[float]:
+    """The real tokens of each GLUE or NER example ([CLS] and [SEP]s counted), capped at ``seq``."""
+    out = []
+    for e in examples:
+        if hasattr(e, "words"):  # a NER sentence
+            n = TOKENS_PER_WORD * len(e.words) + 2
+        else:
+            n = _tokens(e.text_a) + _tokens(e.text_b) + (3 if e.text_b else 2)
+        out.append(min(float(seq), n))
+    return out
+
+
+def _squad_windows(data: dict, seq: int, stride: int, max_query: int) -> list[float]:
+    """The real tokens of each strided window of each question (the reader's features: windows ``stride``
+    apart, each holding as much of the context as fits beside the question, the last one what is left)."""
+    out = []
+    for article in data["data"]:
+        for p in article["paragraphs"]:
+            context = _tokens(p["context"])
+            for qa in p["qas"]:
+                query = min(float(max_query), _tokens(qa["question"]))
+                room = max(seq - query - 3, 1.0)
+                start = 0.0
+                while True:
+                    length = min(context - start, room)
+                    out.append(query + 3 + length)
+                    if start + length >= context:
+                        break
+                    start += min(length, stride)
+    return out
+
+
+Lengths = tuple[np.ndarray, np.ndarray]  # real tokens of each training example (or window), of each dev one
+_LENGTHS: dict[tuple, Lengths | None] = {}
+
+
+def task_lengths(matrix: Matrix, t: dict) -> Lengths | None:
+    """A [[task]]'s example lengths (read once per data folder and task settings), or None when its files
+    cannot be read here."""
+    from bertkit.experiment.paths import data_root
+
+    key = (str(data_root(matrix)), tuple(sorted((k, repr(v)) for k, v in t.items())))
+    if key not in _LENGTHS:
+        _LENGTHS[key] = _read_lengths(matrix, t)
+    return _LENGTHS[key]
+
+
+def _read_lengths(matrix: Matrix, t: dict) -> Lengths | None:
+    from bertkit.experiment.finetune_cells import read_task, train_source
+
+    seq = int(t.get("max_seq_length", 128))
+    try:
+        if t["kind"] == "squad":
+            from bertkit.tasks.squad import load_squad_json
+            from bertkit.tasks.squad_train import split_articles
+
+            _, file, dev_articles, train_articles = train_source(matrix, t)
+            train, dev = split_articles(load_squad_json(file), dev_articles, train_articles)
+            stride, query = int(t.get("doc_stride", 128)), int(t.get("max_query_length", 64))
+            assert dev is not None
+            return np.array(_squad_windows(train, seq, stride, query)), np.array(
+                _squad_windows(dev, seq, stride, query)
+            )
+        data = read_task(matrix, t)
+    except Exception:  # noqa: BLE001 - no data here (a test's config, another machine): the plain estimate
+        return None
+    return np.array(_sequence_lengths(data.train, seq)), np.array(_sequence_lengths(data.dev, seq))
+
+
+def _flops(lengths: np.ndarray, shape: Any, passes: int) -> float:
+    """FLOPs of running ``lengths`` (tokens per sequence): per token, 2 per encoder parameter plus attention's
+    two products (2 x length x hidden each) per layer, times ``passes`` (1: forward; 3: forward and backward)."""
+    h, i, layers = shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers
+    return float(passes * layers * (2 * (4 * h * h + 2 * h * i) * lengths.sum() + 4 * h * (lengths**2).sum()))
+
+
+def cell_work(matrix: Matrix, cell: Cell, shapes: dict[str, Any] | None = None) -> float | None:
+    """Estimated FLOPs of a fine-tuning or feature ``cell`` from its task's data; None for other cells, or
+    when the data or the model's shape is not to be had. ``shapes``: pre-training cell name -> its BertConfig
+    (:func:`data_costs` builds it once for the whole matrix)."""
+    if cell.kind not in ("finetune", "features"):
+        return None
+    t = cell.spec["task"]
+    lengths = task_lengths(matrix, t)
+    if lengths is None:
+        return None
+    shapes = shapes if shapes is not None else _shapes(matrix)
+    shape = shapes.get(f"pretrain/{weights_of(matrix.raw, cell.spec['model'])}")
+    if shape is None:
+        return None
+    limit = cell.spec.get("max_train_examples", t.get("max_train_examples"))
+    train = lengths[0][: int(limit)] if limit and t["kind"] != "squad" else lengths[0]
+    dev = lengths[1][: int(t["max_eval_examples"])] if t.get("max_eval_examples") else lengths[1]
+    if cell.kind == "features":  # one forward over both sets, then the BiLSTM tagger's epochs on the features
+        variant = cell.spec["variant"]
+        concat = "concat" in variant["name"] and isinstance(variant["layers"], list)
+        width = shape.hidden_size * (len(variant["layers"]) if concat else 1)
+        lstm = int(cell.spec.get("hidden_size", 256))
+        bilstm = 3 * 2 * 4 * 2 * (width + lstm) * lstm * float(train.sum()) * int(cell.spec.get("epochs", 4))
+        return _flops(train, shape, 1) + _flops(dev, shape, 1) + bilstm
+    passes = 1 if t.get("freeze_encoder") else 3  # a frozen encoder runs forward only; its head is small
+    return float(t.get("epochs", 3)) * _flops(train, shape, passes) + _flops(dev, shape, 1)
+
+
+def data_costs(matrix: Matrix) -> dict[str, float]:
+    """:func:`cell_work` of every fine-tuning and feature cell of ``matrix`` whose data can be read here."""
+    out, shapes = {}, _shapes(matrix)
+    for cell in matrix.cells:
+        work = cell_work(matrix, cell, shapes)
+        if work is not None:
+            out[cell.name] = work
+    return out
+
+
+def _shapes(matrix: Matrix) -> dict[str, Any]:
+    return {c.name: spec_shape(c.spec) for c in matrix.cells if c.name.startswith("pretrain/")}
