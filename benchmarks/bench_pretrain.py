@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from collections.abc import Iterator
 
 import torch
 
@@ -278,6 +279,12 @@ def work(sizes: list[str], batch_size: int = 32, seq: int = 128) -> dict:
 
 def run(args=None) -> list[dict]:
     """One row per size. ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq."""
+    return list(iter_rows(args))
+
+
+def iter_rows(args=None) -> Iterator[dict]:
+    """:func:`run`'s rows, each as soon as it is measured (``main`` prints them so: a run stopped by a time
+    limit keeps the rows it finished)."""
     ns = argparse.Namespace(
         sizes=["mini", "small"],
         repeats=5,
@@ -294,23 +301,23 @@ def run(args=None) -> list[dict]:
     try:
         import transformers  # noqa: F401
     except ImportError:
-        return [{"name": "pretrain step", "skipped": "transformers is not installed"}]
+        yield {"name": "pretrain step", "skipped": "transformers is not installed"}
+        return
     if ns.threads:
         torch.set_num_threads(ns.threads)
-    rows = [bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq) for s in ns.sizes]
+    for s in ns.sizes:
+        yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq)
     from .common import bf16_supported
 
     if bf16_supported():  # the CPU has native bf16: what `--precision auto` gives, and bf16 on both sides
         for s in ns.sizes:
-            rows.append(
-                bench_size(
-                    s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
-                )
+            yield bench_size(
+                s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
             )
-            rows.append(bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16"))
+            yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16")
     for s in ns.ours_only_sizes:  # glibc's default (as the paired rows above) and as the Trainer runs it
-        rows += [ours_only_in_child(s, keep, ns.threads, ns.batch_size, ns.seq) for keep in (False, True)]
-    return rows
+        for keep in (False, True):
+            yield ours_only_in_child(s, keep, ns.threads, ns.batch_size, ns.seq)
 
 
 def main(argv=None) -> None:
@@ -338,7 +345,7 @@ def main(argv=None) -> None:
     if args.work_only:
         print(json.dumps(work(args.sizes, args.batch_size, args.seq), indent=2))
         return
-    for row in run(args):
+    for row in iter_rows(args):
         print(json.dumps(row), flush=True)
 
 

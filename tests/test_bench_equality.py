@@ -255,3 +255,19 @@ def test_child_json_reads_the_last_line_drops_variables_and_reports_a_failure(mo
     assert child_json(["-c", code], drop_env=("MALLOC_*",)) == ["KEEP_ME"]
     with pytest.raises(RuntimeError, match="boom"):
         child_json(["-c", "import sys; sys.exit('boom')"])
+
+
+def test_the_pretraining_bench_gives_each_row_as_soon_as_it_is_measured(monkeypatch):
+    """`python -m benchmarks.bench_pretrain` prints rows one by one, so a run stopped by a time limit keeps the
+    rows it finished (a GPU host's CPU run once lost all of them): the first row comes before the second size
+    is measured."""
+    pytest.importorskip("transformers")
+    from benchmarks import bench_pretrain
+
+    measured = []
+    monkeypatch.setattr(
+        bench_pretrain, "bench_size", lambda size, *a, **k: measured.append(size) or {"name": size}
+    )
+    rows = bench_pretrain.iter_rows({"sizes": ["mini", "small"], "ours_only_sizes": []})
+    assert next(rows) == {"name": "mini"} and measured == ["mini"]
+    assert next(rows) == {"name": "small"} and measured == ["mini", "small"]
