@@ -37,6 +37,19 @@ epochs = 2
 max_seq_length = 32
 doc_stride = 8
 max_query_length = 6
+[[task]]
+name = "NER"
+kind = "ner"
+lr = 1e-4
+[[features]]
+model = "a"
+task = "NER"
+hidden_size = 16
+variants = [
+  { name = "last", layers = [-1] },
+  { name = "two-side-by-side", layers = [-1, -2] },
+  { name = "two-summed", layers = [-1, -2], combine = "weighted_sum" },
+]
 """
 
 WORDS = "the cat sat on a mat and then ran to its home by way of an old red barn far out west".split()
@@ -63,6 +76,11 @@ def _data(root: Path, sentences: int = 4, context_words: int = 60) -> None:
     )
     articles = [_qa(context_words, 3), _qa(12, 2)]  # the last article is dev
     (root / "qa.json").write_text(json.dumps({"version": "1.1", "data": articles}))
+    conll = root / "conll2003"
+    conll.mkdir(exist_ok=True)
+    sentence = "".join(f"{w} NN O O\n" for w in WORDS[:6]) + "\n"
+    for name in ("train", "valid"):
+        (conll / f"{name}.txt").write_text("-DOCSTART- -X- -X- O\n\n" + sentence * 3)
 
 
 def _matrix(tmp_path: Path, text: str = MATRIX):
@@ -117,6 +135,18 @@ def test_work_follows_the_data_its_limits_and_a_frozen_encoder(tmp_path):
     short = _work(tmp_path, "finetune/a/QA/seed1")
     _data(tmp_path, context_words=120)
     assert _work(tmp_path, "finetune/a/QA/seed1") > 2 * short
+
+
+def test_a_feature_cell_adds_a_bilstm_as_wide_as_the_layers_it_reads_side_by_side(tmp_path):
+    _data(tmp_path)
+    m = _matrix(tmp_path)
+    last, side, summed = (
+        W.cell_work(m, m.cell(f"features/a/{v}/seed1")) for v in ("last", "two-side-by-side", "two-summed")
+    )
+    assert summed == pytest.approx(last) and side > last  # a weighted sum is one layer wide
+    # the BiLSTM's input grows by one hidden size (128, tiny): 3 passes x 2 directions x 4 gates x 2 FLOPs
+    tokens = sum(min(64.0, 1.3 * 6 + 2) for _ in range(3))
+    assert side - last == pytest.approx(3 * 2 * 4 * 2 * 128 * 16 * tokens * 4)
 
 
 def test_without_data_the_plans_estimate_stands(tmp_path):

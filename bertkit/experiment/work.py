@@ -89,7 +89,8 @@ def _read_lengths(matrix: Matrix, t: dict) -> Lengths | None:
 
             _, file, dev_articles, train_articles = train_source(matrix, t)
             train, dev = split_articles(load_squad_json(file), dev_articles, train_articles)
-            stride, query = int(t.get("doc_stride", 128)), int(t.get("max_query_length", 64))
+            # a stride below 1 is refused when the cell runs; here it must not loop for ever
+            stride, query = max(int(t.get("doc_stride", 128)), 1), int(t.get("max_query_length", 64))
             assert dev is not None
             return np.array(_squad_windows(train, seq, stride, query)), np.array(
                 _squad_windows(dev, seq, stride, query)
@@ -126,7 +127,7 @@ def cell_work(matrix: Matrix, cell: Cell, shapes: dict[str, Any] | None = None) 
     dev = lengths[1][: int(t["max_eval_examples"])] if t.get("max_eval_examples") else lengths[1]
     if cell.kind == "features":  # one forward over both sets, then the BiLSTM tagger's epochs on the features
         variant = cell.spec["variant"]
-        concat = "concat" in variant["name"] and isinstance(variant["layers"], list)
+        concat = variant.get("combine", "concat") == "concat" and isinstance(variant["layers"], list)
         width = shape.hidden_size * (len(variant["layers"]) if concat else 1)
         lstm = int(cell.spec.get("hidden_size", 256))
         bilstm = 3 * 2 * 4 * 2 * (width + lstm) * lstm * float(train.sum()) * int(cell.spec.get("epochs", 4))
