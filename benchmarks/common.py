@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from bertkit.kernels.peak import gemm_peak
+from bertkit.tuning import ISA_FLAGS  # the flags reported with every run
 
 
 class Mismatch(AssertionError):
@@ -110,10 +111,6 @@ def cpu_flags() -> list[str]:
     from bertkit.tuning import cpu_info
 
     return cpu_info()["flags"]
-
-
-# the flags that decide which GEMM kernels a CPU can run, reported with every run
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
 
 
 def bf16_supported() -> bool:

@@ -74,23 +74,30 @@ def cache_dir() -> Path:
     return Path(base) / "bertkit"
 
 
+# the flags that decide which GEMM kernels a CPU can run (recorded with benchmarks and experiment results)
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
 def cpu_info() -> dict[str, Any]:
-    """CPU model name and ISA flags (from /proc/cpuinfo; the platform's name elsewhere)."""
+    """CPU model name, ISA flags and family/model/stepping (from /proc/cpuinfo; the platform's name
+    elsewhere, and "" for what it lacks). Two hosts that share a model name (e.g. "AMD EPYC") can be
+    different generations: family/model/stepping tells them apart."""
     import platform
 
     fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                name, _, value = line.partition(":")
-                fields.setdefault(name.strip(), value.strip())  # the first CPU's lines
-                if "model name" in fields and "flags" in fields:
+                if not line.strip() and fields:  # the first CPU's block ends
                     break
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
     model = fields.get("model name") or platform.processor() or platform.machine()
     flags = fields.get("flags", "")
-    return {"model": model, "flags": flags.split()}
+    generation = "/".join(fields.get(k, "") for k in ("cpu family", "model", "stepping"))
+    return {"model": model, "flags": flags.split(), "family_model_stepping": generation.strip("/")}
 
 
 def machine_key() -> str:

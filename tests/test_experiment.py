@@ -530,6 +530,9 @@ def test_cpu_clock_charges_only_training_steps(tmp_path, monkeypatch):
 
 
 def test_smoke_matrix_end_to_end(shared_data, tmp_path):
+    from bertkit.tuning import cpu_info
+
+    cpu = cpu_info()
     out, res = tmp_path / "out", tmp_path / "res"
     summary = run_matrix(SMOKE, out=out, results=res, progress=False)
     matrix = load_matrix(SMOKE)
@@ -539,6 +542,10 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
         for key in ("matrix", "cell", "kind", "commit", "cpu", "torch", "wall_s", "cpu_s", "threads"):
             assert key in r, (r["cell"], key)
         assert r["gemm_gflops_per_core"] > 0  # how fast a core of this host was: one measurement per sitting
+        # which generation of the CPU (hosts share model names), its ISA, and the kernels bertkit chose there
+        assert r["cpu_generation"] == cpu["family_model_stepping"] and set(r["isa"]) <= set(cpu["flags"]), r
+        assert isinstance(r["kernel_choices"], dict)
+    assert any(r["kernel_choices"] for r in results.values())  # the model's first use chose its kernels
     assert len({r["gemm_gflops_per_core"] for r in results.values()}) == 1
     pre = results["pretrain/mlm+nsp-tiny"]
     assert pre["tokens"] == pre["steps"] * 16 * 64 and pre["curve"] and 0 <= pre["primary"] <= 100

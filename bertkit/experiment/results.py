@@ -14,7 +14,7 @@ from bertkit.experiment.matrix import Cell, Matrix
 
 
 def machine_info() -> dict[str, Any]:
-    """commit (of the bertkit code that runs), torch version, CPU model name, cores."""
+    """commit (of the bertkit code that runs), torch version, CPU model name, generation and ISA, cores."""
     import torch
 
     here = Path(__file__).resolve().parent
@@ -27,7 +27,13 @@ def machine_info() -> dict[str, Any]:
         dirty = bool(st.strip())
     except (OSError, subprocess.CalledProcessError):
         pass
+    from bertkit.tuning import ISA_FLAGS, cpu_info
+
+    cpu = cpu_info()
+    # same model name, different generations: results of one cell on two hosts can differ in the last digits
+    # (their BLAS takes other kernels), so each result says which generation and ISA it ran on
     return {"commit": commit, "dirty": dirty, "torch": torch.__version__.split("+")[0], "cpu": cpu_model(),
+            "cpu_generation": cpu["family_model_stepping"], "isa": [f for f in ISA_FLAGS if f in cpu["flags"]],
             "cores": os.cpu_count(), "python": platform.python_version()}  # fmt: skip
 
 

@@ -27,6 +27,7 @@ from bertkit.experiment.results import cell_settings, changed_cells, machine_inf
 from bertkit.experiment.work import data_costs
 from bertkit.io import atomic_write_json
 from bertkit.kernels.peak import per_core_gflops
+from bertkit.tuning import cached_choices
 
 
 def _matching(cells: list[Cell], pattern: str) -> list[Cell]:
@@ -348,8 +349,10 @@ def run_matrix(
             forget_rebuild(out, cell)
             if from_rebuilds := rebuilt_inputs(matrix, cell, out):
                 result["rebuilt_inputs"] = from_rebuilds
+            # the per-machine kernel choices in effect (bertkit.tuning): another choice rounds differently
+            choices = {k: v.get("choice") for k, v in cached_choices().items()}
             result = {"matrix": matrix.name, "cell": cell.name, "kind": cell.kind, **result, **info,
-                      "settings": settings[cell.name],
+                      "settings": settings[cell.name], "kernel_choices": choices,
                       "threads": torch.get_num_threads(), "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
             atomic_write_json(res_dir / cell.result_name, result)
         finally:
