@@ -956,3 +956,28 @@ def test_a_pick_moved_by_another_sitting_reruns_its_seed_cells_at_the_start(tmp_
     done = read_results(res)
     _replace(load_matrix(cfg), ["finetune/a/SST-2/seed1"], res, done)
     assert "finetune/a/SST-2/seed1" not in done
+
+
+def test_repro_check_reruns_finished_cells_on_a_copy_and_compares(tmp_path, monkeypatch):
+    """`benchmarks.repro_check` runs finished cells again into a copy of the results (the committed files stay
+    as they were) and reports each cell's committed and new score, whether they are equal, and the seeds'
+    spread of its model and task."""
+    from benchmarks.repro_check import check
+    from bertkit.experiment import cells as experiment_cells
+
+    config = _write(tmp_path, MINIMAL)
+    res = tmp_path / "results" / "t"  # the config's own results folder
+    monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
+    run_matrix(config, out=tmp_path / "out", progress=False)
+    seed2 = res / load_matrix(config).cell("finetune/a/SST-2/seed2").result_name
+    committed = json.loads(seed2.read_text())
+    committed["primary"] = 52.0  # as if another host had scored it so
+    seed2.write_text(json.dumps(committed))
+
+    out = check(str(config), "finetune/a/SST-2/seed2", str(tmp_path / "out"))
+    (row,) = out["cells"]
+    assert row["cell"] == "finetune/a/SST-2/seed2" and row["committed"]["primary"] == 52.0
+    assert row["now"]["primary"] == 50.0 and row["same_score"] is False and row["score_change"] == -2.0
+    assert row["seeds_std"] == pytest.approx(1.414, abs=1e-3)  # seeds 1 and 2: 50 and 52
+    assert json.loads(seed2.read_text())["primary"] == 52.0  # the committed file is untouched
+    assert out["machine"]["commit"] and out["machine"]["gemm_gflops_per_core"] > 0
