@@ -39,6 +39,38 @@ def test_vocab_has_specials_and_size(corpus_and_vocab):
     assert any(w.startswith("##") for w in words) and "the" in words
 
 
+def test_vocab_is_the_same_file_in_every_process_and_ordered_by_use(tmp_path):
+    """The trainer walks hash maps seeded per process, so its ids came out in another order on every run (the
+    same tokens): three processes must now write the same bytes, specials first, then the tokens the trained
+    tokenizer produces most often on the corpus."""
+    import subprocess
+    import sys
+    from collections import Counter
+
+    from bertkit.tokenizer import Tokenizer
+
+    corpus = tmp_path / "c.txt"
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"  # a wide alphabet: many orders to come out in
+    corpus.write_text(
+        "".join(f"{a}{b}x {b}{a}y {a}q\n" for a in letters for b in letters[:12]), encoding="utf-8"
+    )
+    code = "import sys; from bertkit.data import train_vocab; train_vocab([sys.argv[1]], 200, sys.argv[2], progress=False, min_frequency=1)"
+    outs = []
+    for i in range(3):
+        out = tmp_path / f"v{i}.txt"
+        subprocess.run(
+            [sys.executable, "-c", code, str(corpus), str(out)], check=True, cwd=tmp_path.__class__(__file__).parents[1]
+        )
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
+    words = outs[0].decode().splitlines()
+    assert words[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(str(tmp_path / "v0.txt"))
+    used = Counter(t for line in corpus.read_text().splitlines() for t in tok.tokenize(line))
+    counts = [used[w] for w in words[5:]]
+    assert counts == sorted(counts, reverse=True) and counts[0] > 0
+
+
 def test_vocab_cased(tmp_path):
     p = tmp_path / "c.txt"
     p.write_text("Hello World hello world HELLO\n" * 20, encoding="utf-8")

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
+from typing import Any
 
 from bertkit.data.corpus import CorpusStats, iter_documents
 from bertkit.errors import UserError
@@ -47,11 +50,16 @@ def train_vocab(
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")
+    # The trainer gives each "##c" (a character inside a word) its id as it meets it while walking a hash map
+    # seeded per process, and breaks ties between merges of equal count by those ids: the same corpus gave
+    # another vocabulary on every run (huggingface/tokenizers#1794). Registered up front, in sorted order,
+    # they take fixed ids, and training is the same on every run.
+    inside = _characters_inside_words(corpus, fmt, on_error, tok)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         limit_alphabet=limit_alphabet,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in inside)],
         continuing_subword_prefix="##",
         show_progress=progress,
     )
@@ -59,10 +67,20 @@ def train_vocab(
     if stats.sentences == 0:
         raise UserError(f"no text found in {', '.join(map(str, corpus))}; check --corpus and the format")
     vocab = tok.get_vocab()
-    words = [w for w, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     missing = [s for s in SPECIAL_TOKENS if s not in vocab]
     if missing:  # cannot happen with the trainer's special_tokens, but never write a vocab without them
         raise RuntimeError(f"trained vocabulary lacks {missing}")
+    # The file lists the tokens by how often the trained tokenizer produces them on the corpus, then by the
+    # token itself (specials first): most frequent first, as the original release's vocabulary reads, and
+    # ids that do not hang on the order the trainer happens to create tokens in (ids matter downstream: data
+    # shards, embeddings).
+    by_id: Counter[int] = Counter()
+    for doc in iter_documents(corpus, fmt, on_error=on_error):
+        by_id.update(chain.from_iterable(e.ids for e in tok.encode_batch(doc, add_special_tokens=False)))
+    counts = {w: by_id[i] for w, i in vocab.items()}
+    words = list(SPECIAL_TOKENS) + sorted(
+        (w for w in vocab if w not in SPECIAL_TOKENS), key=lambda w: (-counts[w], w)
+    )
     out = Path(out)
     with atomic_write(out) as f:
         for w in words:
@@ -78,3 +96,14 @@ def train_vocab(
         "skipped_lines": stats.skipped_lines,
         "seconds": round(time.perf_counter() - t0, 3),
     }
+
+
+def _characters_inside_words(corpus: list, fmt: str, on_error: str, tok: Any) -> list[str]:
+    """The characters that follow another one inside a word after ``tok``'s normalisation and
+    pre-tokenisation (those the trainer makes "##c" pieces of), sorted."""
+    inside: set[str] = set()
+    for doc in iter_documents(corpus, fmt, on_error=on_error):
+        for line in doc:
+            for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line)):
+                inside.update(word[1:])
+    return sorted(inside)
