@@ -59,7 +59,9 @@ def test_vocab_is_the_same_file_in_every_process_and_ordered_by_use(tmp_path):
     for i in range(3):
         out = tmp_path / f"v{i}.txt"
         subprocess.run(
-            [sys.executable, "-c", code, str(corpus), str(out)], check=True, cwd=tmp_path.__class__(__file__).parents[1]
+            [sys.executable, "-c", code, str(corpus), str(out)],
+            check=True,
+            cwd=tmp_path.__class__(__file__).parents[1],
         )
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]

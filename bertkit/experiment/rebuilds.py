@@ -94,11 +94,18 @@ def build_read(result: dict, rebuilt: str) -> str | None:
     return result.get("rebuilt_inputs", {}).get(rebuilt, {}).get("finished")
 
 
+def sameness(record: dict) -> str:
+    """How a rebuild that measured the same is told: bitwise where both results have their output's digest,
+    else only its measurements (a vocabulary of the same tokens in another order measures the same)."""
+    if DIGEST in record["compared"]:
+        return "the same result, bitwise the same output"
+    return "the same measurements (its output's bits not compared: the kept result has no digest)"
+
+
 def describe(record: dict) -> str:
     """One line for the log: equal, or which measurements moved and from what to what."""
     if same_result(record):
-        bitwise = ", bitwise the same output" if DIGEST in record["compared"] else ""
-        return f"{record['cell']} rebuilt: the same result as the kept one{bitwise}"
+        return f"{record['cell']} rebuilt: {sameness(record)}"
     moved = differences(record)
     k, r = record["kept"], record["rebuilt"]
     return (f"{record['cell']} rebuilt, NOT the same result ({'; '.join(moved)}); kept: {k['threads']} thread(s) "

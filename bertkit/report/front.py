@@ -9,13 +9,13 @@ from pathlib import Path
 from bertkit.experiment import Matrix, seeds_of
 from bertkit.experiment.matrix import features_name
 from bertkit.experiment.rebuilds import (
-    DIGEST,
     build_read,
     differences,
     group_of,
     inputs_of,
     read_rebuilds,
     same_result,
+    sameness,
 )
 from bertkit.report.scores import protocols
 
@@ -94,9 +94,7 @@ def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
         # a later machine may rebuild the same cell again: count the results that read this build
         readers = sum(build_read(r, record["cell"]) == new["finished"] for r in results.values())
         if same_result(record):
-            outcome = "the same result" + (
-                ", bitwise the same output" if DIGEST in record["compared"] else ""
-            )
+            outcome = sameness(record)
         else:
             moved = [d for d in differences(record) if not d.startswith("metrics ")]  # metrics: too long here
             outcome = f"NOT the same result ({'; '.join(moved) or 'its metrics differ'})"
