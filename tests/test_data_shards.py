@@ -300,3 +300,16 @@ def test_shard_arrays_skip_fsync_but_stay_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         shards._write_array(tmp_path / "b.npy", np.arange(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]
+
+
+def test_vocab_keeps_the_trainers_alphabet_limit(tmp_path):
+    """Only characters of the trainer's alphabet (the ``limit_alphabet`` most frequent) get a "##c" piece: a
+    corpus with many rare characters inside words does not spend the vocabulary on them."""
+    rare = [chr(0x0430 + i) for i in range(30)]  # 30 Cyrillic letters inside words, each once
+    common = "the cat sat on the mat " * 50
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(common + " ".join(f"x{c}x" for c in rare) + "\n", encoding="utf-8")
+    train_vocab([corpus], 200, tmp_path / "v.txt", progress=False, min_frequency=1, limit_alphabet=12)
+    words = (tmp_path / "v.txt").read_text(encoding="utf-8").splitlines()
+    pieces = [w for w in words if w.startswith("##") and len(w) == 3]
+    assert len(pieces) <= 12 and "##a" in pieces  # within the alphabet's 12 characters, the common ones in

@@ -54,7 +54,7 @@ def train_vocab(
     # seeded per process, and breaks ties between merges of equal count by those ids: the same corpus gave
     # another vocabulary on every run (huggingface/tokenizers#1794). Registered up front, in sorted order,
     # they take fixed ids, and training is the same on every run.
-    inside = _characters_inside_words(corpus, fmt, on_error, tok)
+    inside = _characters_inside_words(corpus, fmt, on_error, tok, limit_alphabet)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -98,12 +98,18 @@ def train_vocab(
     }
 
 
-def _characters_inside_words(corpus: list, fmt: str, on_error: str, tok: Any) -> list[str]:
+def _characters_inside_words(
+    corpus: list, fmt: str, on_error: str, tok: Any, limit_alphabet: int
+) -> list[str]:
     """The characters that follow another one inside a word after ``tok``'s normalisation and
-    pre-tokenisation (those the trainer makes "##c" pieces of), sorted."""
+    pre-tokenisation (those the trainer makes "##c" pieces of), among the ``limit_alphabet`` most frequent
+    characters (the trainer's alphabet; it drops the rest), sorted."""
     inside: set[str] = set()
+    seen: Counter[str] = Counter()
     for doc in iter_documents(corpus, fmt, on_error=on_error):
         for line in doc:
             for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line)):
+                seen.update(word)
                 inside.update(word[1:])
-    return sorted(inside)
+    alphabet = {c for c, _ in sorted(seen.items(), key=lambda kv: (-kv[1], kv[0]))[:limit_alphabet]}
+    return sorted(inside & alphabet)
