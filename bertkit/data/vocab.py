@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import re
 import time
-import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from bertkit.chars import is_punctuation
 from bertkit.data.corpus import CorpusStats, iter_documents
 from bertkit.errors import UserError
 from bertkit.io import atomic_write
@@ -116,13 +116,6 @@ def _chunks(corpus: list, fmt: str, on_error: str, size: int = 1 << 20) -> Itera
         yield chunk
 
 
-def _splits_words(c: str) -> bool:
-    """Whether BERT's pre-tokenizer splits at ``c``: whitespace, or punctuation (ASCII symbols and Unicode P*)."""
-    cp = ord(c)
-    ascii_punct = 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
-    return c.isspace() or ascii_punct or unicodedata.category(c).startswith("P")
-
-
 def _characters_inside_words(
     corpus: list, fmt: str, on_error: str, tok: Any, limit_alphabet: int
 ) -> list[str]:
@@ -137,8 +130,9 @@ def _characters_inside_words(
         # words (ten times faster than listing the words)
         text = tok.normalizer.normalize_str("\n".join(chunk))
         seen.update(text)
-        sep = "".join(re.escape(c) for c in {" ", *text} if _splits_words(c))
+        # the pre-tokenizer splits at whitespace (Unicode's, as str.isspace) and at BERT's punctuation
+        sep = "".join(re.escape(c) for c in {" ", *text} if c.isspace() or is_punctuation(c))
         rest = re.sub(f"(?<![^{sep}])[^{sep}]", "", text)
-        inside.update(c for c in set(rest) if not _splits_words(c))
+        inside.update(c for c in set(rest) if not (c.isspace() or is_punctuation(c)))
     ranked = sorted(((c, k) for c, k in seen.items() if not c.isspace()), key=lambda ck: (-ck[1], ck[0]))
     return sorted(inside & {c for c, _ in ranked[:limit_alphabet]})

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.chars import is_cjk, is_control, is_punctuation, is_whitespace
 from bertkit.io import atomic_write
 from bertkit.tasks.squad import SquadExample, SquadFeature
 
@@ -54,49 +55,16 @@ class Predictions:
 # ---------------------------------------------------------------- basic tokenisation (for get_final_text)
 
 
-def _is_whitespace(ch: str) -> bool:
-    return ch in " \t\n\r" or unicodedata.category(ch) == "Zs"
-
-
-def _is_control(ch: str) -> bool:
-    if ch in "\t\n\r":
-        return False
-    return unicodedata.category(ch).startswith("C")
-
-
-def _is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
-
-
-_CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
-)
-
-
-def _is_cjk(cp: int) -> bool:
-    return cp >= 0x3400 and any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-
-
 @functools.lru_cache(maxsize=1 << 18)
 def _basic_piece(piece: str, lowercase: bool) -> tuple[str, ...]:
     chars = []
     for ch in piece:
         cp = ord(ch)
-        if cp == 0 or cp == 0xFFFD or _is_control(ch):
+        if cp == 0 or cp == 0xFFFD or is_control(ch):
             continue
-        if _is_whitespace(ch):
+        if is_whitespace(ch):
             chars.append(" ")
-        elif _is_cjk(cp):
+        elif is_cjk(cp):
             chars.extend((" ", ch, " "))
         else:
             chars.append(ch)
@@ -107,7 +75,7 @@ def _basic_piece(piece: str, lowercase: bool) -> tuple[str, ...]:
             word = "".join(c for c in word if unicodedata.category(c) != "Mn")
         part: list[str] = []
         for ch in word:
-            if _is_punctuation(ch):
+            if is_punctuation(ch):
                 if part:
                     out.append("".join(part))
                     part = []
