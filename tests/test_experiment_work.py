@@ -7,26 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
+from test_experiment import MINIMAL
 
 from bertkit.experiment import load_matrix, run_matrix
 from bertkit.experiment import work as W
 
-MATRIX = """
-name = "w"
-corpus = ["c.txt"]
-data_root = "."
-seeds = [1]
-[pretrain]
-preset = "tiny"
-tokens = 1000
-[[model]]
-name = "a"
-objective = "mlm"
-[[task]]
-name = "SST-2"
-kind = "glue"
-lr = 1e-4
-epochs = 3
+# test_experiment's two-model matrix (SST-2 on a rate grid) with SQuAD, NER and feature-based tasks beside it
+MATRIX = (
+    MINIMAL.replace("lr = [1e-4, 3e-4]\n", "lr = [1e-4, 3e-4]\nepochs = 3\n")
+    + """
 [[task]]
 name = "QA"
 kind = "squad"
@@ -51,6 +40,7 @@ variants = [
   { name = "two-summed", layers = [-1, -2], combine = "weighted_sum" },
 ]
 """
+)
 
 WORDS = "the cat sat on a mat and then ran to its home by way of an old red barn far out west".split()
 
@@ -84,7 +74,6 @@ def _data(root: Path, sentences: int = 4, context_words: int = 60) -> None:
 
 
 def _matrix(tmp_path: Path, text: str = MATRIX):
-    W._LENGTHS.clear()  # read again: each test writes its own files
     (tmp_path / "m.toml").write_text(text)
     return load_matrix(tmp_path / "m.toml")
 
@@ -119,7 +108,7 @@ def _work(tmp_path: Path, cell: str, text: str = MATRIX) -> float:
 
 
 def test_work_follows_the_data_its_limits_and_a_frozen_encoder(tmp_path):
-    sst = "finetune/a/SST-2/seed1"
+    sst = "finetune/a/SST-2/seed2"  # seed 1 reuses its grid's run (below)
     _data(tmp_path, sentences=4)
     base = _work(tmp_path, sst)
     assert base is not None and base != _matrix(tmp_path).cell(sst).cost  # not the plan's 5,000 examples
@@ -151,7 +140,7 @@ def test_a_feature_cell_adds_a_bilstm_as_wide_as_the_layers_it_reads_side_by_sid
 
 def test_without_data_the_plans_estimate_stands(tmp_path):
     m = _matrix(tmp_path)  # no files written
-    assert W.cell_work(m, m.cell("finetune/a/SST-2/seed1")) is None
+    assert W.cell_work(m, m.cell("finetune/a/SST-2/seed2")) is None
     assert W.cell_work(m, m.cell("pretrain/a")) is None
     assert W.data_costs(m) == {}
 
@@ -169,8 +158,12 @@ def test_the_runner_prices_cells_by_their_data_and_guesses_from_the_cores_speed(
     _data(tmp_path)
     m = _matrix(tmp_path)
     run_matrix(tmp_path / "m.toml", out=tmp_path / "out", results=tmp_path / "res", progress=False)
-    for name in ("finetune/a/SST-2/seed1", "finetune/a/QA/seed1"):
+    for name in ("finetune/a/SST-2/seed2", "finetune/a/SST-2/lr0.0003/seed1", "finetune/a/QA/seed1"):
         result = json.loads((tmp_path / "res" / m.cell(name).result_name).read_text())
-        assert result["cost"] == pytest.approx(W.cell_work(m, m.cell(name)))
-    cell = m.cell("finetune/a/SST-2/seed1")
+        assert result["cost"] == pytest.approx(W.cell_work(m, m.cell(name))) and result["cost"] > 0
+    # the grid's first seed reuses the run of its picked rate: no work, as the plan says (not counted twice)
+    assert (
+        json.loads((tmp_path / "res" / m.cell("finetune/a/SST-2/seed1").result_name).read_text())["cost"] == 0
+    )
+    cell = m.cell("finetune/a/SST-2/seed2")
     assert _seconds_left([cell], [], {}, first_guess=2e9) == pytest.approx(cell.cost / 2e9)

@@ -38,6 +38,13 @@ def rate_cells(cell: Cell) -> list[str]:
     return [*(cell.spec.get("grid") or []), *cell.after]
 
 
+def reuses_a_rate_run(cell: Cell) -> bool:
+    """A seed cell whose grid ran its own seed (the first): it reuses the run at the picked rate
+    (:func:`settle_rate`'s ``from_cell``), so it does no work of its own."""
+    grid = cell.spec.get("grid") or []
+    return bool(grid) and all(g.endswith(f"/seed{cell.spec['seed']}") for g in grid)
+
+
 def skip_reason(cell: Cell, done: dict[str, dict]) -> str | None:
     """Why the extension cell ``cell`` need not run (the pick over the rates run so far on its side lies
     inside them), or None when the pick lies on its edge and this rate is the next one out."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.experiment.grid import reuses_a_rate_run
 from bertkit.experiment.matrix import Cell, Matrix, spec_shape
 from bertkit.experiment.paths import weights_of
 
@@ -44,41 +45,26 @@ def _sequence_lengths(examples: list, seq: int) -> list[float]:
 
 
 def _squad_windows(data: dict, seq: int, stride: int, max_query: int) -> list[float]:
-    """The real tokens of each strided window of each question (the reader's features: windows ``stride``
-    apart, each holding as much of the context as fits beside the question, the last one what is left)."""
+    """The real tokens of each window of each question: the reader's own windows (:func:`doc_windows`) over the
+    context's estimated tokens, each beside the question and 3 special tokens."""
+    from bertkit.tasks.squad import doc_windows
+
     out = []
     for article in data["data"]:
         for p in article["paragraphs"]:
-            context = _tokens(p["context"])
+            context = round(_tokens(p["context"]))
             for qa in p["qas"]:
-                query = min(float(max_query), _tokens(qa["question"]))
-                room = max(seq - query - 3, 1.0)
-                start = 0.0
-                while True:
-                    length = min(context - start, room)
-                    out.append(query + 3 + length)
-                    if start + length >= context:
-                        break
-                    start += min(length, stride)
+                query = min(max_query, round(_tokens(qa["question"])))
+                out += [query + 3 + length for _, length in doc_windows(context, seq - query - 3, stride)]
     return out
 
 
 Lengths = tuple[np.ndarray, np.ndarray]  # real tokens of each training example (or window), of each dev one
-_LENGTHS: dict[tuple, Lengths | None] = {}
 
 
 def task_lengths(matrix: Matrix, t: dict) -> Lengths | None:
-    """A [[task]]'s example lengths (read once per data folder and task settings), or None when its files
-    cannot be read here."""
-    from bertkit.experiment.paths import data_root
-
-    key = (str(data_root(matrix)), tuple(sorted((k, repr(v)) for k, v in t.items())))
-    if key not in _LENGTHS:
-        _LENGTHS[key] = _read_lengths(matrix, t)
-    return _LENGTHS[key]
-
-
-def _read_lengths(matrix: Matrix, t: dict) -> Lengths | None:
+    """A [[task]]'s example lengths (training, dev), or None when its files cannot be read here (or its
+    settings are refused: the cell will say so when it runs)."""
     from bertkit.experiment.finetune_cells import read_task, train_source
 
     seq = int(t.get("max_seq_length", 128))
@@ -89,12 +75,8 @@ def _read_lengths(matrix: Matrix, t: dict) -> Lengths | None:
 
             _, file, dev_articles, train_articles = train_source(matrix, t)
             train, dev = split_articles(load_squad_json(file), dev_articles, train_articles)
-            # a stride below 1 is refused when the cell runs; here it must not loop for ever
-            stride, query = max(int(t.get("doc_stride", 128)), 1), int(t.get("max_query_length", 64))
-            assert dev is not None
-            return np.array(_squad_windows(train, seq, stride, query)), np.array(
-                _squad_windows(dev, seq, stride, query)
-            )
+            stride, query = int(t.get("doc_stride", 128)), int(t.get("max_query_length", 64))
+            return tuple(np.array(_squad_windows(part, seq, stride, query)) for part in (train, dev))
         data = read_task(matrix, t)
     except Exception:  # noqa: BLE001 - no data here (a test's config, another machine): the plain estimate
         return None
@@ -108,14 +90,19 @@ def _flops(lengths: np.ndarray, shape: Any, passes: int) -> float:
     return float(passes * layers * (2 * (4 * h * h + 2 * h * i) * lengths.sum() + 4 * h * (lengths**2).sum()))
 
 
-def cell_work(matrix: Matrix, cell: Cell, shapes: dict[str, Any] | None = None) -> float | None:
+def cell_work(
+    matrix: Matrix, cell: Cell, shapes: dict[str, Any] | None = None, lengths: Lengths | None = None
+) -> float | None:
     """Estimated FLOPs of a fine-tuning or feature ``cell`` from its task's data; None for other cells, or
-    when the data or the model's shape is not to be had. ``shapes``: pre-training cell name -> its BertConfig
-    (:func:`data_costs` builds it once for the whole matrix)."""
+    when the data or the model's shape is not to be had. ``shapes`` (pre-training cell name -> BertConfig)
+    and ``lengths`` (the task's :func:`task_lengths`) spare reading them again: :func:`data_costs` passes
+    them for the whole matrix."""
     if cell.kind not in ("finetune", "features"):
         return None
+    if reuses_a_rate_run(cell):  # a grid's first seed: no work of its own
+        return 0.0
     t = cell.spec["task"]
-    lengths = task_lengths(matrix, t)
+    lengths = lengths if lengths is not None else task_lengths(matrix, t)
     if lengths is None:
         return None
     shapes = shapes if shapes is not None else _shapes(matrix)
@@ -137,11 +124,18 @@ def cell_work(matrix: Matrix, cell: Cell, shapes: dict[str, Any] | None = None) 
 
 
 def data_costs(matrix: Matrix) -> dict[str, float]:
-    """:func:`cell_work` of every fine-tuning and feature cell of ``matrix`` whose data can be read here."""
-    out, shapes = {}, _shapes(matrix)
+    """:func:`cell_work` of every fine-tuning and feature cell of ``matrix`` whose data can be read here (each
+    task's files read once)."""
+    shapes: dict[str, Any] = _shapes(matrix)
+    lengths: dict[str, Lengths | None] = {}
+    out = {}
     for cell in matrix.cells:
-        work = cell_work(matrix, cell, shapes)
-        if work is not None:
+        if cell.kind not in ("finetune", "features"):
+            continue
+        t = cell.spec["task"]
+        if t["name"] not in lengths:
+            lengths[t["name"]] = task_lengths(matrix, t)
+        if work := cell_work(matrix, cell, shapes, lengths[t["name"]]):  # a reused run keeps the plan's 0
             out[cell.name] = work
     return out
 
