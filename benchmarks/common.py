@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from bertkit.kernels.peak import gemm_peak
-from bertkit.tuning import ISA_FLAGS  # the flags reported with every run
+from bertkit.tuning import ISA_FLAGS, cpu_info  # the flags reported with every run
 
 
 class Mismatch(AssertionError):
@@ -62,18 +62,11 @@ def environment() -> dict[str, Any]:
     import tokenizers
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    flags = cpu_flags()
+    cpu = cpu_info()
     return {
-        "cpu": cpu,
-        "isa_flags": [f for f in ISA_FLAGS if f in flags],
+        "cpu": cpu["model"],
+        "cpu_generation": cpu["family_model_stepping"],
+        "isa_flags": [f for f in ISA_FLAGS if f in cpu["flags"]],
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
@@ -106,16 +99,9 @@ def _commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
-def cpu_flags() -> list[str]:
-    """The ISA flags of the CPU (from /proc/cpuinfo), or [] elsewhere."""
-    from bertkit.tuning import cpu_info
-
-    return cpu_info()["flags"]
-
-
 def bf16_supported() -> bool:
     """Whether this CPU has native bf16 GEMMs (AVX512-BF16 or AMX) that oneDNN uses."""
-    flags = set(cpu_flags())
+    flags = set(cpu_info()["flags"])
     return bool(flags & {"avx512_bf16", "amx_bf16"}) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 

@@ -32,19 +32,16 @@ def machine_info() -> dict[str, Any]:
     cpu = cpu_info()
     # same model name, different generations: results of one cell on two hosts can differ in the last digits
     # (their BLAS takes other kernels), so each result says which generation and ISA it ran on
-    return {"commit": commit, "dirty": dirty, "torch": torch.__version__.split("+")[0], "cpu": cpu_model(),
+    return {"commit": commit, "dirty": dirty, "torch": torch.__version__.split("+")[0], "cpu": cpu["model"],
             "cpu_generation": cpu["family_model_stepping"], "isa": [f for f in ISA_FLAGS if f in cpu["flags"]],
             "cores": os.cpu_count(), "python": platform.python_version()}  # fmt: skip
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The CPU's model name (``lscpu``'s), as :func:`bertkit.tuning.cpu_info` reads it."""
+    from bertkit.tuning import cpu_info
+
+    return cpu_info()["model"]
 
 
 def results_dir(matrix: Matrix, override: str | None = None) -> Path:

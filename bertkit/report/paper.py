@@ -91,12 +91,11 @@ def _phase_mfu(rows: list[dict], seq_len: int) -> tuple[float, str]:
     that length, else the first row's, said to be borrowed."""
     row = next((r for r in rows if r.get("seq_len") == seq_len), None)
     if row is None:
-        return rows[0][
-            "ours_mfu"
-        ], f"the {rows[0].get('seq_len', '?')}-token MFU: this length was not measured"
+        first = rows[0]
+        return first["ours_mfu"], f"the {first.get('seq_len', '?')}-token MFU: this length was not measured"
     how = "compiled" if row.get("compiled") else "eager"
-    return row["ours_mfu"], (f"BERT-base, {row.get('sequences', '?')} x {seq_len}, bf16, {how}; `{row['file']}`; "
-                             f"transformers {row.get('ref_mfu', 0):.0%} on the same step")  # fmt: skip
+    where = f"BERT-base, {row.get('sequences', '?')} x {seq_len}, bf16, {how}; `{row['file']}`"
+    return row["ours_mfu"], f"{where}; transformers {row.get('ref_mfu', 0):.0%} on the same step"
 
 
 def base_estimate(matrix: Matrix) -> list[str]:
