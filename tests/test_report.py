@@ -158,6 +158,11 @@ def test_report_tables_and_verdicts_come_from_the_result_files(tmp_path):
     assert "mlm+nsp-tiny 300.0 > mlm+nsp-mini 200.0" in text and "larger is better" in text
     assert "Held-out sample: 456 masked tokens in 24 sequences" in text
     assert "| feature-based: last-hidden | 70.0 (1/3 seeds) | 94.9 |" in text
+    # the paper's reference tables say which metric each column is (MRPC: accuracy in Tables 5 and 6, where
+    # our MRPC columns give GLUE's F1), so a reader compares like with like
+    assert "| | MNLI-m (acc) | QNLI (acc) | MRPC (acc) | SST-2 (acc) | SQuAD (F1) |" in text
+    assert "| L | H | A | LM ppl | MNLI-m (acc) | MRPC (acc) | SST-2 (acc) |" in text
+    assert "| held-out MLM acc | SST-2 (acc) | MRPC (F1) |" in text
     # the positive control: a published checkpoint through the same cells, against random init
     assert (
         "- **Positive control** (control: a published pre-trained checkpoint fine-tuned by the same cells): "
