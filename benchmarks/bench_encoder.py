@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ import torch
 from bertkit.inference_precision import MIN_TOKEN_COSINE, outputs_agree, resolve_inference_precision
 
 from .common import Mismatch, bf16_supported, check_close, compare, encoder_flops, suite_main
-from .inputs import conll_sentences, minilm_dir, sample_batches, sst2_sentences
+from .inputs import conll_sentences, minilm_dir, minilm_weights, sample_batches, sst2_sentences
 
 GOAL = 2.0
 ATOL = 1e-4
@@ -189,22 +190,35 @@ def _bench_bf16(
 
 
 def run(args: Any = None) -> list[dict[str, Any]]:
+    return list(iter_rows(args))
+
+
+def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
+    """:func:`run`'s rows, each as soon as it is measured. ``args`` may also narrow the plan: ``models``
+    ("minilm", "base"), ``datasets`` ("sst2", "conll"), ``precisions`` ("fp32", "auto", "bf16"; the last two
+    only on a CPU with native bf16) and ``batches`` (batches of 32 per row, instead of :func:`batch_count`)."""
     quick = bool(getattr(args, "quick", False))
     repeats = getattr(args, "repeats", None) or (3 if quick else 5)
     tok = _tokenizer()
     plan = [("minilm", "sst2"), ("minilm", "conll"), ("base", "sst2"), ("base", "conll")]
     if quick:
         plan = [("minilm", "sst2"), ("base", "sst2")]
+    models, datasets = getattr(args, "models", None), getattr(args, "datasets", None)
+    plan = [(m, d) for m, d in plan if (not models or m in models) and (not datasets or d in datasets)]
     precisions = ["fp32"] + (["auto", "bf16"] if bf16_supported() and not quick else [])
-    results = []
+    if getattr(args, "precisions", None):
+        precisions = [p for p in args.precisions if p == "fp32" or bf16_supported()]
+    batches = getattr(args, "batches", None)
     for precision in precisions:
         for size, dataset in plan:
-            results.append(bench(size, dataset, batch_count(size, quick), repeats, tok, precision))
-    return results
+            row = bench(size, dataset, batches or batch_count(size, quick), repeats, tok, precision)
+            if size == "minilm":  # real or stand-in weights: the speed is the same, said beside it
+                row["minilm_weights"] = minilm_weights()
+            yield row
 
 
 def main(argv: list[str] | None = None) -> None:
-    suite_main(run, __doc__.split("\n")[0], argv)
+    suite_main(iter_rows, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,13 @@ import json
 import logging
 import random
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from .common import Mismatch, check_close, compare, encoder_flops, suite_main
-from .inputs import SHARED_DATA, NoData, minilm_dir, sample_batches
+from .inputs import SHARED_DATA, NoData, minilm_dir, minilm_weights, sample_batches
 
 GOAL = 1.3
 
@@ -180,16 +181,22 @@ def bench(task: str, repeats: int, tok=None) -> dict[str, Any]:
 
 
 def run(args: Any = None) -> list[dict[str, Any]]:
+    return list(iter_rows(args))
+
+
+def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
+    """:func:`run`'s rows, each as soon as it is measured (``tasks``: a subset of "squad", "sst2")."""
     quick = bool(getattr(args, "quick", False))
     repeats = getattr(args, "repeats", None) or (3 if quick else 5)
     from bertkit.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained(minilm_dir())
-    return [bench("squad", repeats, tok), bench("sst2", repeats, tok)]
+    for task in getattr(args, "tasks", None) or ("squad", "sst2"):
+        yield {**bench(task, repeats, tok), "minilm_weights": minilm_weights()}
 
 
 def main(argv: list[str] | None = None) -> None:
-    suite_main(run, __doc__.split("\n")[0], argv)
+    suite_main(iter_rows, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

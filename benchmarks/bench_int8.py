@@ -25,8 +25,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .inputs import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
-STS_DEV = ROOT.parent / "shared" / "data" / "glue" / "STS-B" / "dev.tsv"
+STS_DEV = SHARED_DATA / "glue" / "STS-B" / "dev.tsv"
 
 
 def _size(module: torch.nn.Module) -> int:
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     from bertkit.serving.service import InferenceService
 
     from .bench_serve import machine
-    from .inputs import minilm_dir
+    from .inputs import STAND_IN, minilm_dir, minilm_weights
 
     rows = read_sts(STS_DEV)
     sentences = sorted({s for r in rows for s in r[:2]})
@@ -118,6 +120,10 @@ def main(argv: list[str] | None = None) -> dict:
             minilm_dir(), limits=limits, int8=True, int8_engine=default_engine
         )
     out: dict = {"model": "all-MiniLM-L6-v2", "sentences": len(sentences), "pairs": len(rows)}
+    out["minilm_weights"] = minilm_weights()
+    if out["minilm_weights"] == STAND_IN:  # random weights: the Spearmans below say nothing of the model
+        out["quality_comparable"] = False
+        out["quality_note"] = "STS-B Spearman measured on stand-in (random) weights: not comparable"
     encoders = {
         name: (lambda xs, svc=svc: svc.embed(xs, normalize=True)[0]) for name, svc in services.items()
     }

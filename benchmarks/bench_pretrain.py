@@ -284,7 +284,8 @@ def run(args=None) -> list[dict]:
 
 def iter_rows(args=None) -> Iterator[dict]:
     """:func:`run`'s rows, each as soon as it is measured (``main`` prints them so: a run stopped by a time
-    limit keeps the rows it finished)."""
+    limit keeps the rows it finished). ``mixed``: which rows a CPU with native bf16 adds per size, "auto"
+    (ours ``--precision auto`` vs transformers fp32) and "bf16" (both sides bf16), in that order."""
     ns = argparse.Namespace(
         sizes=["mini", "small"],
         repeats=5,
@@ -293,6 +294,7 @@ def iter_rows(args=None) -> Iterator[dict]:
         batch_size=32,
         seq=128,
         ours_only_sizes=["base"],
+        mixed=["auto", "bf16"],
     )
     if args is not None:
         for k, v in (vars(args) if not isinstance(args, dict) else args).items():
@@ -311,10 +313,12 @@ def iter_rows(args=None) -> Iterator[dict]:
 
     if bf16_supported():  # the CPU has native bf16: what `--precision auto` gives, and bf16 on both sides
         for s in ns.sizes:
-            yield bench_size(
-                s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
-            )
-            yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16")
+            if "auto" in ns.mixed:
+                yield bench_size(
+                    s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
+                )
+            if "bf16" in ns.mixed:
+                yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16")
     for s in ns.ours_only_sizes:  # glibc's default (as the paired rows above) and as the Trainer runs it
         for keep in (False, True):
             yield ours_only_in_child(s, keep, ns.threads, ns.batch_size, ns.seq)

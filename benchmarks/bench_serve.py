@@ -35,8 +35,10 @@ import numpy as np
 
 from bertkit.serving.launch import ServerProcess
 
+from .inputs import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
-STS_DEV = ROOT.parent / "shared" / "data" / "glue" / "STS-B" / "dev.tsv"
+STS_DEV = SHARED_DATA / "glue" / "STS-B" / "dev.tsv"
 LEVELS = (1, 16, 64)
 
 
@@ -180,7 +182,7 @@ def _embeddings(port: int, texts: list[str]) -> np.ndarray:
 def run(args: Any) -> list[dict[str, Any]]:
     from bertkit.retrieval import read_sts
 
-    from .inputs import NoData, minilm_dir
+    from .inputs import NoData, minilm_dir, minilm_weights
 
     try:
         model = str(minilm_dir())
@@ -251,6 +253,7 @@ def run(args: Any) -> list[dict[str, Any]]:
             "baseline": base,
             "check": check,
             "threads": threads,
+            "minilm_weights": minilm_weights(Path(model)),
         }
         if c == max(LEVELS):
             row["goal"] = 3.0

@@ -33,7 +33,7 @@ import resource
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -356,10 +356,11 @@ def summary_line(result: dict[str, Any]) -> str:
 
 
 def suite_main(
-    run: Callable[[Any], list[dict[str, Any]]], description: str, argv: list[str] | None = None
+    run: Callable[[Any], Iterable[dict[str, Any]]], description: str, argv: list[str] | None = None
 ) -> None:
     """The command line of a suite module: ``--quick``, ``--threads`` (pinned), ``--repeats``; prints each
-    result's summary line and its JSON (without the per-round times)."""
+    result's summary line and its JSON (without the per-round times), each as soon as ``run`` gives it (pass a
+    suite's ``iter_rows`` so a run stopped by a time limit keeps its finished rows)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--threads", type=int, default=2)

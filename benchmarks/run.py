@@ -2,6 +2,7 @@
 ``ratio=X.XX`` (ours/reference speed, higher is better), and ``bench/results.json`` (written atomically).
 
     .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...] [--doc docs/performance.md]
+        [--jsonl rows.jsonl] [--set SUITE.KEY=VALUE ...] [--peaks-from FILE] [--env-only]
 
 The run starts by recording the CPU model and ISA flags and measuring the machine's fp32 (and, with native
 bf16, bf16) GEMM peak with a large matmul; each training and inference row then reports its achieved model
@@ -29,13 +30,22 @@ does, from ``import bertkit`` before torch starts (``bertkit.tuning.omp_wait_pol
 ``PASSIVE``, only when the machine is already saturated by other work; else OpenMP's default; a user's
 ``OMP_WAIT_POLICY`` wins). The run records which was in effect. Outputs are checked equal before anything is timed; a mismatch is
 reported and makes the exit status 1. Offline: inputs come from ../shared/data and the installed
-all-MiniLM-L6-v2 package.
+all-MiniLM-L6-v2 package (or ``$BERTKIT_BENCH_DATA`` and ``$BERTKIT_BENCH_MINILM``: ``benchmarks/inputs.py``;
+the environment records which MiniLM, and rows measured on stand-in weights carry ``minilm_weights``).
+
+For a run that a time limit may stop (``benchmarks/cpu_checks.sh`` on a lent machine): ``--jsonl`` appends each
+row to a file as soon as its suite gives it (per row for suites with ``iter_rows``, else per suite), after a
+first line ``{"environment": ...}`` and before a last ``{"end": ...}``; ``--set`` changes one setting of one
+suite (``--set pretrain.ours_only_sizes=[]``; the value is read as JSON, else taken as a string);
+``--env-only`` records the environment and GEMM peaks and runs no suite; ``--peaks-from`` takes the peaks from
+an earlier run's ``--out`` or ``--jsonl`` file instead of measuring them again (a few seconds per run).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import tempfile
@@ -61,7 +71,83 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="also rewrite the results section of this markdown file (docs/performance.md) from --out",
     )
-    return p.parse_args(argv)
+    p.add_argument(
+        "--jsonl",
+        type=Path,
+        default=None,
+        help="also append each row to this file as soon as it is measured (first line: the environment)",
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SUITE.KEY=VALUE",
+        help="one suite setting (VALUE read as JSON, else a string), e.g. pretrain.ours_only_sizes=[]",
+    )
+    p.add_argument(
+        "--peaks-from",
+        type=Path,
+        default=None,
+        help="take the GEMM peaks from this earlier --out or --jsonl file instead of measuring them",
+    )
+    p.add_argument("--env-only", action="store_true", help="record the environment and GEMM peaks only")
+    args = p.parse_args(argv)
+    try:
+        args.overrides = parse_overrides(args.overrides)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["pretrain.sizes=[\"mini\"]", ...]`` -> ``{"pretrain": {"sizes": ["mini"]}}``; ValueError names a bad one."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        suite, dot, name = key.partition(".")
+        if not eq or not dot or not name:
+            raise ValueError(f"--set {item!r}: expected SUITE.KEY=VALUE")
+        if suite not in SUITES:
+            raise ValueError(f"--set {item!r}: no suite {suite!r} (suites: {', '.join(SUITES)})")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw  # a bare word: a string
+        out.setdefault(suite, {})[name] = value
+    return out
+
+
+def _with_overrides(suite_args: Any, overrides: dict[str, Any]) -> Any:
+    """The suite's arguments with ``--set`` values put in (a suite takes a namespace or a dict)."""
+    if isinstance(suite_args, dict):
+        return {**suite_args, **overrides}
+    for name, value in overrides.items():
+        setattr(suite_args, name, value)
+    return suite_args
+
+
+def peaks_from(path: Path) -> dict[str, Any]:
+    """The GEMM peaks an earlier run recorded: its ``--out`` JSON or the environment line of its ``--jsonl``."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        records = [json.loads(text)]
+    except ValueError:  # JSON lines
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for record in records:
+        peak = (record.get("environment") or {}).get("gemm_peak")
+        if peak:
+            return peak
+    raise ValueError(f"{path}: no environment record with gemm_peak")
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """One JSON line, flushed and synced at once: a process killed a moment later keeps it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _suite_args(name: str, args: argparse.Namespace) -> Any:
@@ -141,12 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     from bertkit.io import atomic_write_json
 
     from .common import Mismatch, add_fraction_of_peak, environment, machine_peaks, pin_threads
+    from .inputs import minilm_record
 
     threads = pin_threads(args.threads)
     env = environment()
+    env["minilm"] = minilm_record()  # which weights: real, or a stand-in of random ones (speed only)
     # the ceiling: the machine's GEMM FLOP/s with a large matmul at these threads (each training and
     # inference row reports its achieved model FLOP/s as a fraction of it)
-    env["gemm_peak"] = machine_peaks()
+    if args.peaks_from is not None:
+        env["gemm_peak"] = peaks_from(args.peaks_from)
+        env["gemm_peak_from"] = str(args.peaks_from)
+    else:
+        env["gemm_peak"] = machine_peaks()
     print(
         f"bertkit benchmarks: {env['cpu']} ({env['cpu_count']} cpus), torch threads pinned to {threads}, "
         f"RAYON_NUM_THREADS={os.environ['RAYON_NUM_THREADS']}, OMP_WAIT_POLICY={env['omp_wait_policy']}, "
@@ -163,9 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     started = time.perf_counter()
     command = "python -m benchmarks.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.jsonl is not None:
+        append_jsonl(args.jsonl, {"environment": env, "command": command.strip(), "quick": args.quick})
 
     def write(complete: bool) -> None:
-        """bench/results.json after every suite (atomic), so a cut-short run still leaves its numbers."""
+        """bench/results.json after every row (atomic), so a cut-short run still leaves its numbers."""
         from bertkit.tuning import cached_choices
 
         env["kernel_choices"] = {k: v.get("choice") for k, v in cached_choices().items()}
@@ -180,44 +274,47 @@ def main(argv: list[str] | None = None) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(args.out, report)
 
-    for suite in args.only or SUITES:
+    def emit(row: dict[str, Any], suite: str, t0: float) -> None:
+        """One finished row: kept, printed, and in --out and --jsonl at once."""
+        row = _normalise(row, suite)
+        add_fraction_of_peak(row, env["gemm_peak"])
+        row.setdefault("suite_seconds", round(time.perf_counter() - t0, 1))  # from the suite's start
+        results.append(row)
+        print(summary(row), flush=True)
+        if args.jsonl is not None:
+            append_jsonl(args.jsonl, row)
+        write(complete=False)
+
+    for suite in [] if args.env_only else args.only or SUITES:
         t0 = time.perf_counter()
         try:
             module = importlib.import_module(f"benchmarks.bench_{suite}")
         except ImportError as e:
-            row = {
-                "name": suite,
-                "suite": suite,
-                "skipped": f"benchmarks/bench_{suite}.py not importable: {e}",
-            }
-            results.append(row)
-            print(summary(row), flush=True)
+            emit({"name": suite, "skipped": f"benchmarks/bench_{suite}.py not importable: {e}"}, suite, t0)
             continue
+        suite_args = _with_overrides(_suite_args(suite, args), args.overrides.get(suite, {}))
         try:
-            rows = module.run(_suite_args(suite, args))
+            # rows one by one where the suite can give them so (iter_rows), else its whole list at its end
+            for row in getattr(module, "iter_rows", module.run)(suite_args):
+                emit(row, suite, t0)
         except Mismatch as e:
             failed = True
-            rows = [{"name": suite, "error": f"outputs differ: {e}"}]
+            emit({"name": suite, "error": f"outputs differ: {e}"}, suite, t0)
         except Exception as e:  # one broken suite must not hide the others' numbers
             name = type(e).__name__
             skipped = name == "NoData"
             failed = failed or not skipped
             traceback.print_exc(limit=4)
-            rows = [{"name": suite, ("skipped" if skipped else "error"): f"{name}: {e}"}]
+            emit({"name": suite, ("skipped" if skipped else "error"): f"{name}: {e}"}, suite, t0)
         pin_threads(args.threads)  # a suite may have changed it
-        for row in rows:
-            row = _normalise(row, suite)
-            add_fraction_of_peak(row, env["gemm_peak"])
-            row.setdefault("suite_seconds", round(time.perf_counter() - t0, 1))
-            results.append(row)
-            print(summary(row), flush=True)
-        write(complete=False)
     total = time.perf_counter() - started
     write(complete=True)
+    if args.jsonl is not None:
+        append_jsonl(
+            args.jsonl, {"end": {"complete": True, "seconds": round(total, 1), "rows": len(results)}}
+        )
     print(f"wrote {args.out} ({len(results)} results, {total:.0f} s)", flush=True)
     if args.doc is not None:
-        import json
-
         from .report import update
 
         update(args.doc, json.loads(args.out.read_text(encoding="utf-8")), str(args.out))
