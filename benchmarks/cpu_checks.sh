@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU benchmarks a session runs on a lent GPU machine's host CPU (an Intel Xeon: the machine issues 15 and 16
-# lack numbers on), in ONE device call: ~9 minutes of a 15-minute lease. Every step runs under its own
+# lack numbers on), in ONE device call: ~9.5 minutes of a 15-minute lease. Every step runs under its own
 # `timeout`, pinned to two cores (`taskset -c 0,1` where it exists; `--threads 2`), and appends each row to
 # OUT_DIR/rows-TAG.jsonl AS SOON AS IT IS MEASURED, so a step cut short keeps the rows it finished.
 #
@@ -23,7 +23,7 @@
 # 2. The device call (run tool; its command runs in the repository root, $OUT comes back, at most 8 files):
 #        timeout_s: 600, carry: ["build/cpu-checks"], kind left out (either GPU kind's host CPU will do; the
 #        reply's `device` says which), command: PYTHON=python3 benchmarks/cpu_checks.sh $OUT intel
-#    It takes ~530 s plus the machine's start (1-1.5 min) of the 15-minute lease: there is no time for a second
+#    It takes ~560 s plus the machine's start (1-1.5 min) of the 15-minute lease: there is no time for a second
 #    full run, so give the machine back (give_back) at once.
 #
 # There, the MiniLM stand-in (random weights of MiniLM's exact shapes: same speed, no quality) is built into a
@@ -31,20 +31,21 @@
 # $CPU_CHECKS_CARRY/minilm-files exists; every row measured on it says `"minilm_weights": "stand-in ..."`, and
 # the quality of the embed_train rows is not measured (random weights retrieve nothing worth comparing).
 #
-# Steps, in priority order, with their budgets in seconds (sum 495; the whole run is held to CPU_CHECKS_TOTAL,
-# default 525 s, and a step gets at most what is left of it). Estimates from the quiet 2-core AMD EPYC's
-# docs/performance.md numbers; the Xeon should be no slower:
+# Steps, in priority order, with their budgets in seconds (sum 550; the whole run is held to CPU_CHECKS_TOTAL,
+# default 560 s, and a step gets at most what is left of it). Set from a quiet dry run on a 2-core AMD EPYC
+# (25/17/1, one core's fp32 GEMM ~108 GFLOP/s) at 3a282e8, where every row of the first five steps fit; the
+# Xeon should be no slower:
 #   stand-in     15  the MiniLM stand-in, when needed
 #   machine      20  lscpu, versions (machine-TAG.txt, before any step); the environment and GEMM peaks
-#   pretrain    180  the headline: BERT-mini and -small 32x128 steps, 2 warm-up and 5 timed rounds each side,
+#   pretrain    250  the headline: BERT-mini and -small 32x128 steps, 2 warm-up and 4 timed rounds each side,
 #                    fp32, then ours --precision auto vs transformers fp32 where the CPU has native bf16
 #                    (both-sides-bf16 and BERT-base ours-only rows left out)
-#   encoder      55  MiniLM inference, SST-2 dev and CoNLL batches of 32 (variable length), fp32 then auto;
+#   encoder      85  MiniLM inference, SST-2 dev and CoNLL batches of 32 (variable length), fp32 then auto;
 #                    3 timed rounds
-#   tokenizer    25  5,000 SST-2 sentences and 250 kB of text vs BertTokenizerFast and raw tokenizers
-#   finetune     50  MiniLM QA 8x384 and SST-2 classification steps vs transformers, 3 timed rounds
-#   data         50  prepare + instances vs the original create_pretraining_data.py (a third of the corpus)
-#   embed_train 100  train-embed vs sentence-transformers' trainer, 256 pairs, fp32 then each side's mixed
+#   tokenizer    15  5,000 SST-2 sentences and 250 kB of text vs BertTokenizerFast and raw tokenizers
+#   finetune     45  MiniLM QA 8x384 and SST-2 classification steps vs transformers, 3 timed rounds
+#   data         35  prepare + instances vs the original create_pretraining_data.py (a third of the corpus)
+#   embed_train  85  train-embed vs sentence-transformers' trainer, 256 pairs, fp32 then each side's mixed
 #                    precision (a skipped row where sentence-transformers or datasets cannot be imported)
 #   distill       0  a skipped record: benchmarks/ has no distillation bench
 # Files in OUT_DIR (the device returns at most 8): machine-TAG.txt, rows-TAG.jsonl (an {"environment": ...} line
@@ -98,7 +99,7 @@ tag=${2:-cpu}
 scale=${CPU_CHECKS_SCALE:-1}
 threads=${CPU_CHECKS_THREADS:-2}
 cpus=${CPU_CHECKS_CPUS:-0,1}
-total=$(awk -v s="$scale" -v t="${CPU_CHECKS_TOTAL:-525}" 'BEGIN { printf "%d", s * t }')
+total=$(awk -v s="$scale" -v t="${CPU_CHECKS_TOTAL:-560}" 'BEGIN { printf "%d", s * t }')
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 rows="$out/rows-$tag.jsonl"
@@ -241,14 +242,14 @@ step machine 20 "$py" -m benchmarks.run --threads "$threads" --env-only --out "$
 # --------------------------------------------------------------------------------------------- the suites
 run=("$py" -m benchmarks.run --threads "$threads" --out "$work/results.json" --jsonl "$rows")
 if grep -q '"gemm_peak"' "$rows"; then run+=(--peaks-from "$rows"); fi # else each step measures them itself
-step pretrain 180 "${run[@]}" --only pretrain --repeats 5 --set pretrain.warmup=2 \
+step pretrain 250 "${run[@]}" --only pretrain --repeats 4 --set pretrain.warmup=2 \
     --set pretrain.sizes='["mini","small"]' --set pretrain.mixed='["auto"]' --set pretrain.ours_only_sizes='[]'
-step encoder 55 "${run[@]}" --only encoder --repeats 3 --set encoder.models='["minilm"]' \
+step encoder 85 "${run[@]}" --only encoder --repeats 3 --set encoder.models='["minilm"]' \
     --set encoder.precisions='["fp32","auto"]'
-step tokenizer 25 "${run[@]}" --only tokenizer --quick --repeats 5
-step finetune 50 "${run[@]}" --only finetune --repeats 3
-step data 50 "${run[@]}" --only data --quick
-step embed_train 100 "${run[@]}" --only embed_train --set embed_train.pairs=256
+step tokenizer 15 "${run[@]}" --only tokenizer --quick --repeats 5
+step finetune 45 "${run[@]}" --only finetune --repeats 3
+step data 35 "${run[@]}" --only data --quick
+step embed_train 85 "${run[@]}" --only embed_train --set embed_train.pairs=256
 record distill 0 0 0 "$(stat -c %s "$rows")" "no distillation bench in benchmarks/ (bertkit.distill.compare_speed \
 times teacher and student inside bertkit distill; no bench runs it)" | tee -a "$log"
 
