@@ -69,10 +69,9 @@ import time
 import types
 from pathlib import Path
 
-from .inputs import SHARED_DATA
+from .inputs import SHARED_DATA as SHARED  # ../shared/data, or $BERTKIT_BENCH_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = SHARED_DATA  # ../shared/data, or $BERTKIT_BENCH_DATA
 VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
 
 

@@ -32,7 +32,6 @@ from typing import Any
 
 from .inputs import SHARED_DATA, STAND_IN, NoData, minilm_dir, minilm_weights
 
-ROOT = Path(__file__).resolve().parents[1]
 SQUAD = SHARED_DATA / "squad" / "dev-v1.1.json"
 # what the reference side needs beside sentence-transformers itself (its trainer takes a datasets.Dataset)
 REFERENCE_PACKAGES = ("sentence_transformers", "datasets")
@@ -73,12 +72,7 @@ def sampled_split(n_pairs: int, n_queries: int) -> tuple[list[dict], list[dict],
     return train, queries, [c for c in corpus if c["id"].split("-")[0] in eval_articles]
 
 
-def run(args: Any) -> list[dict[str, Any]]:
-    """Every row (see the module doc); :func:`iter_rows` gives them one by one."""
-    return list(iter_rows(args))
-
-
-def iter_rows(args: Any) -> Iterator[dict[str, Any]]:
+def run(args: Any) -> Iterator[dict[str, Any]]:
     """The rows, each as soon as both of its runs are done (the fp32 row after the first pair of trainings), so
     a run stopped by a time limit keeps what it finished. A skipped row when the reference cannot run here."""
     import torch
@@ -256,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     pin_threads(args.threads)
     rows = []
-    for r in iter_rows(args):  # each as soon as it is measured
+    for r in run(args):  # each as soon as it is measured
         print(r, flush=True)
         rows.append(r)
     if args.out:

@@ -189,12 +189,8 @@ def _bench_bf16(
     )
 
 
-def run(args: Any = None) -> list[dict[str, Any]]:
-    return list(iter_rows(args))
-
-
-def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
-    """:func:`run`'s rows, each as soon as it is measured. ``args`` may also narrow the plan: ``models``
+def run(args: Any = None) -> Iterator[dict[str, Any]]:
+    """The rows, each as soon as it is measured. ``args`` may also narrow the plan: ``models``
     ("minilm", "base"), ``datasets`` ("sst2", "conll"), ``precisions`` ("fp32", "auto", "bf16"; the last two
     only on a CPU with native bf16) and ``batches`` (batches of 32 per row, instead of :func:`batch_count`)."""
     quick = bool(getattr(args, "quick", False))
@@ -218,7 +214,7 @@ def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    suite_main(iter_rows, __doc__.split("\n")[0], argv)
+    suite_main(run, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -180,12 +180,8 @@ def bench(task: str, repeats: int, tok=None) -> dict[str, Any]:
     )
 
 
-def run(args: Any = None) -> list[dict[str, Any]]:
-    return list(iter_rows(args))
-
-
-def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
-    """:func:`run`'s rows, each as soon as it is measured (``tasks``: a subset of "squad", "sst2")."""
+def run(args: Any = None) -> Iterator[dict[str, Any]]:
+    """The rows, each as soon as it is measured (``tasks``: a subset of "squad", "sst2")."""
     quick = bool(getattr(args, "quick", False))
     repeats = getattr(args, "repeats", None) or (3 if quick else 5)
     from bertkit.tokenizer import Tokenizer
@@ -196,7 +192,7 @@ def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    suite_main(iter_rows, __doc__.split("\n")[0], argv)
+    suite_main(run, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -277,14 +277,10 @@ def work(sizes: list[str], batch_size: int = 32, seq: int = 128) -> dict:
     return out
 
 
-def run(args=None) -> list[dict]:
-    """One row per size. ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq."""
-    return list(iter_rows(args))
-
-
-def iter_rows(args=None) -> Iterator[dict]:
-    """:func:`run`'s rows, each as soon as it is measured (``main`` prints them so: a run stopped by a time
-    limit keeps the rows it finished). ``mixed``: which rows a CPU with native bf16 adds per size, "auto"
+def run(args=None) -> Iterator[dict]:
+    """One row per size (and precision), each as soon as it is measured, so a run stopped by a time limit keeps
+    the rows it finished. ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq,
+    ours_only_sizes and ``mixed``: which rows a CPU with native bf16 adds per size, "auto"
     (ours ``--precision auto`` vs transformers fp32) and "bf16" (both sides bf16), in that order."""
     ns = argparse.Namespace(
         sizes=["mini", "small"],
@@ -349,7 +345,7 @@ def main(argv=None) -> None:
     if args.work_only:
         print(json.dumps(work(args.sizes, args.batch_size, args.seq), indent=2))
         return
-    for row in iter_rows(args):
+    for row in run(args):
         print(json.dumps(row), flush=True)
 
 

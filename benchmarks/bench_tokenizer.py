@@ -130,12 +130,8 @@ def bench(dataset: str, texts: list[str], repeats: int, toks=None) -> list[dict[
     ]
 
 
-def run(args: Any = None) -> list[dict[str, Any]]:
-    return list(iter_rows(args))
-
-
-def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
-    """:func:`run`'s rows, a data set's three as soon as they are measured."""
+def run(args: Any = None) -> Iterator[dict[str, Any]]:
+    """The rows, a data set's three as soon as they are measured."""
     quick = bool(getattr(args, "quick", False))
     repeats = getattr(args, "repeats", None) or (3 if quick else 7)
     toks = _tokenizers()
@@ -147,7 +143,7 @@ def iter_rows(args: Any = None) -> Iterator[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    suite_main(iter_rows, __doc__.split("\n")[0], argv)
+    suite_main(run, __doc__.split("\n")[0], argv)
 
 
 if __name__ == "__main__":

@@ -360,7 +360,7 @@ def suite_main(
 ) -> None:
     """The command line of a suite module: ``--quick``, ``--threads`` (pinned), ``--repeats``; prints each
     result's summary line and its JSON (without the per-round times), each as soon as ``run`` gives it (pass a
-    suite's ``iter_rows`` so a run stopped by a time limit keeps its finished rows)."""
+    suite's ``run``: one that yields keeps its finished rows when a time limit stops it)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--threads", type=int, default=2)

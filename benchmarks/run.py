@@ -9,8 +9,8 @@ bf16, bf16) GEMM peak with a large matmul; each training and inference row then 
 FLOP/s as a fraction of that peak. ``--doc`` rewrites docs/performance.md's results section from the
 output file (``benchmarks/report.py``).
 
-Suites (each a module exposing ``run(args) -> list[dict]``; a dict has at least ``name`` and ``ratio``,
-or ``skipped``/``error`` with a reason):
+Suites (each a module exposing ``run(args)``: a list of rows, or a generator that yields each row as it is
+measured; a row has at least ``name`` and ``ratio``, or ``skipped``/``error`` with a reason):
 
 - ``encoder``   benchmarks.bench_encoder   inference, MiniLM and BERT-base, SST-2/CoNLL batches of 32
 - ``tokenizer`` benchmarks.bench_tokenizer batch encoding vs BertTokenizerFast and raw ``tokenizers``
@@ -34,7 +34,7 @@ all-MiniLM-L6-v2 package (or ``$BERTKIT_BENCH_DATA`` and ``$BERTKIT_BENCH_MINILM
 the environment records which MiniLM, and rows measured on stand-in weights carry ``minilm_weights``).
 
 For a run that a time limit may stop (``benchmarks/cpu_checks.sh`` on a lent machine): ``--jsonl`` appends each
-row to a file as soon as its suite gives it (per row for suites with ``iter_rows``, else per suite), after a
+row to a file as soon as its suite gives it (per row for suites whose ``run`` yields, else per suite), after a
 first line ``{"environment": ...}`` and before a last ``{"end": ...}``; ``--set`` changes one setting of one
 suite (``--set pretrain.ours_only_sizes=[]``; the value is read as JSON, else taken as a string);
 ``--env-only`` records the environment and GEMM peaks and runs no suite; ``--peaks-from`` takes the peaks from
@@ -294,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         suite_args = _with_overrides(_suite_args(suite, args), args.overrides.get(suite, {}))
         try:
-            # rows one by one where the suite can give them so (iter_rows), else its whole list at its end
-            for row in getattr(module, "iter_rows", module.run)(suite_args):
+            for row in module.run(suite_args):  # a generator gives each row as it is measured
                 emit(row, suite, t0)
         except Mismatch as e:
             failed = True

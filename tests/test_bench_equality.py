@@ -268,6 +268,6 @@ def test_the_pretraining_bench_gives_each_row_as_soon_as_it_is_measured(monkeypa
     monkeypatch.setattr(
         bench_pretrain, "bench_size", lambda size, *a, **k: measured.append(size) or {"name": size}
     )
-    rows = bench_pretrain.iter_rows({"sizes": ["mini", "small"], "ours_only_sizes": []})
+    rows = bench_pretrain.run({"sizes": ["mini", "small"], "ours_only_sizes": []})
     assert next(rows) == {"name": "mini"} and measured == ["mini"]
     assert next(rows) == {"name": "small"} and measured == ["mini", "small"]
