@@ -4,6 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+# The suite sets torch to one thread per process (tests/conftest.py), so one pytest worker per core fills
+# the machine; a module's tests stay on one worker and share its module-scoped fixtures.
+TEST_WORKERS ?= 2
 
 .PHONY: run test bench lint clean venv
 
@@ -22,7 +25,7 @@ run: $(STAMP)
 	$(PY) -m bertkit.demo $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -x --durations=15 tests
+	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
