@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from bertkit import kernels, tuning
 from bertkit.config import BertConfig
 from bertkit.heads.pretraining import BertForPreTraining
-from bertkit.kernels import attention, gemm
+from bertkit.kernels import gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,13 +56,6 @@ def backend(request):
     gemm.use_backend(None)
 
 
-@pytest.fixture(params=["matmul", "sdpa"])
-def attention_path(request):
-    attention.use_attention(request.param)
-    yield request.param
-    attention.use_attention(None)
-
-
 def test_packed_rows_round_up_only_for_autograd_or_onednn(backend):
     mask = _batch(97)["attention_mask"]  # 22 real tokens
     assert gemm.bucket(22) == 32
@@ -73,7 +66,7 @@ def test_packed_rows_round_up_only_for_autograd_or_onednn(backend):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_kernels_off_and_on_give_equal_outputs_and_gradients(backend, attention_path, causal):
+def test_kernels_off_and_on_give_equal_outputs_and_gradients(backend, causal):
     # dropout 0 in training mode: the two dropouts draw different masks, everything else runs as in training
     cfg = BertConfig.preset("tiny", vocab_size=97, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
@@ -133,51 +126,6 @@ def test_model_py_uses_only_the_kernels_named_calls():
             assert node.attr in named, f"model.py uses kernels.{node.attr}"
         if isinstance(node, ast.Attribute) and node.attr in ("ops", "mkldnn"):
             raise AssertionError("model.py calls a vendor op directly")
-
-
-@pytest.mark.parametrize("shape", [(3, 2, 7, 4), (1, 12, 33, 32), (2, 4, 128, 16)])
-def test_short_attention_equals_sdpa_with_gradients(shape):
-    g = torch.Generator().manual_seed(sum(shape))
-    q, k, v = (torch.randn(*shape, generator=g, requires_grad=True) for _ in range(3))
-    # strided views, as the model hands them over (heads split out of one [B, T, 3H] projection)
-    qkv = torch.randn(shape[0], shape[2], 3, shape[1], shape[3], generator=g, requires_grad=True)
-    views = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    grad = torch.randn(*shape, generator=g)
-    for inputs, leaves in (((q, k, v), (q, k, v)), (views, (qkv,))):
-        ours = attention._short_attention(*inputs)
-        ours_grads = torch.autograd.grad(ours, leaves, grad)
-        ref = F.scaled_dot_product_attention(*inputs)
-        ref_grads = torch.autograd.grad(ref, leaves, grad)
-        torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
-        for a, b in zip(ours_grads, ref_grads):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-
-
-def test_short_matmul_path_only_for_short_unmasked_fp32(monkeypatch):
-    calls = []
-    real = attention._short_attention
-    monkeypatch.setattr(attention, "_short_attention", lambda *a: calls.append(a[0].shape) or real(*a))
-    short = [torch.randn(2, 3, attention.SHORT_KEYS, 8) for _ in range(3)]
-    long = [torch.randn(1, 3, attention.SHORT_KEYS + 1, 8) for _ in range(3)]
-    mask = torch.ones(2, 1, 1, attention.SHORT_KEYS, dtype=torch.bool)
-    try:
-        attention.use_attention("matmul")
-        kernels.scaled_dot_product_attention(*short)
-        assert calls == [short[0].shape]
-        kernels.scaled_dot_product_attention(*long)  # longer: the fused kernel (scores grow as T^2)
-        kernels.scaled_dot_product_attention(*short, mask)  # masked, causal, bf16: SDPA as before
-        kernels.scaled_dot_product_attention(*short, None, True)
-        kernels.scaled_dot_product_attention(*(x.bfloat16() for x in short))
-        with kernels.reference_ops():
-            kernels.scaled_dot_product_attention(*short)
-        assert len(calls) == 1
-        attention.use_attention("sdpa")
-        kernels.scaled_dot_product_attention(*short)
-        assert len(calls) == 1
-    finally:
-        attention.use_attention(None)
-    with pytest.raises(ValueError, match="attention path 'flash'"):
-        attention.use_attention("flash")
 
 
 # ------------------------------------------------------------------------------------ per-machine choice
@@ -249,25 +197,6 @@ def test_linear_choice_measures_both_backends(cache, monkeypatch):
         assert {"onednn", "torch"} <= set(entry["details"])  # both timed on this machine
     monkeypatch.setenv("BERTKIT_ONEDNN", "0")
     assert gemm.choose_linear() == "torch"
-
-
-def test_attention_choice_measures_both_paths_and_refuses_an_unknown_override(cache, monkeypatch):
-    monkeypatch.delenv("BERTKIT_ATTENTION", raising=False)
-    attention.use_attention(None)
-    try:
-        picked = attention.short_matmul_in_use()
-        entry = tuning.cached_choices()["attention"]
-        assert {"sdpa", "matmul"} <= set(entry["details"])  # both timed on this machine
-        assert picked == (entry["choice"] == "matmul")
-        attention.use_attention(None)
-        monkeypatch.setenv("BERTKIT_ATTENTION", "sdpa")
-        assert attention.short_matmul_in_use() is False
-        attention.use_attention(None)
-        monkeypatch.setenv("BERTKIT_ATTENTION", "flash")
-        with pytest.raises(ValueError, match="BERTKIT_ATTENTION='flash'"):
-            attention.short_matmul_in_use()
-    finally:
-        attention.use_attention(None)
 
 
 def test_tokenizer_fast_path_is_chosen_per_machine(cache, monkeypatch):
