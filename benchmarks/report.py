@@ -170,9 +170,12 @@ def repeats_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
         "| --- | --- | --- | " + " | ".join("---" for _ in QUALITY_KEYS) + " |",
     ]
     scores: dict[str, dict[str, list[tuple[float, float]]]] = {}  # row -> metric -> (ours, ref) per run
+    # the rows of the first run (the one the section shows) that have a ratio: another run's extra suites
+    # and its ours-only rows (ratio "n/a" or none) have nothing to compare
+    names = {r["name"] for r in runs[0][1]["results"] if isinstance(r.get("ratio"), (int, float))}
     for source, report in runs:
         for r in report["results"]:
-            if "ratio" not in r:
+            if r.get("name") not in names or not isinstance(r.get("ratio"), (int, float)):
                 continue
             cells = []
             for k in QUALITY_KEYS:

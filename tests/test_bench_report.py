@@ -163,6 +163,21 @@ def test_repeats_table_gives_every_runs_ratio_and_quality_and_their_mean(tmp_pat
     assert "mean of" not in doc.read_text(encoding="utf-8")
 
 
+def test_repeats_table_compares_only_the_main_runs_rows_that_have_a_ratio(tmp_path):
+    """An --also run with an ours-only row (no ratio) or a suite the main run lacks is read, not shown."""
+    doc = tmp_path / "perf.md"
+    doc.write_text(f"{BEGIN}\n{END}\n", encoding="utf-8")
+    other = _embed_run(1, 2.5, 80.0, 81.0)
+    other["results"] += [
+        {"name": "pretrain BERT-base, ours only", "ours": 285.0, "unit": "tokens/s", "ratio": None},
+        {"name": "tokenizer sst2", "ours": 9.0, "reference": 3.0, "unit": "texts/s", "ratio": 3.0},
+    ]
+    update(doc, _embed_run(0, 2.0, 79.0, 79.5), "a/s0.json", [("a/s1.json", other)])
+    text = doc.read_text(encoding="utf-8")
+    assert "| `s1.json` (seed 1, `def5678`) | train-embed MNRL | 2.50 |" in text
+    assert "ours only" not in text and "tokenizer sst2" not in text
+
+
 def test_per_core_speed_runs_on_one_thread_and_gives_the_threads_back(monkeypatch):
     """The experiment runner records one core's GEMM speed per sitting: measured on one thread whatever the
     sitting runs on, and the sitting's thread count is left as it was."""
