@@ -152,52 +152,63 @@ QUALITY_KEYS = ("recall@1", "mrr@10")
 
 def _run_label(source: str, report: dict[str, Any]) -> str:
     seeds = {r["seed"] for r in report["results"] if "seed" in r}
-    seed = f"seed {seeds.pop()}" if len(seeds) == 1 else "seed n/a"
-    return f"`{Path(source).name}` ({seed}, `{report['environment'].get('commit')}`)"
+    seed = f"seed {seeds.pop()}, " if len(seeds) == 1 else ""
+    return f"`{Path(source).name}` ({seed}`{report['environment'].get('commit')}`)"
+
+
+def _has_quality(row: dict[str, Any], key: str) -> bool:
+    return all(key in (row.get(f"quality_{side}") or {}) for side in ("ours", "reference"))
 
 
 def repeats_table(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """Markdown lines: each run's ratio per row and, where a row measured it, both sides' quality per run
     and the mean over the runs (so a reader sees the spread, not one run)."""
-    lines = [
-        "",
-        f"Every run of this benchmark ({len(runs)}): the ratio per row and, where the row measured the quality "
-        "of what both sides trained, each side's score (ours / reference; untrained in brackets).",
-        "",
-        "| run | benchmark | ratio | "
-        + " | ".join(f"{k} ours / ref (untrained)" for k in QUALITY_KEYS)
-        + " |",
-        "| --- | --- | --- | " + " | ".join("---" for _ in QUALITY_KEYS) + " |",
-    ]
-    scores: dict[str, dict[str, list[tuple[float, float]]]] = {}  # row -> metric -> (ours, ref) per run
     # the rows of the first run (the one the section shows) that have a ratio: another run's extra suites
     # and its ours-only rows (ratio "n/a" or none) have nothing to compare
     names = {r["name"] for r in runs[0][1]["results"] if isinstance(r.get("ratio"), (int, float))}
-    for source, report in runs:
-        for r in report["results"]:
-            if r.get("name") not in names or not isinstance(r.get("ratio"), (int, float)):
+    compared = [
+        (source, report, r)
+        for source, report in runs
+        for r in report["results"]
+        if r.get("name") in names and isinstance(r.get("ratio"), (int, float))
+    ]
+    # quality columns only where some compared row measured that quality (speed-only suites: none)
+    keys = [k for k in QUALITY_KEYS if any(_has_quality(r, k) for _, _, r in compared)]
+    lines = [
+        "",
+        f"Every run of this benchmark ({len(runs)}): the ratio per row"
+        + (
+            " and, where the row measured the quality of what both sides trained, each side's score "
+            "(ours / reference; untrained in brackets)."
+            if keys
+            else "."
+        ),
+        "",
+        "| run | benchmark | ratio | " + "".join(f"{k} ours / ref (untrained) | " for k in keys),
+        "| --- | --- | --- | " + "".join("--- | " for _ in keys),
+    ]
+    scores: dict[str, dict[str, list[tuple[float, float]]]] = {}  # row -> metric -> (ours, ref) per run
+    for source, report, r in compared:
+        cells = []
+        for k in keys:
+            if not _has_quality(r, k):
+                cells.append("—")
                 continue
-            cells = []
-            for k in QUALITY_KEYS:
-                ours, ref = (r.get(f"quality_{side}") or {} for side in ("ours", "reference"))
-                if k not in ours or k not in ref:
-                    cells.append("—")
-                    continue
-                base = (r.get("quality_untrained") or {}).get(k)
-                cells.append(f"{ours[k]:.2f} / {ref[k]:.2f}" + (f" ({base:.2f})" if base is not None else ""))
-                scores.setdefault(r["name"], {}).setdefault(k, []).append((ours[k], ref[k]))
-            lines.append(
-                f"| {_run_label(source, report)} | {r['name']} | {_num(r['ratio'])} | "
-                + " | ".join(cells)
-                + " |"
-            )
+            ours, ref = r["quality_ours"][k], r["quality_reference"][k]
+            base = (r.get("quality_untrained") or {}).get(k)
+            cells.append(f"{ours:.2f} / {ref:.2f}" + (f" ({base:.2f})" if base is not None else ""))
+            scores.setdefault(r["name"], {}).setdefault(k, []).append((ours, ref))
+        lines.append(
+            f"| {_run_label(source, report)} | {r['name']} | {_num(r['ratio'])} | "
+            + "".join(c + " | " for c in cells)
+        )
     for name, by_key in scores.items():
         means = [
             " / ".join(f"{statistics.mean(side):.2f}" for side in zip(*by_key[k])) if k in by_key else "—"
-            for k in QUALITY_KEYS
+            for k in keys
         ]
-        lines.append(f"| mean of {len(runs)} | {name} | | " + " | ".join(means) + " |")
-    return lines
+        lines.append(f"| mean of {len(runs)} | {name} | | " + "".join(m + " | " for m in means))
+    return [line.rstrip() for line in lines]
 
 
 def update(

@@ -198,3 +198,22 @@ def test_per_core_speed_runs_on_one_thread_and_gives_the_threads_back(monkeypatc
         assert peak.per_core_gflops() == 50.0 and seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_repeats_table_of_speed_only_rows_has_no_quality_columns(tmp_path):
+    doc = tmp_path / "perf.md"
+    doc.write_text(f"{BEGIN}\n{END}\n", encoding="utf-8")
+    runs = []
+    for commit, ratio in (("aaa1111", 1.87), ("bbb2222", 2.0)):
+        report = _report(ratio)
+        report["environment"]["commit"] = commit
+        report["results"] = [
+            {"name": "encoder sst2", "ours": 2.0 * ratio, "reference": 2.0, "unit": "seq/s", "ratio": ratio}
+        ]
+        runs.append((f"d/{commit}.json", report))
+    update(doc, runs[0][1], runs[0][0], runs[1:])
+    text = doc.read_text(encoding="utf-8")
+    assert "| run | benchmark | ratio |\n| --- | --- | --- |\n" in text
+    assert "| `aaa1111.json` (`aaa1111`) | encoder sst2 | 1.87 |" in text
+    assert "| `bbb2222.json` (`bbb2222`) | encoder sst2 | 2.00 |" in text
+    assert "recall@1" not in text and "seed" not in text
