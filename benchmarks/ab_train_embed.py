@@ -71,12 +71,16 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(ROOT))  # run as a file: the benchmarks package from this project's root
     from benchmarks.inputs import SHARED_DATA, NoData, minilm_dir
 
-    squad = SHARED_DATA / "squad" / "dev-v1.1.json"
-    if not squad.is_file():
-        sys.exit(f"{squad} not found: this A/B needs the shared SQuAD data")
+    # the command line first, the data it needs after: a wrong command says so wherever it runs
+    bad = [c for c in args.checkout if "=" not in c]
+    if bad:
+        sys.exit(f"--checkout {bad[0]!r}: expected LABEL=PATH")
     checkouts = dict(c.split("=", 1) for c in args.checkout)
     if len(checkouts) < 2:
         sys.exit("--checkout LABEL=PATH at least twice")
+    squad = SHARED_DATA / "squad" / "dev-v1.1.json"
+    if not squad.is_file():
+        sys.exit(f"{squad} not found: this A/B needs the shared SQuAD data")
     from benchmarks.common import child_json, environment
 
     try:  # $BERTKIT_BENCH_MINILM or the installed package

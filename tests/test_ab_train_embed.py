@@ -4,6 +4,7 @@ the JSON; bad arguments stop with a one-line message."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,11 +15,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "ab_train_embed.py"
 
 
-def test_needs_two_checkouts():
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--checkout", f"a={ROOT}"], capture_output=True, text=True
-    )
-    assert out.returncode != 0 and "--checkout LABEL=PATH at least twice" in out.stderr
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--checkout", f"a={ROOT}"], "--checkout LABEL=PATH at least twice"),
+        (["--checkout", f"a={ROOT}", "--checkout", str(ROOT)], f"--checkout '{ROOT}': expected LABEL=PATH"),
+    ],
+)
+def test_a_wrong_command_line_is_refused_in_one_line_with_or_without_the_data(args, message, tmp_path):
+    # BERTKIT_BENCH_DATA at an empty folder: the command line is judged before the data is looked for
+    env = {**os.environ, "BERTKIT_BENCH_DATA": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env)
+    assert out.returncode != 0 and out.stderr.strip() == message
 
 
 def test_two_checkouts_alternate_and_each_imports_its_own_bertkit(tmp_path):
