@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(child(args.pairs, args.threads, args.minilm, args.squad)))
         return
     sys.path.insert(0, str(ROOT))  # run as a file: the benchmarks package from this project's root
-    from benchmarks.inputs import SHARED_DATA, NoData, minilm_dir
+    from benchmarks.bench_embed_train import SQUAD as squad  # the file the side-by-side bench reads
+    from benchmarks.inputs import NoData, minilm_dir
 
     # the command line first, the data it needs after: a wrong command says so wherever it runs
     bad = [c for c in args.checkout if "=" not in c]
@@ -78,7 +79,6 @@ def main(argv: list[str] | None = None) -> None:
     checkouts = dict(c.split("=", 1) for c in args.checkout)
     if len(checkouts) < 2:
         sys.exit("--checkout LABEL=PATH at least twice")
-    squad = SHARED_DATA / "squad" / "dev-v1.1.json"
     if not squad.is_file():
         sys.exit(f"{squad} not found: this A/B needs the shared SQuAD data")
     from benchmarks.common import child_json, environment

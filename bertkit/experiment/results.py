@@ -37,13 +37,6 @@ def machine_info() -> dict[str, Any]:
             "cores": os.cpu_count(), "python": platform.python_version()}  # fmt: skip
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``lscpu``'s), as :func:`bertkit.tuning.cpu_info` reads it."""
-    from bertkit.tuning import cpu_info
-
-    return cpu_info()["model"]
-
-
 def results_dir(matrix: Matrix, override: str | None = None) -> Path:
     return Path(override) if override else matrix.base / "results" / matrix.name
 
