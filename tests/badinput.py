@@ -19,21 +19,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from children import child_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def env() -> dict[str, str]:
-    """The environment for a child ``bertkit``: this checkout first on the path, one thread, no DDP vars."""
-    e = dict(
-        os.environ,
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        PYTHONPATH=str(ROOT),
-        TOKENIZERS_PARALLELISM="false",
-    )
-    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        e.pop(k, None)
-    return e
+    """The environment for a child ``bertkit`` (:func:`children.child_env`), tokenizers on one thread too."""
+    return child_env(TOKENIZERS_PARALLELISM="false")
 
 
 def bertkit(args: Sequence[object], *, stdin: str | None = None, timeout: float = 300, cwd=None):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from children import child_env
 
 from bertkit.cli import main
 from bertkit.tasks.glue import read_glue
@@ -279,11 +280,9 @@ def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, capsys, min
     in step 6 of the second run and resumed with --resume: every loss, the metrics and the saved model are
     exactly those of an uninterrupted run. The killed process is a second run with the same seed, so the
     steps it logged before dying also show that the same seed gives the same losses."""
-    import os
     import signal
     import subprocess
     import sys
-    from pathlib import Path
 
     from safetensors.torch import load_file
 
@@ -301,9 +300,7 @@ def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, capsys, min
     killed = tmp_path / "killed"
     script = tmp_path / "killer.py"
     script.write_text(KILLER)
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(root))
-    p = subprocess.run([sys.executable, script, "18", *base, "--out", str(killed)], env=env,
+    p = subprocess.run([sys.executable, script, "18", *base, "--out", str(killed)], env=child_env(),
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
     run1, run2 = sorted((killed / "runs").iterdir())

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from children import child_env
 from torch import nn
 
 from bertkit.cli import main
@@ -78,7 +78,7 @@ def test_length_grouped_batches_split_over_ranks_equals_accumulation():
 def test_two_process_ddp_equals_one_process_with_accumulation_2(tmp_path, capsys, tiny):
     one = _run(capsys, [*_base(tiny), "--out", tmp_path / "one", "--grad-accum", 2, "--epochs", 2])
     assert one["hyperparameters"]["grad_accum"] == 2 and one["steps"] == 12  # ceil(12 batches / 2) x 2 epochs
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env = child_env()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "bertkit", *map(str, _base(tiny)), "--out", str(tmp_path / "two"), "--epochs", "2"]  # fmt: skip
     two = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

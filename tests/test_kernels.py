@@ -258,3 +258,25 @@ def test_import_bertkit_sets_the_thread_settings_for_users_as_for_the_bench(tmp_
     assert run("bertkit", 0.5) == "None"  # an idle one: OpenMP's default spinning
     assert run("bertkit", 3.0, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's own setting wins
     assert run("torch, bertkit", 3.0) == "None"  # too late once torch runs: left alone
+
+
+def test_a_resume_takes_the_checkpoints_gemm_backend_unless_the_user_pinned_one(monkeypatch, caplog):
+    if gemm.onednn_op() is None:
+        pytest.skip("this torch build has no oneDNN linear: one backend only")
+    monkeypatch.delenv("BERTKIT_ONEDNN", raising=False)
+    try:
+        gemm.use_backend("onednn")
+        gemm.resume_backend(None)  # a checkpoint from before the backend was recorded: the machine's choice
+        gemm.resume_backend("nosuch")
+        assert gemm.backend_name() == "onednn"
+        with caplog.at_level("INFO", logger="bertkit"):
+            gemm.resume_backend("torch")
+        assert gemm.backend_name() == "torch" and "as the checkpoint was written" in caplog.text
+        monkeypatch.setenv("BERTKIT_ONEDNN", "1")  # the user's explicit setting wins, with a warning
+        gemm.use_backend("onednn")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="bertkit"):
+            gemm.resume_backend("torch")
+        assert gemm.backend_name() == "onednn" and "not bitwise" in caplog.text
+    finally:
+        gemm.use_backend(None)

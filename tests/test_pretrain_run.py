@@ -4,7 +4,6 @@ kill -9 and resume gives bitwise the same losses, 2-process DDP equals one proce
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from children import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,9 +36,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def env1() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    env.pop("WORLD_SIZE", None)
-    return env
+    return child_env()
 
 
 def cli(args, **kw) -> subprocess.CompletedProcess:
@@ -234,3 +232,47 @@ def test_two_phase_config_and_ablation_objectives(tmp_path, data_dir):
         pretrain(
             PretrainConfig.from_file(cfg_file, data=str(data_dir), out=str(tmp_path / "x"), objective="nsp")
         )
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_resume_computes_with_the_gemm_backend_its_checkpoint_was_written_with(
+    tmp_path, data_dir, monkeypatch
+):
+    """A run written on one fp32 GEMM backend and resumed in a process whose per-machine choice fell the other
+    way (they round differently) continues on the checkpoint's backend: bitwise the uninterrupted run."""
+    from bertkit.cli import build_parser
+    from bertkit.cli.pretrain import config_from_args
+    from bertkit.kernels import gemm
+    from bertkit.pretrain import pretrain
+
+    if gemm.onednn_op() is None:
+        pytest.skip("this torch build has no oneDNN linear: one backend only")
+    monkeypatch.delenv("BERTKIT_ONEDNN", raising=False)
+    cfg = write_config(tmp_path / "cfg.toml")
+    common = ["--data", data_dir, "--config", cfg, "--steps", 14, "--batch-size", 8, "--max-seq-length", 64,
+              "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--quiet", "--valid-documents", 2,
+              "--grad-accum", 2]  # fmt: skip
+
+    def run(out, resume=False, stop_at=None):
+        def stop(rec):
+            if rec["step"] == stop_at:
+                raise _Stop
+
+        args = build_parser().parse_args(["pretrain", "--out", str(out), *map(str, common)])
+        pretrain(config_from_args(args), resume=resume, callbacks=[stop])
+
+    try:
+        gemm.use_backend("torch")
+        run(tmp_path / "ref")
+        with pytest.raises(_Stop):
+            run(tmp_path / "cut", stop_at=6)  # the newest checkpoint is step 4's
+        gemm.use_backend("onednn")  # this process's choice, had it been made afresh, fell the other way
+        run(tmp_path / "cut", resume=True)
+        resumed_on = gemm.backend_name()
+    finally:
+        gemm.use_backend(None)
+    assert losses(tmp_path / "cut") == losses(tmp_path / "ref")  # bitwise: floats compared exactly
+    assert resumed_on == "torch"

@@ -12,6 +12,8 @@ new shape.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +23,8 @@ from torch import Tensor
 
 from ..tuning import choose, time_alternating
 from .state import fast_ok
+
+logger = logging.getLogger(__name__)
 
 # activations oneDNN fuses into the GEMM (the ACT2FN names of bertkit.model): (attr, algorithm)
 _ONEDNN_ACTS = {"gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "gelu_pytorch_tanh": ("gelu", "tanh")}
@@ -70,6 +74,43 @@ def use_backend(name: str | None) -> None:
     """Force the GEMM backend for this process: "onednn", "torch", or None to choose again at next use."""
     global _op
     _op = _UNSET if name is None else (onednn_op() if name == "onednn" else None)
+
+
+def backend_name() -> str:
+    """The fp32 GEMM backend this process uses, "onednn" or "torch" (chosen at first use)."""
+    return "onednn" if onednn_in_use() else "torch"
+
+
+def resume_backend(recorded: str | None) -> None:
+    """Use the GEMM backend a training checkpoint was written with (``recorded``, from :func:`backend_name`).
+
+    The two backends round differently, and where they measure alike the per-machine choice can fall either
+    way in another process (a cleared cache, ``BERTKIT_CHOICE_CACHE=0``, a fresh container): a resumed run then
+    computes other bits than the run it continues. An explicit ``BERTKIT_ONEDNN`` that disagrees wins, and so
+    does this build when it lacks oneDNN's kernel; both with a warning that the resume is not bitwise."""
+    if recorded not in ("onednn", "torch"):
+        return  # a checkpoint from before this was recorded, or an unknown name: the machine's choice
+    if _op is not _UNSET and recorded == backend_name():
+        return
+    if os.environ.get("BERTKIT_ONEDNN", "") != "":
+        if choose_linear() != recorded:
+            logger.warning(
+                "the checkpoint was written with GEMM backend %s; BERTKIT_ONEDNN=%s keeps %s, so this resume "
+                "is not bitwise the run it continues",
+                recorded,
+                os.environ["BERTKIT_ONEDNN"],
+                choose_linear(),
+            )
+        return
+    if recorded == "onednn" and onednn_op() is None:
+        logger.warning(
+            "the checkpoint was written with GEMM backend onednn, which this torch build lacks: resuming on "
+            "torch (F.linear), not bitwise the run it continues"
+        )
+        use_backend("torch")
+        return
+    logger.info("GEMM backend %s, as the checkpoint was written (not re-chosen for this machine)", recorded)
+    use_backend(recorded)
 
 
 def bucket(rows: int) -> int:

@@ -71,6 +71,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.errors import UserError
+from bertkit.kernels import gemm
 from bertkit.kernels.freed_memory import keep_freed_memory
 from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
 from bertkit.train.checkpoint import (
@@ -275,6 +276,8 @@ class Trainer:
             "nonfinite_steps": self.nonfinite_steps,
             "world_size": self.world_size,
             "seed": self.seed,
+            # the backends round differently: a resume must compute with the one this run used
+            "gemm": gemm.backend_name(),
         }
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
@@ -287,6 +290,7 @@ class Trainer:
                 f"the checkpoint in {self.out_dir / 'checkpoints'} does not fit this run's model or optimizer "
                 f"({first}); resume with the settings it was written with, or start a new --out"
             ) from None
+        gemm.resume_backend(state.get("gemm"))
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
