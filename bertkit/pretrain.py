@@ -20,8 +20,11 @@ the paper's two-phase recipe (90% of steps at 128 tokens, then 10% at 512)::
     batch_size = 256
     max_predictions_per_seq = 80
 
-Objectives: ``mlm+nsp`` (the paper), ``mlm`` (the "No NSP" ablation: single-segment inputs), ``ltr`` (the
-"LTR & No NSP" ablation: a causal encoder predicting every next token from unmasked inputs).
+Objectives (:mod:`bertkit.objectives`): ``mlm+nsp`` (the paper), ``mlm`` (the "No NSP" ablation: single-segment
+inputs), ``ltr`` (the "LTR & No NSP" ablation: a causal encoder predicting every next token from unmasked
+inputs), ``roberta`` (RoBERTa's recipe: no NSP, full sentences packed across documents) and ``electra``
+(replaced-token detection with a small generator). An objective's own settings go in an
+``[objective_options]`` table (e.g. ``generator_fraction = 0.25`` for electra).
 
 Output layout of ``RUN_DIR``: ``metrics.jsonl``, ``eval.jsonl``, ``curves.png``, ``checkpoints/`` (one
 phase) or ``phase-N/...`` (several), ``model/`` (config.json, model.safetensors, vocab.txt - loadable by
@@ -49,8 +52,8 @@ import torch.distributed as dist
 from bertkit.config import BertConfig
 from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
-from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
 from bertkit.io import atomic_write_json, read_text
+from bertkit.objectives import REGISTRY, Objective, get_objective, objective_class
 from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
@@ -60,7 +63,7 @@ from bertkit.validate import check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
 
-OBJECTIVES = ("mlm+nsp", "mlm", "ltr")
+OBJECTIVES = tuple(REGISTRY)
 
 # Learning rate, warm-up, batch size and masking rate when the config leaves them unset (None). ``recipe =
 # "cpu"`` (the default for the small presets) is what learned the most per CPU-second on 2 cores (docs/paper-mini.md
@@ -123,6 +126,7 @@ class PretrainConfig:
     model_overrides: dict[str, Any] = field(default_factory=dict)
     init_from: str | None = None  # continue from a saved model dir
     objective: str = "mlm+nsp"
+    objective_options: dict[str, Any] = field(default_factory=dict)  # the objective's own settings
     steps: int = 1000
     batch_size: int | None = None  # global batch; None: from the recipe (see RECIPES)
     grad_accum: int = 1
@@ -170,6 +174,8 @@ class PretrainConfig:
         if name == "auto":
             name = "cpu" if self.preset in RECIPES["cpu"] and not self.model_config else "paper"
         values = RECIPES[name].get(self.preset, PAPER_RECIPE) if name == "cpu" else PAPER_RECIPE
+        # an objective's own defaults (e.g. ELECTRA's 15% masked) come before the recipe's
+        values = {**values, **objective_class(self.objective).setting_defaults}
         prob = values["masked_lm_prob"] if self.masked_lm_prob is None else self.masked_lm_prob
         cap = self.max_predictions_per_seq
         return dataclasses.replace(
@@ -270,33 +276,16 @@ def build_model_config(cfg: PretrainConfig, vocab_size: int, max_seq_length: int
     return mc
 
 
-def make_loss_fn(objective: str, pad_token_id: int = 0):
-    """``loss_fn(model, batch) -> (loss, metrics)`` for the trainer."""
-    if objective not in OBJECTIVES:
-        raise UserError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-
-    def loss_fn(model, batch):
-        nsp = None
-        causal = False
-        if objective == "ltr":
-            batch = ltr_batch(batch, pad_token_id)
-            causal = True
-        elif objective == "mlm+nsp":
-            nsp = batch.get("next_sentence_label")
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch.get("attention_mask"),
-            token_type_ids=batch.get("token_type_ids"),
-            labels=batch["labels"],
-            next_sentence_label=nsp,
-            causal=causal,
-        )
-        return out.loss, pretraining_metrics(out, next_sentence_label=nsp)
-
-    return loss_fn
+def make_loss_fn(objective: str | Objective, pad_token_id: int = 0):
+    """``loss_fn(model, batch) -> (loss, metrics)`` for the trainer: the objective's loss."""
+    if isinstance(objective, str):
+        objective = get_objective(objective, pad_token_id=pad_token_id)
+    return objective.loss
 
 
-def make_eval_fn(dataset, objective: str, batch_size: int, max_batches: int, device, pad_token_id: int = 0):
+def make_eval_fn(
+    dataset, objective: str | Objective, batch_size: int, max_batches: int, device, pad_token_id: int = 0
+):
     """Evaluate on a fixed held-out set: the first ``max_batches`` batches of ``dataset`` in order."""
     loss_fn = make_loss_fn(objective, pad_token_id)
     n = min(len(dataset), batch_size * max_batches)
@@ -323,12 +312,25 @@ def make_eval_fn(dataset, objective: str, batch_size: int, max_batches: int, dev
 
 
 def _load_dataset(
-    data_dir: str, phase: dict, cfg: PretrainConfig, split: str, fmt: str = "dynamic", pad_id=0
+    data_dir: str,
+    phase: dict,
+    cfg: PretrainConfig,
+    split: str,
+    fmt: str = "dynamic",
+    pad_id=0,
+    objective: Objective | None = None,
 ):
+    objective = objective or get_objective(cfg.objective, cfg.objective_options)
+    no_nsp = not objective.next_sentence
     if fmt != "dynamic":
+        if objective.pack_documents:
+            raise UserError(
+                f"objective {objective.name} packs documents on the fly: it needs a `bertkit prepare` directory "
+                f"read as the dynamic stream, not {fmt} instances"
+            )
         if split != "train":  # the fixed instances cover every document: nothing is held out
             raise UserError(f"no held-out split in {fmt} data {data_dir}")
-        ds = open_static(data_dir, fmt, no_nsp=cfg.objective != "mlm+nsp", pad_id=pad_id)
+        ds = open_static(data_dir, fmt, no_nsp=no_nsp, pad_id=pad_id)
         if ds.max_seq_length > phase["max_seq_length"]:
             raise UserError(
                 f"{ds.name}: instances have {ds.max_seq_length} tokens > max_seq_length {phase['max_seq_length']}; "
@@ -353,7 +355,8 @@ def _load_dataset(
         max_predictions_per_seq=phase["max_predictions_per_seq"],
         short_seq_prob=phase["short_seq_prob"],
         seed=cfg.seed,
-        no_nsp=cfg.objective != "mlm+nsp",
+        no_nsp=no_nsp,
+        pack_documents=objective.pack_documents,
         whole_word_mask=phase["whole_word_mask"],
         split=split,
         valid_documents=cfg.valid_documents,
@@ -373,8 +376,7 @@ def _device(cfg: PretrainConfig, local_rank: int) -> torch.device:
 
 def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     """Run every phase of ``cfg``; returns the results dict (also written to ``OUT/results.json``)."""
-    if cfg.objective not in OBJECTIVES:
-        raise UserError(f"objective must be one of {', '.join(OBJECTIVES)}, not {cfg.objective!r}")
+    objective_class(cfg.objective)  # an unknown name is refused before anything else
     cfg = cfg.with_recipe()
     data_dir = Path(cfg.data)
     fmt = detect_format(data_dir, cfg.data_format)
@@ -410,20 +412,20 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if cfg.lowercase is not None:
         manifest["lowercase"] = cfg.lowercase
     pad_id = vocab_words.index("[PAD]") if "[PAD]" in vocab_words else 0
+    mask_id = vocab_words.index("[MASK]") if "[MASK]" in vocab_words else 103
+    objective = get_objective(
+        cfg.objective, cfg.objective_options, pad_token_id=pad_id, mask_token_id=mask_id
+    )
     mc = build_model_config(cfg, len(vocab_words), max(p["max_seq_length"] for p in phases))
     mc.pad_token_id = pad_id
-    if cfg.objective == "ltr":
-        # written into model/config.json: the fine-tuning heads keep the causal mask (the paper's LTR model)
-        mc.extra["causal"] = True
+    objective.configure(mc)
 
     torch.manual_seed(cfg.seed)  # model initialisation
-    if cfg.init_from:
-        model = BertForPreTraining.from_pretrained(cfg.init_from)
-        model.train()
-    else:
-        model = BertForPreTraining(mc)
+    model = objective.build_model(mc, cfg.init_from)
     if cfg.gradient_checkpointing:
-        model.bert.gradient_checkpointing_enable()
+        for module in model.modules():
+            if hasattr(module, "gradient_checkpointing_enable") and module is not model:
+                module.gradient_checkpointing_enable()
     model.to(device)
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
@@ -440,7 +442,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     def make_sched(o):
         return linear_schedule(o, warmup_steps_from(cfg.warmup, total_steps), total_steps)
 
-    loss_fn = make_loss_fn(cfg.objective, pad_id)
+    loss_fn = objective.loss
     results: dict[str, Any] = {
         "phases": [], "world_size": world, "objective": cfg.objective, "data_format": fmt, "device": str(device),
     }  # fmt: skip
@@ -456,7 +458,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
                 f"batch_size {ph['batch_size']} must be a multiple of world_size*grad_accum = "
                 f"{world}*{ph['grad_accum']}"
             )
-        train_ds = _load_dataset(str(data_dir), ph, cfg, "train", fmt, pad_id)
+        train_ds = _load_dataset(str(data_dir), ph, cfg, "train", fmt, pad_id, objective)
         batches = Batches(
             train_ds, micro, train_ds.collate, seed=cfg.seed, rank=rank, world_size=world,
             grad_accum=int(ph["grad_accum"]),
@@ -464,9 +466,9 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         eval_fn = None
         if cfg.eval_every or cfg.eval_batches:
             try:
-                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid", fmt, pad_id)
+                valid_ds = _load_dataset(str(data_dir), ph, cfg, "valid", fmt, pad_id, objective)
                 eval_fn = make_eval_fn(
-                    valid_ds, cfg.objective, cfg.eval_batch_size or micro, cfg.eval_batches, device, pad_id
+                    valid_ds, objective, cfg.eval_batch_size or micro, cfg.eval_batches, device, pad_id
                 )
             except UserError as e:
                 logger.warning("no held-out evaluation: %s", e)
@@ -492,7 +494,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             progress=cfg.progress,
             tensorboard=cfg.tensorboard,
             distributed=cfg.distributed,
-            find_unused_parameters=cfg.objective != "mlm+nsp",
+            find_unused_parameters=objective.find_unused_parameters,
             callbacks=callbacks,
             desc=f"pretrain{'' if len(phases) == 1 else f' phase {i + 1}/{len(phases)}'}",
         )
@@ -521,11 +523,11 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if trainer is not None and trainer._fsdp:  # gather the shards (every rank takes part)
         full = trainer.full_model_state()
         if rank == 0:
-            export = BertForPreTraining(model.config)
+            export = objective.build_model(model.config)
             export.load_state_dict(full)
     if rank == 0:
-        export.save_pretrained(model_dir)
-        save_tokenizer(vocab_file, bool(manifest.get("lowercase", True)), model_dir)
+        for folder in objective.save(export, model_dir) or [model_dir]:
+            save_tokenizer(vocab_file, bool(manifest.get("lowercase", True)), folder)
     last = results["phases"][-1] if results["phases"] else {}
     results.update(
         {
@@ -538,21 +540,27 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         }
     )
     if rank == 0:
-        _write_card(cfg, model_dir, fmt, phases, results, world)
+        _write_card(cfg, objective, model_dir, fmt, phases, results, world)
         atomic_write_json(out / "results.json", results)
     return results
 
 
 def _write_card(
-    cfg: PretrainConfig, model_dir: Path, fmt: str, phases: list, results: dict, world: int
+    cfg: PretrainConfig,
+    objective: Objective,
+    model_dir: Path,
+    fmt: str,
+    phases: list,
+    results: dict,
+    world: int,
 ) -> None:
     from bertkit.model_card import write_model_card
 
     held_out = results.get("eval")
     scores = held_out or results.get("last") or {}
     write_model_card(
-        model_dir, title=f"A BERT pre-trained with bertkit ({cfg.objective})", kind="pretraining",
-        task=f"pre-training, objective {cfg.objective}",
+        model_dir, title=objective.card_title(), kind="pretraining",
+        task=f"pre-training, objective {cfg.objective} ({objective.summary})",
         data={"data": cfg.data, "stream": fmt, "held-out documents": cfg.valid_documents},
         hyperparameters={
             "model": cfg.model_config or cfg.preset, "steps": results["steps"], "lr": cfg.lr, "warmup": cfg.warmup,

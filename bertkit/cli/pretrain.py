@@ -61,7 +61,17 @@ def register(subparsers) -> None:
     p.add_argument(
         "--init-from", type=A.existing_dir, help="continue pre-training from a saved model directory"
     )
-    p.add_argument("--objective", choices=["mlm+nsp", "mlm", "ltr"])
+    from bertkit.objectives import REGISTRY
+
+    p.add_argument(
+        "--objective", choices=list(REGISTRY),
+        help="; ".join(f"{name}: {cls.summary}" for name, cls in REGISTRY.items()) + " (default mlm+nsp)",
+    )  # fmt: skip
+    p.add_argument(
+        "--objective-option", dest="objective_options", action="append", type=_option, metavar="KEY=VALUE",
+        help="an objective's own setting, repeatable (electra: generator_fraction=0.25, "
+        "discriminator_weight=50, mask_token_prob=0.85)",
+    )  # fmt: skip
     p.add_argument("--steps", type=A.positive_int)
     p.add_argument("--batch-size", type=A.positive_int, help="global batch per optimizer step")
     p.add_argument("--grad-accum", type=A.positive_int)
@@ -107,6 +117,20 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_pretrain)
 
 
+def _option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` -> (key, value), the value read as JSON where it parses (numbers, true/false), else text."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return key.strip(), parsed
+
+
 def config_from_args(args: argparse.Namespace):
     from bertkit.pretrain import PretrainConfig, load_config_file
 
@@ -115,6 +139,8 @@ def config_from_args(args: argparse.Namespace):
         v = getattr(args, name, None)
         if v is not None:
             data[name] = str(v) if isinstance(v, Path) else v
+    if getattr(args, "objective_options", None):
+        data["objective_options"] = {**data.get("objective_options", {}), **dict(args.objective_options)}
     if getattr(args, "quiet", False):
         data["progress"] = False
     if not data.get("data"):

@@ -34,6 +34,9 @@ How an item is made (the original algorithm, reorganised so any item can be draw
   words with ``whole_word_mask``), 80% ``[MASK]`` / 10% random vocabulary id / 10% unchanged.
 - ``no_nsp=True``: one contiguous segment ``[CLS] chunk [SEP]`` of up to ``max_seq_length - 2`` tokens
   (the paper's "No NSP" ablation); no ``next_sentence_label``.
+- ``pack_documents=True`` (with ``no_nsp``; RoBERTa's FULL-SENTENCES): chunks are cut from all of a shard's
+  documents read one after another, with a ``[SEP]`` where a document ends, so an instance fills the window
+  across document boundaries; ``short_seq_prob`` does not apply (every instance is as long as its chunk).
 - Differences from the static stream (by design): unused B-side sentences of a random-next pair are not
   "put back" into the same epoch (they are used in other epochs), and a random document is always a
   different one (the original gives up after ten tries).
@@ -101,6 +104,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         no_nsp: bool = False,
         whole_word_mask: bool = False,
         rank: int = 0,
+        pack_documents: bool = False,
         world_size: int = 1,
         split: str = "train",
         valid_documents: int | None = None,
@@ -119,6 +123,9 @@ class PretrainingDataset(torch.utils.data.Dataset):
         self.short_seq_prob = float(short_seq_prob)
         self.seed = int(seed)
         self.no_nsp = bool(no_nsp)
+        self.pack_documents = bool(pack_documents)
+        if self.pack_documents and not self.no_nsp:
+            raise UserError("pack_documents needs no_nsp: packed instances have one segment and no NSP label")
         self.whole_word_mask = bool(whole_word_mask)
         self.rank, self.world_size, self.split = int(rank), int(world_size), split
         self.epoch = 0
@@ -167,8 +174,10 @@ class PretrainingDataset(torch.utils.data.Dataset):
         sh = self.shards
         docs = np.arange(self.doc_lo, self.doc_hi)
         c_shard, c_lo, c_hi, c_doc, c_start, c_end = [], [], [], [], [], []
+        self.doc_start_tok: list[np.ndarray] = []  # per shard: first token of each of its split's documents
         for k, arr in enumerate(sh.arrays):
             mine = docs[sh.doc_shard[docs] == k]
+            self.doc_start_tok.append(np.asarray(arr["sents"])[sh.doc_sent_lo[mine]].astype(np.int64))
             if mine.size == 0:
                 continue
             sents = np.asarray(arr["sents"])
@@ -178,9 +187,16 @@ class PretrainingDataset(torch.utils.data.Dataset):
             doc_of = np.repeat(mine, counts)
             starts_tok = sents[sent_idx]  # token offset of each sentence
             doc_start_tok = np.repeat(sents[s_lo], counts)
-            group = (starts_tok - doc_start_tok) // t  # chunk number within the document
-            new = np.ones(len(sent_idx), dtype=bool)
-            new[1:] = (doc_of[1:] != doc_of[:-1]) | (group[1:] != group[:-1])
+            if self.pack_documents:
+                # the shard's documents as one stream with a separator after each: chunk number in the stream
+                ordinal = np.repeat(np.arange(len(mine)), counts)
+                group = (starts_tok - starts_tok[0] + ordinal) // t
+                new = np.ones(len(sent_idx), dtype=bool)
+                new[1:] = group[1:] != group[:-1]
+            else:
+                group = (starts_tok - doc_start_tok) // t  # chunk number within the document
+                new = np.ones(len(sent_idx), dtype=bool)
+                new[1:] = (doc_of[1:] != doc_of[:-1]) | (group[1:] != group[:-1])
             first = np.flatnonzero(new)
             last = np.append(first[1:], len(sent_idx))
             c_shard.append(np.full(len(first), k, dtype=np.int32))

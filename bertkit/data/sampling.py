@@ -148,6 +148,10 @@ def draw_batch(ds: Any, index: np.ndarray, epoch: int) -> dict[str, np.ndarray]:
     shard = ds.chunk_shard[index].astype(np.int64)
     lo, hi = ds.chunk_lo[index], ds.chunk_hi[index]
     start, end = ds.chunk_start_tok[index], ds.chunk_end_tok[index]
+    if getattr(ds, "pack_documents", False):
+        tokens, body, length = _packed(ds, shard, start, end)
+        types = np.zeros(body.shape, dtype=np.int64)
+        return {"lengths": length, "token_type_ids": types, **_mask(ds, rs, tokens, body, length)}
     if ds.no_nsp:
         la = np.minimum(end - start, target)
         lb = np.zeros_like(la)
@@ -190,6 +194,32 @@ def draw_batch(ds: Any, index: np.ndarray, epoch: int) -> dict[str, np.ndarray]:
     if not ds.no_nsp:
         out["next_sentence_label"] = is_random.astype(np.int64)
     return out
+
+
+def _packed(
+    ds: Any, shard: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Packed instances ``[CLS] doc … [SEP] doc … [SEP]`` of the chunks' tokens, a [SEP] where a document
+    starts inside a chunk, cut at the window: tokens int64 [B, T], body (the maskable tokens) bool [B, T],
+    lengths int64 [B]. One row at a time: a chunk crosses few document boundaries."""
+    rows = []
+    for k, s, e in zip(shard.tolist(), start.tolist(), end.tolist()):
+        ids = np.asarray(ds.shards.arrays[k]["ids"][s:e], dtype=np.int64)
+        starts = ds.doc_start_tok[k]
+        cuts = starts[np.searchsorted(starts, s, side="right") : np.searchsorted(starts, e, side="left")] - s
+        row = np.insert(ids, cuts, ds.sep_id)
+        special = np.zeros(len(row), dtype=bool)
+        special[cuts + np.arange(len(cuts))] = True  # where the separators landed
+        rows.append((row[: ds.max_num_tokens], special[: ds.max_num_tokens]))
+    length = np.array([len(r) + 2 for r, _ in rows], dtype=np.int64)
+    tokens = np.full((len(rows), int(length.max())), ds.pad_id, dtype=np.int64)
+    body = np.zeros(tokens.shape, dtype=bool)
+    for i, (row, special) in enumerate(rows):
+        tokens[i, 0] = ds.cls_id
+        tokens[i, 1 : len(row) + 1] = row
+        tokens[i, len(row) + 1] = ds.sep_id
+        body[i, 1 : len(row) + 1] = ~special
+    return tokens, body, length
 
 
 class _Subset(Streams):

@@ -1,0 +1,277 @@
+"""ELECTRA pre-training (Clark et al., 2020): a small generator fills masked positions, a discriminator learns
+to tell which tokens were replaced.
+
+    masked input ──▶ generator (narrow BERT) ──▶ samples at the masked positions
+    corrupted input (originals elsewhere) ──▶ discriminator (the BERT we keep) ──▶ replaced or not, per token
+    loss = generator MLM loss + λ · replaced-token-detection loss       (λ = 50 in the paper)
+
+The discriminator learns from every real position instead of the 15% that are masked, which is why ELECTRA
+gets more out of the same compute. After pre-training the generator is thrown away and the discriminator is
+an ordinary BERT encoder: :meth:`ElectraPretrainingModel.save_pretrained_bert` writes it in the BERT layout
+(``finetune``, ``serve``, ``embed`` and ``distill`` take it unchanged), and :meth:`save_pretrained_electra`
+writes both networks in transformers' ELECTRA layout (``ElectraForPreTraining`` / ``ElectraForMaskedLM``).
+
+The two networks share the embedding layer (token, position and segment embeddings and their LayerNorm, as
+the original code does); the generator is ``generator_fraction`` of the discriminator's width (hidden size,
+heads and feed-forward size) and projects the shared embeddings down to its width first. Its output layer is
+tied to the shared token embeddings. Replacements are drawn from the generator's softmax (Gumbel-max) with
+torch's generator, which the trainer seeds from the run's seed and saves with every checkpoint, so a resumed
+run draws what the uninterrupted run drew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bertkit.checkpoint import save_state_dict
+from bertkit.config import BertConfig
+from bertkit.heads.pretraining import IGNORE_INDEX, _Output
+from bertkit.io import atomic_dir, atomic_write_json
+from bertkit.model import ACT2FN, BertEmbeddings, BertModel, gelu
+from bertkit.modeling_utils import BertPreTrainedModel
+
+SAFETENSORS = "model.safetensors"
+
+
+def generator_config(config: BertConfig, fraction: float) -> BertConfig:
+    """The generator's config: ``fraction`` of the discriminator's hidden size, heads and feed-forward size
+    (at least one head of at least one unit); depth, vocabulary and positions unchanged."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"generator_fraction must be in (0, 1], got {fraction}")
+    heads = max(1, round(config.num_attention_heads * fraction))
+    hidden = max(heads, round(config.hidden_size * fraction))
+    hidden -= hidden % heads  # a whole number of units per head
+    return dataclasses.replace(
+        config,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=max(1, round(config.intermediate_size * fraction)),
+        extra={},
+    )
+
+
+class ProjectedEmbeddings(nn.Module):
+    """The discriminator's embedding layer, then a linear map down to the generator's width (transformers'
+    ``embeddings_project``). The shared layer is held, not registered, so its weights have one name."""
+
+    def __init__(self, shared: BertEmbeddings, hidden_size: int) -> None:
+        super().__init__()
+        self._shared = (shared,)
+        self.project = nn.Linear(shared.word_embeddings.embedding_dim, hidden_size)
+
+    @property
+    def position_ids(self) -> Tensor:
+        return self._shared[0].position_ids
+
+    def forward(self, input_ids: Tensor, token_type_ids: Tensor, position_ids: Tensor) -> Tensor:
+        """Ids of shape S -> [*S, generator hidden]."""
+        return self.project(self._shared[0](input_ids, token_type_ids, position_ids))
+
+
+class DiscriminatorHead(nn.Module):
+    """dense -> activation -> one logit per token: is this token a replacement?"""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        """[B, T, H] -> [B, T]"""
+        return self.dense_prediction(self.activation(self.dense(hidden))).squeeze(-1)
+
+
+class GeneratorHead(nn.Module):
+    """dense (generator width -> embedding width) -> GELU -> LayerNorm, before the tied output layer."""
+
+    def __init__(self, generator: BertConfig, embedding_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(generator.hidden_size, embedding_size)
+        self.LayerNorm = nn.LayerNorm(embedding_size, eps=generator.layer_norm_eps)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.LayerNorm(gelu(self.dense(hidden)))
+
+
+@dataclass
+class ElectraPretrainingOutput(_Output):
+    loss: Tensor | None = None
+    generator_loss: Tensor | None = None  # mean cross-entropy at the masked positions
+    discriminator_loss: Tensor | None = None  # mean binary cross-entropy over the real tokens
+    generator_logits: Tensor | None = None  # [N, vocab] at the N masked positions (row-major order)
+    generator_labels: Tensor | None = None  # [N] the original tokens there
+    discriminator_logits: Tensor | None = None  # [B, T]
+    replaced: Tensor | None = None  # bool [B, T]: the discriminator's targets (False on padding)
+    real: Tensor | None = None  # bool [B, T]: real (non-padding) tokens
+
+
+class ElectraPretrainingModel(BertPreTrainedModel):
+    """Generator + discriminator, trained together. ``config`` is the discriminator's (a BERT config)."""
+
+    _tied_weights = {"generator_lm_head.weight": "discriminator.embeddings.word_embeddings.weight"}
+
+    def __init__(
+        self,
+        config: BertConfig,
+        generator_fraction: float = 0.25,
+        discriminator_weight: float = 50.0,
+        mask_token_id: int = 103,
+        mask_token_prob: float = 0.85,
+    ) -> None:
+        super().__init__(config)
+        self.generator_fraction = float(generator_fraction)
+        self.discriminator_weight = float(discriminator_weight)
+        self.mask_token_id = int(mask_token_id)
+        self.mask_token_prob = float(mask_token_prob)
+        self.generator_config = generator_config(config, generator_fraction)
+
+        self.discriminator = BertModel(config)
+        self.discriminator_predictions = DiscriminatorHead(config)
+        self.generator = BertModel(self.generator_config, add_pooling_layer=False)
+        self.generator.embeddings = ProjectedEmbeddings(
+            self.discriminator.embeddings, self.generator_config.hidden_size
+        )
+        self.generator_predictions = GeneratorHead(self.generator_config, config.hidden_size)
+        self.generator_lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+    ) -> ElectraPretrainingOutput:
+        """One ELECTRA step's losses.
+
+        input_ids, attention_mask, token_type_ids, labels: [B, T]; ``labels`` hold the original token at the
+        masked positions and -100 elsewhere (the masked-LM data's convention). Random draws, in this order,
+        from torch's generator: which masked positions show ``[MASK]`` to the generator (``mask_token_prob``;
+        the others show the original token, as ELECTRA's own masking), then the Gumbel noise that samples
+        the replacements.
+        """
+        if labels is None:
+            raise ValueError("ElectraPretrainingModel needs labels (the original tokens at masked positions)")
+        real = (
+            torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        )
+        masked = labels != IGNORE_INDEX
+        original = torch.where(masked, labels, input_ids)
+
+        show_mask = masked & (torch.rand(input_ids.shape, device=input_ids.device) < self.mask_token_prob)
+        generator_input = torch.where(show_mask, torch.full_like(original, self.mask_token_id), original)
+        hidden = self.generator(generator_input, attention_mask, token_type_ids).last_hidden_state
+        picked = hidden[masked]  # [N, generator hidden], row-major order
+        logits = self.generator_lm_head(self.generator_predictions(picked))  # [N, V]
+        targets = original[masked]
+        generator_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
+
+        with torch.no_grad():  # sampling is not differentiated (the paper trains the generator by MLM only)
+            noise = torch.rand(logits.shape, device=logits.device).clamp_(min=1e-20)
+            sampled = (logits.float() - torch.log(-torch.log(noise))).argmax(-1)
+            corrupted = original.clone()
+            corrupted[masked] = sampled
+            replaced = (corrupted != original) & real
+
+        disc_hidden = self.discriminator(corrupted, attention_mask, token_type_ids).last_hidden_state
+        disc_logits = self.discriminator_predictions(disc_hidden)  # [B, T]
+        discriminator_loss = F.binary_cross_entropy_with_logits(
+            disc_logits.float()[real], replaced[real].float()
+        )
+        return ElectraPretrainingOutput(
+            loss=generator_loss + self.discriminator_weight * discriminator_loss,
+            generator_loss=generator_loss,
+            discriminator_loss=discriminator_loss,
+            generator_logits=logits,
+            generator_labels=targets,
+            discriminator_logits=disc_logits,
+            replaced=replaced,
+            real=real,
+        )
+
+    # ------------------------------------------------------------------ saving
+    def save_pretrained_bert(self, model_dir: str | Path) -> None:
+        """The discriminator's encoder (with an untrained pooler, as any BERT fine-tunes it) in the Hugging
+        Face BERT layout: ``BertModel.from_pretrained`` in bertkit or transformers loads it."""
+        self.discriminator.save_pretrained(model_dir)
+
+    def save_pretrained_electra(self, out_dir: str | Path) -> tuple[Path, Path]:
+        """``OUT/discriminator`` (``ElectraForPreTraining``) and ``OUT/generator`` (``ElectraForMaskedLM``) in
+        transformers' ELECTRA layout; returns the two folders."""
+        out_dir = Path(out_dir)
+        state = self.state_dict()
+
+        def encoder(prefix: str) -> dict[str, Tensor]:
+            """The embedding and encoder weights of one network, renamed under "electra." (no pooler)."""
+            return {
+                "electra." + k[len(prefix) :]: v
+                for k, v in state.items()
+                if k.startswith(prefix) and not k.startswith(prefix + "pooler.")
+            }
+
+        shared = {k: v for k, v in encoder("discriminator.").items() if k.startswith("electra.embeddings.")}
+        disc = {
+            **encoder("discriminator."),
+            **{k: v for k, v in state.items() if k.startswith("discriminator_predictions.")},
+        }
+        gen = {
+            **shared,
+            **{k.replace("electra.embeddings.project.", "electra.embeddings_project."): v
+               for k, v in encoder("generator.").items()},
+            **{k: v for k, v in state.items() if k.startswith(("generator_predictions.", "generator_lm_head."))},
+        }  # fmt: skip
+        folders = []
+        for name, tensors, cfg, arch in (
+            ("discriminator", disc, self.config, "ElectraForPreTraining"),
+            ("generator", gen, self.generator_config, "ElectraForMaskedLM"),
+        ):
+            with atomic_dir(out_dir / name) as tmp:
+                atomic_write_json(
+                    tmp / "config.json", electra_config_dict(cfg, self.config.hidden_size, arch)
+                )
+                save_state_dict(tensors, tmp / SAFETENSORS)
+            folders.append(out_dir / name)
+        return folders[0], folders[1]
+
+
+def electra_config_dict(config: BertConfig, embedding_size: int, architecture: str) -> dict:
+    """transformers' ``ElectraConfig`` fields for a network of ``config``'s shape over embeddings of
+    ``embedding_size``."""
+    return {
+        "architectures": [architecture],
+        "model_type": "electra",
+        "vocab_size": config.vocab_size,
+        "embedding_size": embedding_size,
+        "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_hidden_layers,
+        "num_attention_heads": config.num_attention_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": config.hidden_act,
+        "hidden_dropout_prob": config.hidden_dropout_prob,
+        "attention_probs_dropout_prob": config.attention_probs_dropout_prob,
+        "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size,
+        "initializer_range": config.initializer_range,
+        "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_token_id,
+        "position_embedding_type": "absolute",
+        "tie_word_embeddings": True,
+    }
+
+
+__all__ = [
+    "DiscriminatorHead",
+    "ElectraPretrainingModel",
+    "ElectraPretrainingOutput",
+    "GeneratorHead",
+    "ProjectedEmbeddings",
+    "electra_config_dict",
+    "generator_config",
+]

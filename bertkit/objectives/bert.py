@@ -1,0 +1,73 @@
+"""The paper's objectives: masked LM + next sentence prediction, and its two ablations (Devlin et al., 2019,
+Table 5): "No NSP" (masked LM on single segments) and "LTR & No NSP" (a left-to-right LM)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from bertkit.config import BertConfig
+from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
+from bertkit.objectives.base import Metrics, Objective
+
+
+class _BertObjective(Objective):
+    """The objectives that train ``BertForPreTraining`` and save it in the Hugging Face BERT layout."""
+
+    def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
+        if init_from:
+            model = BertForPreTraining.from_pretrained(init_from)
+            model.train()
+            return model
+        return BertForPreTraining(config)
+
+
+class MaskedLMNextSentence(_BertObjective):
+    name = "mlm+nsp"
+    summary = "the paper's masked LM + next sentence prediction"
+    next_sentence = True
+    find_unused_parameters = False
+
+    def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
+        nsp = batch.get("next_sentence_label")
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            token_type_ids=batch.get("token_type_ids"),
+            labels=batch["labels"],
+            next_sentence_label=nsp,
+        )
+        return out.loss, pretraining_metrics(out, next_sentence_label=nsp)
+
+
+class MaskedLM(_BertObjective):
+    name = "mlm"
+    summary = "masked LM on single segments (the paper's No NSP ablation)"
+
+    def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            token_type_ids=batch.get("token_type_ids"),
+            labels=batch["labels"],
+        )
+        return out.loss, pretraining_metrics(out)
+
+
+class LeftToRight(_BertObjective):
+    name = "ltr"
+    summary = "a left-to-right LM from unmasked inputs (the paper's LTR & No NSP ablation)"
+
+    def configure(self, config: BertConfig) -> None:
+        # written into model/config.json: the fine-tuning heads keep the causal mask (the paper's LTR model)
+        config.extra["causal"] = True
+
+    def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
+        batch = ltr_batch(batch, self.pad_token_id)
+        out = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch.get("attention_mask"),
+            token_type_ids=batch.get("token_type_ids"),
+            labels=batch["labels"],
+            causal=True,
+        )
+        return out.loss, pretraining_metrics(out)

@@ -1,0 +1,323 @@
+"""Pre-training objectives as plug-ins: the registry and its CLI, ELECTRA (its loss by hand, transformers'
+ELECTRA and BERT layouts, bitwise resume after SIGKILL) and RoBERTa's packed FULL-SENTENCES stream."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from children import child_env
+
+from bertkit.config import BertConfig
+from bertkit.electra import ElectraPretrainingModel, generator_config
+from bertkit.errors import UserError
+from bertkit.objectives import REGISTRY, Objective, get_objective
+
+TINY = dict(hidden_size=64, num_attention_heads=2, intermediate_size=128, max_position_embeddings=64)
+
+
+def small_config(**kw) -> BertConfig:
+    base = dict(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+    return BertConfig(**{**base, **kw})
+
+
+def batch_of_two() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 50, (2, 7), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0  # padding in the second row
+    labels = torch.full_like(ids, -100)
+    for r, c in ((0, 1), (0, 4), (1, 2), (1, 3)):
+        labels[r, c] = ids[r, c]
+        ids[r, c] = 3  # the data's [MASK]
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+# ------------------------------------------------------------------------------------------------ registry
+
+
+def test_the_registry_names_every_objective_and_the_cli_offers_exactly_those():
+    assert {"mlm+nsp", "mlm", "ltr", "roberta", "electra"} <= set(REGISTRY)
+    assert all(issubclass(cls, Objective) and cls.name == name for name, cls in REGISTRY.items())
+    from bertkit.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command" or getattr(a, "choices", None))
+    pretrain = sub.choices["pretrain"]
+    choices = next(a.choices for a in pretrain._actions if a.dest == "objective")
+    assert list(choices) == list(REGISTRY)
+
+
+def test_unknown_objectives_and_options_are_refused_in_one_line():
+    with pytest.raises(UserError, match="objective must be one of .*electra"):
+        get_objective("nsp-only")
+    with pytest.raises(UserError, match="unknown option.*generator_size.*generator_fraction"):
+        get_objective("electra", {"generator_size": 0.5})
+    with pytest.raises(UserError, match="discriminator_weight must be a float"):
+        get_objective("electra", {"discriminator_weight": "fifty"})
+    with pytest.raises(UserError, match="unknown option"):
+        get_objective("mlm", {"generator_fraction": 0.5})  # the paper's objectives take none
+    assert get_objective("electra", {"discriminator_weight": 10}).options["discriminator_weight"] == 10.0
+
+
+def test_cli_objective_options_reach_the_run_config_and_bad_ones_exit_2(tmp_path):
+    from bertkit.cli import build_parser
+    from bertkit.cli.pretrain import config_from_args
+
+    args = build_parser().parse_args(
+        ["pretrain", "--data", str(tmp_path), "--out", str(tmp_path / "o"), "--objective", "electra",
+         "--objective-option", "generator_fraction=0.5", "--objective-option", "discriminator_weight=20"]
+    )  # fmt: skip
+    cfg = config_from_args(args)
+    assert cfg.objective == "electra"
+    assert cfg.objective_options == {"generator_fraction": 0.5, "discriminator_weight": 20}
+    assert cfg.with_recipe().masked_lm_prob == 0.15  # ELECTRA's rate comes before the cpu recipe's 40%
+
+    p = subprocess.run(
+        [sys.executable, "-m", "bertkit", "pretrain", "--data", str(tmp_path), "--out", str(tmp_path / "o"),
+         "--objective-option", "generator_fraction"],
+        capture_output=True, text=True, env=child_env(), timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 2 and "KEY=VALUE" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------------ ELECTRA
+
+
+def test_generator_is_the_configured_fraction_of_the_discriminator():
+    gen = generator_config(BertConfig.preset("mini"), 0.25)
+    assert (gen.hidden_size, gen.num_attention_heads, gen.intermediate_size) == (64, 1, 256)
+    assert gen.num_hidden_layers == 4
+    model = ElectraPretrainingModel(small_config(), generator_fraction=0.5)
+    assert model.generator_config.hidden_size == 8
+    # one embedding layer for both networks, and the generator's output layer is tied to it
+    shared = model.discriminator.embeddings.word_embeddings.weight
+    assert model.generator.embeddings._shared[0] is model.discriminator.embeddings
+    assert model.generator_lm_head.weight is shared
+    names = [n for n, _ in model.named_parameters()]
+    assert sum("word_embeddings" in n for n in names) == 1
+
+
+def test_electra_loss_equals_the_paper_computed_by_hand():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(small_config(), generator_fraction=0.5, mask_token_id=3,
+                                    discriminator_weight=50.0, mask_token_prob=0.85).eval()  # fmt: skip
+    batch = batch_of_two()
+    torch.manual_seed(123)
+    out = model(**batch)
+
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    masked = labels != -100
+    original = torch.where(masked, labels, ids)
+    torch.manual_seed(123)  # the same draws, in the documented order
+    show = masked & (torch.rand(ids.shape) < 0.85)
+    gen_in = torch.where(show, torch.tensor(3), original)
+    h = model.generator(gen_in, mask).last_hidden_state[masked]
+    head = model.generator_predictions
+    t = F.layer_norm(F.gelu(h @ head.dense.weight.T + head.dense.bias), (16,), head.LayerNorm.weight,
+                     head.LayerNorm.bias, eps=1e-12)  # fmt: skip
+    logits = t @ model.discriminator.embeddings.word_embeddings.weight.T + model.generator_lm_head.bias
+    targets = original[masked]
+    mlm = -(torch.log_softmax(logits, -1)[torch.arange(len(targets)), targets]).mean()
+    u = torch.rand(logits.shape).clamp(min=1e-20)
+    sampled = (logits - torch.log(-torch.log(u))).argmax(-1)
+    corrupted = original.clone()
+    corrupted[masked] = sampled
+    is_replaced = (corrupted != original).float()
+    d = model.discriminator(corrupted, mask).last_hidden_state
+    dp = model.discriminator_predictions
+    z = (F.gelu(d @ dp.dense.weight.T + dp.dense.bias) @ dp.dense_prediction.weight.T).squeeze(-1)
+    z = z + dp.dense_prediction.bias
+    p = torch.sigmoid(z)
+    bce = -(is_replaced * torch.log(p) + (1 - is_replaced) * torch.log(1 - p))
+    rtd = bce[mask.bool()].mean()
+
+    torch.testing.assert_close(out.generator_loss, mlm, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.discriminator_loss, rtd, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.loss, mlm + 50.0 * rtd, rtol=1e-5, atol=1e-5)
+    assert torch.equal(out.replaced, (corrupted != original) & mask.bool())
+    assert not out.replaced[1, 5:].any()  # padding is never a target
+
+
+def test_only_masked_positions_can_be_replaced_and_gradients_reach_both_networks():
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(small_config(), generator_fraction=0.5, mask_token_id=3)
+    batch = batch_of_two()
+    out = model(**batch)
+    assert not out.replaced[batch["labels"] == -100].any()
+    out.loss.backward()
+    for name in ("generator.encoder.layer.0.attention.self.query.weight",
+                 "discriminator.encoder.layer.1.output.dense.weight",
+                 "discriminator.embeddings.word_embeddings.weight", "generator.embeddings.project.weight"):  # fmt: skip
+        grad = model.get_parameter(name).grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_electra_layouts_load_in_transformers_with_equal_logits(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(small_config(hidden_dropout_prob=0.1), generator_fraction=0.5).eval()
+    disc_dir, gen_dir = model.save_pretrained_electra(tmp_path / "electra")
+    model.save_pretrained_bert(tmp_path / "bert")
+    batch = batch_of_two()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    real = mask.bool()
+    with torch.no_grad():
+        ours_disc = model.discriminator_predictions(model.discriminator(ids, mask).last_hidden_state)
+        ours_gen = model.generator_lm_head(
+            model.generator_predictions(model.generator(ids, mask).last_hidden_state)
+        )
+        theirs_disc = transformers.ElectraForPreTraining.from_pretrained(disc_dir).eval()(ids, mask).logits
+        theirs_gen = transformers.ElectraForMaskedLM.from_pretrained(gen_dir).eval()(ids, mask).logits
+        bert = transformers.BertModel.from_pretrained(tmp_path / "bert").eval()(ids, mask).last_hidden_state
+        ours_hidden = model.discriminator(ids, mask).last_hidden_state
+    torch.testing.assert_close(ours_disc[real], theirs_disc[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_gen[real], theirs_gen[real], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_hidden[real], bert[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tiny_data) -> Path:
+    return tiny_data
+
+
+KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from bertkit.cli import build_parser
+    from bertkit.cli.pretrain import config_from_args
+    from bertkit.pretrain import pretrain
+    kill_at = int(sys.argv[1])
+    args = build_parser().parse_args(sys.argv[2:])
+    def killer(rec):
+        if rec["step"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    pretrain(config_from_args(args), resume=args.resume, callbacks=[killer])
+    """
+)
+
+
+def _losses(run: Path) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_electra_run_resumes_bitwise_after_sigkill_and_saves_both_layouts(tmp_path, data_dir):
+    from bertkit.cli import build_parser
+    from bertkit.cli.pretrain import config_from_args
+    from bertkit.pretrain import pretrain
+
+    cfg = tmp_path / "cfg.toml"  # dropout on: the RNG (dropout and the generator's samples) must be restored
+    cfg.write_text("[objective_options]\ngenerator_fraction = 0.5\n[model]\n"
+                   + "\n".join(f"{k} = {v}" for k, v in TINY.items()) + "\nnum_hidden_layers = 2\n")  # fmt: skip
+    common = ["--data", data_dir, "--config", cfg, "--objective", "electra", "--steps", 12, "--batch-size", 8,
+              "--max-seq-length", 64, "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--eval-every", 6,
+              "--eval-batches", 1, "--quiet", "--valid-documents", 2]  # fmt: skip
+    argv = lambda out, *extra: ["pretrain", "--out", str(out), *map(str, common), *extra]  # noqa: E731
+    ref = tmp_path / "ref"
+    pretrain(config_from_args(build_parser().parse_args(argv(ref))))
+
+    run = tmp_path / "killed"
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    p = subprocess.run([sys.executable, script, "10", *argv(run)], env=child_env(), capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
+    assert _losses(run)[-1][0] == 10 and not (run / "model").exists()
+    resumed = subprocess.run([sys.executable, "-m", "bertkit", *argv(run, "--resume")], env=child_env(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _losses(run) == _losses(ref)  # bitwise
+    rows = [json.loads(x) for x in (ref / "metrics.jsonl").read_text().splitlines()]
+    assert {"discriminator_loss", "replaced_token_accuracy", "masked_lm_loss"} <= set(rows[-1])
+
+    from safetensors.torch import load_file
+
+    for rel in ("model/model.safetensors", "model/electra/discriminator/model.safetensors",
+                "model/electra/generator/model.safetensors"):  # fmt: skip
+        a, b = load_file(run / rel), load_file(ref / rel)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), rel
+    for sub in ("model", "model/electra/discriminator", "model/electra/generator"):
+        assert (run / sub / "vocab.txt").is_file()
+    assert json.loads((run / "model" / "config.json").read_text())["architectures"] == ["BertModel"]
+    # the discriminator in the BERT layout fine-tunes like any BERT
+    from bertkit.heads.finetune import BertForSequenceClassification
+
+    clf = BertForSequenceClassification.from_pretrained(run / "model", num_labels=2)
+    assert clf.bert.embeddings.word_embeddings.weight.shape[1] == 64
+
+
+# ------------------------------------------------------------------------------------------------ RoBERTa
+
+
+def _stream_of_shard(ds, k: int) -> list[int]:
+    """The shard's split documents read one after another with a [SEP] after each (the packing's stream)."""
+    arr = ds.shards.arrays[k]
+    starts = list(ds.doc_start_tok[k])
+    sh = ds.shards
+    docs = [d for d in range(ds.doc_lo, ds.doc_hi) if sh.doc_shard[d] == k]
+    out: list[int] = []
+    for d in docs:
+        lo = int(arr["sents"][sh.doc_sent_lo[d]])
+        hi = int(arr["sents"][sh.doc_sent_hi[d]])
+        out += [int(x) for x in arr["ids"][lo:hi]] + [ds.sep_id]
+    assert len(starts) == len(docs)
+    return out
+
+
+def test_packed_instances_fill_the_window_across_documents_with_a_separator(data_dir):
+    from bertkit.data.dynamic import PretrainingDataset
+
+    kw = dict(max_seq_length=64, masked_lm_prob=0.15, max_predictions_per_seq=10, seed=3, no_nsp=True)
+    packed = PretrainingDataset(data_dir, pack_documents=True, **kw)
+    single = PretrainingDataset(data_dir, **kw)
+    assert len(packed) < len(single)  # fewer, fuller instances
+    items = packed.__getitems__(list(range(len(packed))))
+    lengths = [len(items[i]["input_ids"]) for i in range(len(packed))]
+    single_items = single.__getitems__(list(range(len(single))))
+    single_mean = np.mean([len(single_items[i]["input_ids"]) for i in range(len(single))])
+    assert np.mean(lengths) > max(0.85 * 64, single_mean + 2)
+    streams = {k: _stream_of_shard(packed, k) for k in range(len(packed.shards.arrays))}
+    crossed = 0
+    for i in range(len(packed)):
+        it = items[i]
+        ids, labels = np.asarray(it["input_ids"]), np.asarray(it["labels"])
+        assert "next_sentence_label" not in it and not np.asarray(it["token_type_ids"]).any()
+        n = lengths[i]
+        original = np.where(labels != -100, labels, ids)[1 : n - 1].tolist()
+        assert ids[0] == packed.cls_id and ids[n - 1] == packed.sep_id
+        assert (labels[np.asarray(ids) == packed.sep_id] == -100).all()  # separators are never predicted
+        stream = streams[int(packed.chunk_shard[i])]
+        s = int(packed.chunk_start_tok[i]) - int(packed.doc_start_tok[int(packed.chunk_shard[i])][0])
+        s += int(np.searchsorted(packed.doc_start_tok[int(packed.chunk_shard[i])], packed.chunk_start_tok[i],
+                                 side="right")) - 1  # separators before the chunk  # fmt: skip
+        assert original == stream[s : s + len(original)], i  # a contiguous piece of the documents' stream
+        crossed += packed.sep_id in original
+    assert crossed > 0  # some instances span a document boundary
+    again = packed.__getitems__([0, 5])
+    assert np.array_equal(np.asarray(again[1]["input_ids"]), np.asarray(items[5]["input_ids"]))
+
+
+def test_roberta_objective_runs_on_packed_data_and_refuses_static_instances(tmp_path, data_dir):
+    from bertkit.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(data=str(data_dir), out=str(tmp_path / "r"), preset="tiny", objective="roberta",
+                         model_overrides=TINY, steps=20, batch_size=8, max_seq_length=64, lr=2e-3, log_every=5,
+                         checkpoint_every=0, eval_batches=1, progress=False, valid_documents=2, num_threads=1)  # fmt: skip
+    assert cfg.with_recipe().masked_lm_prob == 0.15
+    res = pretrain(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert "next_sentence_accuracy" not in rows[-1] and rows[-1]["loss"] < rows[0]["loss"]
+    assert res["objective"] == "roberta"
+    with pytest.raises(UserError, match="packs documents"):
+        from bertkit.pretrain import _load_dataset
+
+        _load_dataset(str(data_dir), cfg.resolved_phases()[0], cfg, "train", fmt="static")
