@@ -7,18 +7,18 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.experiment import Matrix, task_models
-from bertkit.report.findings import findings
-from bertkit.report.front import notes, provenance
-from bertkit.report.plots import plot_bars, plot_curves
-from bertkit.report.protocols import (
+from lab.experiment import Matrix, task_models
+from lab.report.findings import findings
+from lab.report.front import notes, provenance
+from lab.report.plots import plot_bars, plot_curves
+from lab.report.protocols import (
     SHORT_PROTOCOL,
     protocol_bars,
     protocol_finding,
     protocol_table,
 )
-from bertkit.report.scores import NOT_RUN, metric_name, protocol_tasks, protocols, table5_models
-from bertkit.report.tables import compare, other_models, paper_table5, pretrain_rows, table5, table6, table7
+from lab.report.scores import NOT_RUN, metric_name, protocol_tasks, protocols, table5_models
+from lab.report.tables import compare, other_models, paper_table5, pretrain_rows, table5, table6, table7
 
 
 def recipe_table(matrix: Matrix) -> list[str]:

@@ -1,6 +1,6 @@
 """How much work a fine-tuning or feature cell is, counted from its task's data (for the matrix ETA).
 
-The matrix's own estimate (:func:`bertkit.experiment.matrix._finetune_cost`) reads no data: it takes 5,000
+The matrix's own estimate (:func:`lab.experiment.matrix._finetune_cost`) reads no data: it takes 5,000
 training examples of half the sequence length when a task does not say. That is off by an order of magnitude
 either way: SST-2's 67k short sentences, SQuAD's strided windows that fill the sequence, full dev sets. Here
 the task's files are read once and every example is counted at its own length, in tokens estimated from
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.experiment.grid import reuses_a_rate_run
-from bertkit.experiment.matrix import Cell, Matrix, spec_shape
-from bertkit.experiment.paths import weights_of
+from lab.experiment.grid import reuses_a_rate_run
+from lab.experiment.matrix import Cell, Matrix, spec_shape
+from lab.experiment.paths import weights_of
 
 TOKENS_PER_WORD = 1.3
 
@@ -65,7 +65,7 @@ Lengths = tuple[np.ndarray, np.ndarray]  # real tokens of each training example 
 def task_lengths(matrix: Matrix, t: dict) -> Lengths | None:
     """A [[task]]'s example lengths (training, dev), or None when its files cannot be read here (or its
     settings are refused: the cell will say so when it runs)."""
-    from bertkit.experiment.finetune_cells import read_task, train_source
+    from lab.experiment.finetune_cells import read_task, train_source
 
     seq = int(t.get("max_seq_length", 128))
     try:
