@@ -1,5 +1,5 @@
-"""`python -m lab experiment|report`: the lab's command line (once `bertkit experiment`), run from the
-repository root, and the bertkit wheel that leaves the lab out."""
+"""`python -m lab experiment|report`: the lab's command line, run from the repository root, and the bertkit
+wheel that leaves the lab out."""
 
 from __future__ import annotations
 

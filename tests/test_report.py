@@ -831,8 +831,8 @@ def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
     measured MFU of the bench's file (a lower MFU, more hours), each phase at the MFU measured at its sequence
     length where a second file has it (else the first's, said to be borrowed); files of two GPUs, or an
     unreadable file, are named in one line."""
-    from benchmarks.bench_gpu import training_flops
     from bertkit.config import BertConfig
+    from bertkit.flops import training_flops
 
     cfg, res = _fixture(tmp_path)
     assumed = _render(cfg, res).split("## BERT-Base as published, on paper")[1]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from bertkit.flops import encoder_flops
 from lab.experiment.grid import reuses_a_rate_run
 from lab.experiment.matrix import Cell, Matrix, spec_shape
 from lab.experiment.paths import weights_of
@@ -83,13 +84,6 @@ def task_lengths(matrix: Matrix, t: dict) -> Lengths | None:
     return np.array(_sequence_lengths(data.train, seq)), np.array(_sequence_lengths(data.dev, seq))
 
 
-def _flops(lengths: np.ndarray, shape: Any, passes: int) -> float:
-    """FLOPs of running ``lengths`` (tokens per sequence): per token, 2 per encoder parameter plus attention's
-    two products (2 x length x hidden each) per layer, times ``passes`` (1: forward; 3: forward and backward)."""
-    h, i, layers = shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers
-    return float(passes * layers * (2 * (4 * h * h + 2 * h * i) * lengths.sum() + 4 * h * (lengths**2).sum()))
-
-
 def cell_work(
     matrix: Matrix, cell: Cell, shapes: dict[str, Any] | None = None, lengths: Lengths | None = None
 ) -> float | None:
@@ -118,9 +112,9 @@ def cell_work(
         width = shape.hidden_size * (len(variant["layers"]) if concat else 1)
         lstm = int(cell.spec.get("hidden_size", 256))
         bilstm = 3 * 2 * 4 * 2 * (width + lstm) * lstm * float(train.sum()) * int(cell.spec.get("epochs", 4))
-        return _flops(train, shape, 1) + _flops(dev, shape, 1) + bilstm
+        return encoder_flops(shape, train) + encoder_flops(shape, dev) + bilstm
     passes = 1 if t.get("freeze_encoder") else 3  # a frozen encoder runs forward only; its head is small
-    return float(t.get("epochs", 3)) * _flops(train, shape, passes) + _flops(dev, shape, 1)
+    return float(t.get("epochs", 3)) * encoder_flops(shape, train, passes) + encoder_flops(shape, dev)
 
 
 def data_costs(matrix: Matrix) -> dict[str, float]:
