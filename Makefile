@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m bertkit.demo $(ARGS)
+	$(PY) -m lab.demo $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
@@ -31,8 +31,8 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check bertkit tests benchmarks
-	$(VENV)/bin/ruff format --check bertkit tests benchmarks
+	$(VENV)/bin/ruff check bertkit lab tests benchmarks
+	$(VENV)/bin/ruff format --check bertkit lab tests benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info

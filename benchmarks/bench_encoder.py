@@ -26,9 +26,10 @@ from typing import Any
 
 import torch
 
+from bertkit.flops import encoder_flops
 from bertkit.inference_precision import MIN_TOKEN_COSINE, outputs_agree, resolve_inference_precision
 
-from .common import Mismatch, bf16_supported, check_close, compare, encoder_flops, suite_main
+from .common import Mismatch, bf16_supported, check_close, compare, suite_main
 from .inputs import conll_sentences, minilm_dir, minilm_weights, sample_batches, sst2_sentences
 
 GOAL = 2.0

@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
-from .common import Mismatch, check_close, compare, encoder_flops, suite_main
+from bertkit.flops import encoder_flops
+
+from .common import Mismatch, check_close, compare, suite_main
 from .inputs import SHARED_DATA, NoData, minilm_dir, minilm_weights, sample_batches
 
 GOAL = 1.3

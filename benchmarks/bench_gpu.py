@@ -8,8 +8,8 @@ Run on a machine with CUDA:
 reports a skipped row). Goal (issue 5): >= 40% MFU, about 5,700 sequences/s on one H100.
 
 MFU = model FLOPs per step / step time / the device's dense bf16 peak. Model FLOPs
-(:func:`training_flops`) are the work a step needs, the same number for both sides: the GEMMs of every
-real token (padding excluded), attention over each sequence's real length, the pooler and NSP layer,
+(:func:`bertkit.flops.training_flops`) are the work a step needs, the same number for both sides: the GEMMs
+of every real token (padding excluded), attention over each sequence's real length, the pooler and NSP layer,
 and the MLM head on the masked positions only; backward counts twice the forward. Element-wise work
 (LayerNorm, GELU, softmax, the optimizer) is not counted, as is usual. transformers also spends
 FLOPs on padding and on the MLM decoder at unmasked positions; they are not model FLOPs.
@@ -22,18 +22,7 @@ import json
 
 import torch
 
-from .common import training_flops
-
-# dense (not sparse-structured) bf16 tensor-core peaks, TFLOP/s, by a substring of the device name
-PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("A100", 312.0), ("L4", 121.0))
-
-
-def peak_tflops(device_name: str) -> float | None:
-    """The dense bf16 peak of a known GPU (``torch.cuda.get_device_name()``), else None."""
-    for key, peak in PEAK_BF16_TFLOPS:
-        if key in device_name:
-            return peak
-    return None
+from bertkit.flops import peak_tflops, training_flops
 
 
 def run(args=None) -> list[dict]:

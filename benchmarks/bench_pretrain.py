@@ -24,7 +24,9 @@ from collections.abc import Iterator
 
 import torch
 
-from .common import child_json, compare, training_flops
+from bertkit.flops import training_flops
+
+from .common import child_json, compare
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -106,7 +108,7 @@ def build_pair(size: str, batch_size: int = 32, seq: int = 128, device: str = "c
 def reference_work_flops(config, batch_size: int, seq: int) -> float:
     """FLOPs transformers' step spends (forward + backward = 3 x forward): every position of the padded
     batch through the encoder and full-length attention, and the MLM head dense over all B x T positions.
-    Against :func:`benchmarks.common.training_flops` (ours: real tokens, masked rows only) this gives the
+    Against :func:`bertkit.flops.training_flops` (ours: real tokens, masked rows only) this gives the
     ratio the two would reach at equal FLOP/s: the speed-up from work not done."""
     return training_flops(config, [seq] * batch_size, batch_size * seq)
 

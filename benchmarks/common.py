@@ -113,28 +113,6 @@ def machine_peaks() -> dict[str, Any]:
     return peaks
 
 
-def encoder_flops(config: Any, lengths: list[int]) -> float:
-    """FLOPs of one encoder forward over sequences of these real lengths (a multiply-add is 2 FLOPs): the
-    GEMMs of every real token and attention over each sequence's real length; padding is not model work."""
-    h, inter, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
-    per_token = layers * (2 * h * 3 * h + 2 * h * h + 2 * 2 * h * inter)  # QKV, output, feed-forward
-    attention = layers * sum(4 * n * n * h for n in lengths)  # scores and context, per sequence
-    return float(sum(lengths) * per_token + attention)
-
-
-def training_flops(config: Any, lengths: list[int], masked: int) -> float:
-    """FLOPs of one pre-training step (forward + backward = 3 x forward): the encoder, the pooler and the
-    NSP classifier, and the MLM head (transform and decoder) on the ``masked`` labelled positions only.
-
-    config: a BertConfig; lengths: the real length of each sequence. Element-wise work (LayerNorm, GELU,
-    softmax, the optimizer) is not counted, as is usual. Tested against torch's FLOP counter
-    (tests/test_bench_equality.py)."""
-    h = config.hidden_size
-    heads = len(lengths) * (2 * h * h + 2 * h * 2)  # pooler and the NSP classifier
-    mlm = masked * (2 * h * h + 2 * h * config.vocab_size)  # transform and decoder, masked rows only
-    return 3.0 * (encoder_flops(config, lengths) + heads + mlm)
-
-
 def add_fraction_of_peak(row: dict[str, Any], peaks: dict[str, Any] | None) -> None:
     """Put a row's achieved model FLOP/s (ours and the reference's, from its ``model_flops_per_call``) and
     their fraction of the machine's GEMM peak into ``row``: each side against the peak of the precision it

@@ -1,6 +1,6 @@
 """How well the matrix ETA's work estimates predict CPU time: for each task of a matrix, the median of
 estimated FLOPs per CPU-second over its finished cells, under the plan's estimate (reads no data) and under
-:mod:`bertkit.experiment.work` (counts the task's data). One rate for every task needs these to agree.
+:mod:`lab.experiment.work` (counts the task's data). One rate for every task needs these to agree.
 
 ``.venv/bin/python -m benchmarks.eta_work experiments/plateau.toml [--out docs/perf/eta-work.json]``
 """
@@ -12,9 +12,9 @@ import json
 import statistics
 from collections import defaultdict
 
-from bertkit.experiment import load_matrix, read_results, results_dir
-from bertkit.experiment.work import data_costs
 from bertkit.io import atomic_write_json
+from lab.experiment import load_matrix, read_results, results_dir
+from lab.experiment.work import data_costs
 
 
 def rates(config: str) -> dict:

@@ -18,9 +18,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bertkit.experiment import load_matrix, machine_info, read_results, results_dir, run_matrix
 from bertkit.io import atomic_write_json
 from bertkit.kernels.peak import per_core_gflops
+from lab.experiment import load_matrix, machine_info, read_results, results_dir, run_matrix
 
 KEPT = ("primary", "cpu_s", "commit", "cpu", "cpu_generation", "gemm_gflops_per_core", "threads", "finished")
 

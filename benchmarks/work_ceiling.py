@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from types import SimpleNamespace
 from typing import Any
 
+from bertkit.flops import encoder_flops
 from bertkit.io import atomic_write_json
 
 from .bench_embed_train import sampled_split
@@ -34,9 +36,8 @@ MAX_TOKENS = 128
 def model_flops(layers: int, hidden: int, ffn: int, lengths: list[int], padded_to: int | None) -> float:
     """Forward model FLOPs of one batch whose sequences have ``lengths`` real tokens, each padded to
     ``padded_to`` (None: no padding, as bertkit runs it)."""
-    sizes = [padded_to or n for n in lengths]
-    tokens, pairs = sum(sizes), sum(n * n for n in sizes)
-    return layers * (2 * (4 * hidden * hidden + 2 * hidden * ffn) * tokens + 4 * hidden * pairs)
+    shape = SimpleNamespace(num_hidden_layers=layers, hidden_size=hidden, intermediate_size=ffn)
+    return encoder_flops(shape, [padded_to or n for n in lengths])
 
 
 def ceiling_row(name: str, shape: str, batches: list[list[int]]) -> dict[str, Any]:

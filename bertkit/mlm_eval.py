@@ -1,6 +1,6 @@
 """Held-out masked-LM scores of a model directory, and the baselines they must beat.
 
-Used by ``bertkit experiment`` (every pre-training cell, so models trained by different code are scored
+Used by ``python -m lab experiment`` (every pre-training cell, so models trained by different code are scored
 alike) and by ``make run``. The held-out sequences are the valid split of a ``bertkit prepare`` directory,
 single segments, masked 15% (80/10/10) with a fixed seed: every model sees the same masks.
 

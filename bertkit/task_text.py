@@ -1,7 +1,7 @@
 """The unlabelled text of fine-tuning tasks' training splits, written as a pre-training corpus.
 
 Task-adaptive pre-training (Gururangan et al., 2020, "Don't Stop Pretraining") pre-trains on the text of the
-task's own training inputs, labels dropped. ``bertkit experiment`` uses it (a model's ``task_text = [...]``) to
+task's own training inputs, labels dropped. ``python -m lab experiment`` uses it (a model's ``task_text = [...]``) to
 ask whether pre-training fails to transfer to a task because the corpus holds too little of that task's kind of
 text. Only training splits are read: a task's dev and test text never reaches pre-training.
 

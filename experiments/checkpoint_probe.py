@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("a probe needs RUN, --data, --glue and --out (or --report DOC --results FILE...)")
     import torch
 
-    from bertkit.experiment import machine_info
+    from lab.experiment import machine_info
 
     torch.set_num_threads(1)
     lrs = [float(x) for x in args.lrs.split(",")]

@@ -35,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from bertkit.experiment import machine_info
     from bertkit.pretrain import PretrainConfig, pretrain
+    from lab.experiment import machine_info
 
     torch.set_num_threads(1)
     extra = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0} if args.no_dropout else {}

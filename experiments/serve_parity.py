@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("squad", "ner"), help="one of the two")
     args = ap.parse_args(argv)
 
-    from bertkit.experiment import machine_info
+    from lab.experiment import machine_info
 
     out = Path(args.out)
     if out.exists() and not args.overwrite:

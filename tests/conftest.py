@@ -40,7 +40,7 @@ def minilm_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory) -> Path:
     """A small prepared data dir (stdlib docstrings, 1000-word vocab, 64 tokens); no shared data needed."""
-    from bertkit.demo import tiny_data as build
+    from lab.demo import tiny_data as build
 
     return build(tmp_path_factory.getbasetemp() / "pretrain_tiny_data", max_seq_length=64)
 

@@ -207,13 +207,13 @@ def test_onednn_row_buckets_are_few_and_tight():
 
 
 def test_gpu_suite_flops_formula_matches_torch_flop_counter(monkeypatch):
-    """The MFU numerator (benchmarks.bench_gpu.training_flops) equals what torch's FLOP counter sees in
+    """The MFU numerator (bertkit.flops.training_flops) equals what torch's FLOP counter sees in
     one forward + backward of our pre-training model (GEMMs, attention, sparse MLM head)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     import bertkit.kernels.gemm as linear_module
-    from benchmarks.bench_gpu import training_flops
     from benchmarks.bench_pretrain import make_batch
+    from bertkit.flops import training_flops
     from bertkit.heads.pretraining import BertForPreTraining
 
     monkeypatch.setattr(linear_module, "_op", None)  # F.linear: GEMMs the counter knows, no padded rows

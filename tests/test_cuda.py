@@ -124,7 +124,7 @@ def test_training_on_the_gpu_lowers_the_loss_in_mixed_precision(tmp_path, precis
 
 @pytest.fixture(scope="module")
 def gpu_data_dir(tmp_path_factory):
-    from bertkit.demo import tiny_data
+    from lab.demo import tiny_data
 
     return tiny_data(tmp_path_factory.mktemp("gpu_data"), max_seq_length=64)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertkit.demo import TRANSFER_TASKS, random_model, transfer
+from lab.demo import TRANSFER_TASKS, random_model, transfer
 
 SENTENCES = [
     [("Alice", "B-PER"), ("visited", "O"), ("Paris", "B-LOC"), (".", "O")],
@@ -63,7 +63,7 @@ def test_make_run_end_to_end_on_a_small_corpus_says_when_the_model_still_reads_a
     a transfer verdict."""
     import json
 
-    from bertkit.demo import WORD_ORDER_GAIN_TO_TRANSFER, main, python_docs_corpus
+    from lab.demo import WORD_ORDER_GAIN_TO_TRANSFER, main, python_docs_corpus
 
     corpus = tmp_path / "corpus.txt"
     python_docs_corpus(corpus, max_bytes=200_000)

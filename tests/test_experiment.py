@@ -1,4 +1,4 @@
-"""`bertkit experiment`: matrix expansion, resumption, result files; the smoke matrix end to end."""
+"""`python -m lab experiment`: matrix expansion, resumption, result files; the smoke matrix end to end."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.cli import main as cli_main
 from bertkit.errors import UserError
-from bertkit.experiment import load_matrix, plan, read_results, run_matrix, select
+from lab.__main__ import main as lab_main
+from lab.experiment import load_matrix, plan, read_results, run_matrix, select
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "smoke.toml"
@@ -131,7 +131,7 @@ def test_finished_cells_are_skipped_and_missing_models_rebuilt(tmp_path):
 
 
 def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypatch):
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
         if cell.name == "finetune/a/SST-2/lr0.0001/seed1":
@@ -164,7 +164,7 @@ def _scores_fifty(matrix, cell, out, done, info, progress=True) -> dict:
 def test_progress_counts_only_this_matrixs_finished_cells(tmp_path, monkeypatch, capsys):
     """A results folder shared with a runner of a longer config holds results of cells this config lacks:
     the progress line's "done X/Y in matrix" counts this matrix's cells only (X never above Y)."""
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
     res = tmp_path / "res"
@@ -185,7 +185,7 @@ def test_cells_whose_settings_changed_are_refused_then_rerun_on_request(tmp_path
     runner refuses to mix old and new results (one-line error naming the cells); --rerun-changed runs the
     changed cells and everything downstream again, keeping the old result files aside. Editing only which
     models a task runs for changes no finished cell."""
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
     cfg, res, out = _write(tmp_path, MINIMAL), tmp_path / "res", tmp_path / "out"
@@ -212,8 +212,8 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     ``--rerun`` runs finished cells again (here: one grid on one model), keeping the old results aside."""
     import torch
 
-    from bertkit.experiment import cells as experiment_cells
-    from bertkit.experiment.paths import artifact
+    from lab.experiment import cells as experiment_cells
+    from lab.experiment.paths import artifact
 
     pretrain_score = {"value": 50.0}
 
@@ -272,8 +272,8 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     first_build = read_results(res)["finetune/a/SST-2/seed2"]["rebuilt_inputs"]["pretrain/a"]["finished"]
 
     # the report says it, beside the commits and machines
-    from bertkit.experiment.rebuilds import read_rebuilds
-    from bertkit.report.front import rebuild_lines
+    from lab.experiment.rebuilds import read_rebuilds
+    from lab.report.front import rebuild_lines
 
     lines = {line.split("`")[1]: line for line in rebuild_lines(read_results(res), read_rebuilds(res))}
     assert sorted(lines) == ["prepare", "pretrain/a", "vocab"]
@@ -299,7 +299,7 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     assert "; 4 result file(s) read the rebuild" in builds[1]
 
     # results an older runner left on two builds of one grid: the report names the grid
-    from bertkit.report.front import mixed_build_lines
+    from lab.report.front import mixed_build_lines
 
     assert mixed_build_lines(load_matrix(cfg), read_results(res), read_rebuilds(res)) == []
     path = res / "finetune__a__SST-2__seed2.json"
@@ -315,7 +315,7 @@ def test_report_names_a_model_whose_tasks_read_different_builds(tmp_path):
     """A model's CoNLL results on the build before a rebuild and its SQuAD results on the rebuild: each task's
     grid is whole, yet its row compares two pre-trainings. The report names the model and each task's build;
     a rebuild that measured the same, or one build for every task, gives no line."""
-    from bertkit.report.front import mixed_build_lines
+    from lab.report.front import mixed_build_lines
 
     m = load_matrix(_write(tmp_path, TWO_TASKS))
     rebuild = {"finished": "2026-11-26T21:21:21Z", "same_result": False}
@@ -345,8 +345,8 @@ def test_a_rebuild_compares_outputs_bit_for_bit_where_both_results_have_a_digest
     """A finished cell with an output records its sha256 (weights, vocabulary, shards; not the configs and
     manifests, which hold paths): a later rebuild is then the same only if its output is the same, bit for bit.
     Results written before the digest existed are compared on their measurements alone."""
-    from bertkit.experiment.paths import output_digest
-    from bertkit.experiment.rebuilds import describe, record_rebuild
+    from lab.experiment.paths import output_digest
+    from lab.experiment.rebuilds import describe, record_rebuild
 
     m = load_matrix(_write(tmp_path, MINIMAL))
     pretrain = m.cell("pretrain/a")
@@ -389,7 +389,7 @@ def test_a_grid_is_put_on_one_build_of_a_rebuilt_model(tmp_path, monkeypatch):
     of that grid that read the first build run again, before the seed that takes their pick, so the pick and
     the spread come from one model; a+bilstm's grid, whole already, keeps its results. A second runner that
     arrives after the rebuild finds nothing more to move."""
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     build = {"n": 0}
 
@@ -422,7 +422,7 @@ def test_a_grid_is_put_on_one_build_of_a_rebuilt_model(tmp_path, monkeypatch):
 def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     import os
 
-    from bertkit.experiment.locks import claim_cell
+    from lab.experiment.locks import claim_cell
 
     m = load_matrix(_write(tmp_path, MINIMAL))
     cell = m.cell("pretrain/a")
@@ -507,13 +507,13 @@ def test_a_second_features_entry_for_one_model_needs_its_own_name(tmp_path):
 
 def test_cli_reports_a_bad_matrix_in_one_line(tmp_path, capsys):
     p = _write(tmp_path, MINIMAL + '[[task]]\nname = "X"\nkind = "nope"\n')
-    assert cli_main(["experiment", str(p), "--dry-run"]) == 2
+    assert lab_main(["experiment", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "kind must be one of" in err[0]
 
 
 def test_cpu_clock_charges_only_training_steps(tmp_path, monkeypatch):
-    from bertkit.experiment import pretrain_cells as ec
+    from lab.experiment import pretrain_cells as ec
 
     now = iter([10.0, 12.0, 14.0])
     monkeypatch.setattr(ec.time, "process_time", lambda: next(now))
@@ -639,7 +639,7 @@ def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, 
     """A fresh machine: vocab, prepare and pretrain/a have results but no outputs, so they are planned as
     rebuilds for the pending fine-tuning cells. Another runner finishes every fine-tuning cell meanwhile: this
     runner must then neither run those cells (they are not rebuilds) nor rebuild inputs nobody reads any more."""
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     cfg = _write(tmp_path, MINIMAL)
     m = load_matrix(cfg)
@@ -675,8 +675,8 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
     import sys
     import threading
 
-    from bertkit.experiment import cells as experiment_cells
-    from bertkit.experiment import locks
+    from lab.experiment import cells as experiment_cells
+    from lab.experiment import locks
 
     monkeypatch.setattr(locks, "POLL_OTHER_RUNNERS_S", 0.05)
     cfg = _write(tmp_path, MINIMAL)
@@ -733,7 +733,7 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
     assert {c.name for c in m.cells if c.name.startswith("finetune/")} <= set(calls)
 
 
-# --- rates beyond the grid's edges (`lr_extend`, bertkit/experiment/grid.py) ---
+# --- rates beyond the grid's edges (`lr_extend`, lab/experiment/grid.py) ---
 
 EXTENDED = MINIMAL.replace("lr = [1e-4, 3e-4]", "lr = [1e-4, 3e-4]\nlr_extend = [1e-5, 3e-5, 1e-3, 3e-3]")
 
@@ -741,7 +741,7 @@ EXTENDED = MINIMAL.replace("lr = [1e-4, 3e-4]", "lr = [1e-4, 3e-4]\nlr_extend = 
 def _scored_by_rate(score_of):
     """A fake ``run_cell`` that settles a fine-tuning cell's rate with the real grid code and scores it
     ``score_of(lr)`` (a training run stands in by a function of its rate)."""
-    from bertkit.experiment.grid import settle_rate
+    from lab.experiment.grid import settle_rate
 
     def fake_run_cell(matrix, cell, out, done, info, progress=True):
         if cell.kind != "finetune":
@@ -772,7 +772,7 @@ def test_lr_extend_adds_rates_beyond_each_edge_nearest_first(tmp_path):
 
 
 def test_lr_extend_leaves_finished_cells_fingerprints_alone(tmp_path):
-    from bertkit.experiment.results import cell_settings
+    from lab.experiment.results import cell_settings
 
     before = cell_settings(load_matrix(_write(tmp_path, MINIMAL)))
     after = cell_settings(load_matrix(_write(tmp_path, EXTENDED)))
@@ -814,7 +814,7 @@ def test_bad_lr_extend_is_refused(tmp_path, extend, match):
     ],
 )
 def test_grid_extends_while_the_pick_lies_on_an_edge(tmp_path, monkeypatch, score_of, runs, picked):
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     monkeypatch.setattr(experiment_cells, "run_cell", _scored_by_rate(score_of))
     res = tmp_path / "res"
@@ -840,7 +840,7 @@ def test_seed_cells_run_again_when_an_extension_moves_the_pick(tmp_path, monkeyp
     """A matrix that finished without ``lr_extend`` keeps every result when the key is added (no changed
     fingerprint); the extensions then run, and the seed cells whose pick they moved run again at the new
     rate, their old result files kept under ``replaced/``. A pick they did not move keeps its seed cells."""
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     score = {"a": lambda lr: 1000 * lr, "a+bilstm": lambda lr: -abs(lr - 1e-4)}
 
@@ -866,7 +866,7 @@ def test_seed_cells_run_again_when_an_extension_moves_the_pick(tmp_path, monkeyp
 
 
 def test_a_pick_inside_the_grid_runs_no_extension(tmp_path, monkeypatch):
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     monkeypatch.setattr(experiment_cells, "run_cell", _scored_by_rate(lambda lr: -abs(lr - 3e-4)))
     text = MINIMAL.replace("lr = [1e-4, 3e-4]", "lr = [1e-4, 3e-4, 1e-3]\nlr_extend = [3e-5, 3e-3]")
@@ -881,7 +881,7 @@ def test_a_pick_inside_the_grid_runs_no_extension(tmp_path, monkeypatch):
 
 
 def test_eta_weighs_a_grid_extension_by_the_chance_it_runs(tmp_path):
-    from bertkit.experiment.runner import _seconds_left, _share_run
+    from lab.experiment.runner import _seconds_left, _share_run
 
     m = load_matrix(_write(tmp_path, EXTENDED))
     up, seed = m.cell("finetune/a/SST-2/lr0.001/seed1"), m.cell("finetune/a/SST-2/seed2")
@@ -901,7 +901,7 @@ def test_eta_times_a_fine_tuning_cell_by_finished_cells_of_its_own_task(tmp_path
     """Seconds per estimated FLOP differ some 70 times between tasks (SQuAD's strided features and span
     decoding are not in the estimate): a task's cells are timed by that task's finished cells, and by the
     kind's only where none of the task has finished."""
-    from bertkit.experiment.runner import _seconds_left, _work_kind
+    from lab.experiment.runner import _seconds_left, _work_kind
 
     m = load_matrix(_write(tmp_path, TWO_TASKS))
     sst, qa = m.cell("finetune/a/SST-2/seed2"), m.cell("finetune/a/SQuAD/seed2")
@@ -918,7 +918,7 @@ def test_eta_times_a_fine_tuning_cell_by_finished_cells_of_its_own_task(tmp_path
 def test_eta_scales_earlier_sittings_rates_by_this_sittings_speed(tmp_path):
     """A sitting on a slower host (or beside a second runner) takes longer for everything: once it has
     finished a cell, work it has not timed yet is the earlier sittings' rate times how much slower it ran."""
-    from bertkit.experiment.runner import _seconds_left
+    from lab.experiment.runner import _seconds_left
 
     m = load_matrix(_write(tmp_path, TWO_TASKS))
     sst, qa = m.cell("finetune/a/SST-2/seed2"), m.cell("finetune/a/SQuAD/seed2")
@@ -937,8 +937,8 @@ def test_a_pick_moved_by_another_sitting_reruns_its_seed_cells_at_the_start(tmp_
     """Extensions finished elsewhere (another runner, an earlier sitting) after a seed cell ran: the next
     sitting finds the seed cell stale before it plans, moves its file aside and runs it at the new pick. A
     file another runner moved first is no error."""
-    from bertkit.experiment import cells as experiment_cells
-    from bertkit.experiment.runner import _replace
+    from lab.experiment import cells as experiment_cells
+    from lab.experiment.runner import _replace
 
     monkeypatch.setattr(experiment_cells, "run_cell", _scored_by_rate(lambda lr: 1000 * lr))
     cfg, res, out = _write(tmp_path, EXTENDED), tmp_path / "res", tmp_path / "out"
@@ -964,7 +964,7 @@ def test_repro_check_reruns_finished_cells_on_a_copy_and_compares(tmp_path, monk
     as they were) and reports each cell's committed and new score, whether they are equal, and the seeds'
     spread of its model and task."""
     from benchmarks.repro_check import check
-    from bertkit.experiment import cells as experiment_cells
+    from lab.experiment import cells as experiment_cells
 
     config = _write(tmp_path, MINIMAL)
     res = tmp_path / "results" / "t"  # the config's own results folder

@@ -1,4 +1,4 @@
-"""The matrix ETA's work estimate from a task's data (`bertkit.experiment.work`): it counts the reader's own
+"""The matrix ETA's work estimate from a task's data (`lab.experiment.work`): it counts the reader's own
 examples and SQuAD windows, follows the data's size, limits and a frozen encoder, and the runner uses it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_experiment import MINIMAL
 
-from bertkit.experiment import load_matrix, run_matrix
-from bertkit.experiment import work as W
+from lab.experiment import load_matrix, run_matrix
+from lab.experiment import work as W
 
 # test_experiment's two-model matrix (SST-2 on a rate grid) with SQuAD, NER and feature-based tasks beside it
 MATRIX = (
@@ -148,8 +148,8 @@ def test_without_data_the_plans_estimate_stands(tmp_path):
 def test_the_runner_prices_cells_by_their_data_and_guesses_from_the_cores_speed(tmp_path, monkeypatch):
     """The result files keep the data's estimate as their cost, so later sittings' rates are per counted FLOP;
     before any cell is timed, the ETA runs at the speed measured on a core."""
-    from bertkit.experiment import cells as experiment_cells
-    from bertkit.experiment.runner import _seconds_left
+    from lab.experiment import cells as experiment_cells
+    from lab.experiment.runner import _seconds_left
 
     def fake(matrix, cell, out, done, info, progress=True):
         return {"primary": 50.0, "seed": cell.spec.get("seed"), "wall_s": 1.0}

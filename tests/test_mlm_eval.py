@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 
 from bertkit.config import BertConfig
-from bertkit.demo import random_model
 from bertkit.heads.pretraining import BertForMaskedLM, BertForPreTraining
 from bertkit.mlm_eval import heldout_mlm, most_frequent_masked_token
 from bertkit.tokenizer import Tokenizer
+from lab.demo import random_model
 
 
 def _model(tiny_data, path, bias_token=None):

@@ -30,7 +30,7 @@ TINY_MODEL = textwrap.dedent(
 
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory) -> Path:
-    from bertkit.demo import tiny_data
+    from lab.demo import tiny_data
 
     return tiny_data(tmp_path_factory.getbasetemp() / "pretrain_tiny_data", max_seq_length=64)
 

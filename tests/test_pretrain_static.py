@@ -121,7 +121,7 @@ TINY = "[model]\nhidden_size = 32\nnum_hidden_layers = 1\nnum_attention_heads = 
 @pytest.fixture(scope="module")
 def static_dir(tmp_path_factory):
     from bertkit.data.instances import create_static_from_shards
-    from bertkit.demo import tiny_data
+    from lab.demo import tiny_data
 
     root = tmp_path_factory.mktemp("static")
     data = tiny_data(root / "work", max_bytes=40_000, vocab_size=400, max_seq_length=64)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.report import write_report
-from bertkit.report.protocols import SHORT_PROTOCOL
+from lab.report import write_report
+from lab.report.protocols import SHORT_PROTOCOL
 
 CONFIG = """
 name = "fixture"
@@ -507,8 +507,8 @@ def test_table6_sets_each_size_beside_its_same_shape_random_init(tmp_path):
 
 
 def test_same_shape_random_follows_the_model_overrides(tmp_path):
-    from bertkit.experiment import load_matrix
-    from bertkit.report.scores import same_shape_random
+    from lab.experiment import load_matrix
+    from lab.report.scores import same_shape_random
 
     cfg, _ = _fixture(tmp_path)
     extra = """
@@ -831,8 +831,8 @@ def test_bert_base_estimate_uses_the_mfu_the_gpu_bench_measured(tmp_path):
     measured MFU of the bench's file (a lower MFU, more hours), each phase at the MFU measured at its sequence
     length where a second file has it (else the first's, said to be borrowed); files of two GPUs, or an
     unreadable file, are named in one line."""
-    from benchmarks.bench_gpu import training_flops
     from bertkit.config import BertConfig
+    from bertkit.flops import training_flops
 
     cfg, res = _fixture(tmp_path)
     assumed = _render(cfg, res).split("## BERT-Base as published, on paper")[1]
@@ -934,7 +934,7 @@ def test_budget_line_sets_each_stage_against_the_budget(tmp_path):
 
 @pytest.mark.parametrize("value", ["0", "-1", '"six"', "true"])
 def test_budget_must_be_a_positive_number(tmp_path, value):
-    from bertkit.experiment import load_matrix
+    from lab.experiment import load_matrix
 
     cfg, _ = _fixture(tmp_path)
     _extend(cfg, "", top=f"budget_cpu_hours = {value}")
@@ -1053,8 +1053,8 @@ head = { classifier_pooling = "mean" }
 def test_mean_pooled_rows_are_judged_against_the_mean_pooled_random_init(tmp_path):
     """A pre-trained model fine-tuned with the classifier on the mean pairs with the random init that pools
     the same way (not the [CLS] one of its shape), and the report sets both pairs' margins side by side."""
-    from bertkit.experiment import load_matrix
-    from bertkit.report.scores import same_shape_random
+    from lab.experiment import load_matrix
+    from lab.report.scores import same_shape_random
 
     cfg, res = _fixture(tmp_path)
     sst_long = ('\n[[task]]\nname = "SST-2-long"\ntask = "SST-2"\nkind = "glue"\nprotocol = "full"\n'

@@ -28,7 +28,6 @@ SUBCOMMAND_MODULES = (
     "embed",
     "serve",
     "index",
-    "experiment",
     "retrieval",
     "distill",
 )

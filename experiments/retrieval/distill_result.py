@@ -27,9 +27,9 @@ def lscpu_model() -> str:
     for line in text.splitlines():
         if line.lower().startswith("model name"):
             return line.split(":", 1)[1].strip()
-    from bertkit.experiment import cpu_model
+    from bertkit.tuning import cpu_info
 
-    return cpu_model()
+    return cpu_info()["model"]
 
 
 def main() -> None:
@@ -50,10 +50,10 @@ def main() -> None:
     import torch
 
     from bertkit.distill import remeasure_speed
-    from bertkit.experiment import machine_info
     from bertkit.io import atomic_write_json
     from bertkit.tasks.glue import glue_task_data
     from bertkit.tasks.ner import ner_task_data
+    from lab.experiment import machine_info
 
     distill = json.loads((a.run / a.student_dir / "metrics.json").read_text(encoding="utf-8"))
     teacher_run = json.loads((a.run / "teacher" / "metrics.json").read_text(encoding="utf-8"))

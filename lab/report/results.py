@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.experiment import Matrix, features_name, seeds_of, task_models
-from bertkit.report.front import notes, provenance
-from bertkit.report.scores import fmt, mean_std, metric_name, seed_scores
-from bertkit.report.tables import pretrain_rows
+from lab.experiment import Matrix, features_name, seeds_of, task_models
+from lab.report.front import notes, provenance
+from lab.report.scores import fmt, mean_std, metric_name, seed_scores
+from lab.report.tables import pretrain_rows
 
 
 def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_arg: str, folder: Path) -> str:

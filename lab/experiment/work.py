@@ -1,6 +1,6 @@
 """How much work a fine-tuning or feature cell is, counted from its task's data (for the matrix ETA).
 
-The matrix's own estimate (:func:`bertkit.experiment.matrix._finetune_cost`) reads no data: it takes 5,000
+The matrix's own estimate (:func:`lab.experiment.matrix._finetune_cost`) reads no data: it takes 5,000
 training examples of half the sequence length when a task does not say. That is off by an order of magnitude
 either way: SST-2's 67k short sentences, SQuAD's strided windows that fill the sequence, full dev sets. Here
 the task's files are read once and every example is counted at its own length, in tokens estimated from
@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from bertkit.experiment.grid import reuses_a_rate_run
-from bertkit.experiment.matrix import Cell, Matrix, spec_shape
-from bertkit.experiment.paths import weights_of
+from bertkit.flops import encoder_flops
+from lab.experiment.grid import reuses_a_rate_run
+from lab.experiment.matrix import Cell, Matrix, spec_shape
+from lab.experiment.paths import weights_of
 
 TOKENS_PER_WORD = 1.3
 
@@ -65,7 +66,7 @@ Lengths = tuple[np.ndarray, np.ndarray]  # real tokens of each training example 
 def task_lengths(matrix: Matrix, t: dict) -> Lengths | None:
     """A [[task]]'s example lengths (training, dev), or None when its files cannot be read here (or its
     settings are refused: the cell will say so when it runs)."""
-    from bertkit.experiment.finetune_cells import read_task, train_source
+    from lab.experiment.finetune_cells import read_task, train_source
 
     seq = int(t.get("max_seq_length", 128))
     try:
@@ -81,13 +82,6 @@ def task_lengths(matrix: Matrix, t: dict) -> Lengths | None:
     except Exception:  # noqa: BLE001 - no data here (a test's config, another machine): the plain estimate
         return None
     return np.array(_sequence_lengths(data.train, seq)), np.array(_sequence_lengths(data.dev, seq))
-
-
-def _flops(lengths: np.ndarray, shape: Any, passes: int) -> float:
-    """FLOPs of running ``lengths`` (tokens per sequence): per token, 2 per encoder parameter plus attention's
-    two products (2 x length x hidden each) per layer, times ``passes`` (1: forward; 3: forward and backward)."""
-    h, i, layers = shape.hidden_size, shape.intermediate_size, shape.num_hidden_layers
-    return float(passes * layers * (2 * (4 * h * h + 2 * h * i) * lengths.sum() + 4 * h * (lengths**2).sum()))
 
 
 def cell_work(
@@ -118,9 +112,9 @@ def cell_work(
         width = shape.hidden_size * (len(variant["layers"]) if concat else 1)
         lstm = int(cell.spec.get("hidden_size", 256))
         bilstm = 3 * 2 * 4 * 2 * (width + lstm) * lstm * float(train.sum()) * int(cell.spec.get("epochs", 4))
-        return _flops(train, shape, 1) + _flops(dev, shape, 1) + bilstm
+        return encoder_flops(shape, train) + encoder_flops(shape, dev) + bilstm
     passes = 1 if t.get("freeze_encoder") else 3  # a frozen encoder runs forward only; its head is small
-    return float(t.get("epochs", 3)) * _flops(train, shape, passes) + _flops(dev, shape, 1)
+    return float(t.get("epochs", 3)) * encoder_flops(shape, train, passes) + encoder_flops(shape, dev)
 
 
 def data_costs(matrix: Matrix) -> dict[str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.io import atomic_write
-from bertkit.report.scores import mean_std, seed_scores
+from lab.report.scores import mean_std, seed_scores
 
 
 def plot_curves(results: dict[str, dict], path: Path) -> bool:

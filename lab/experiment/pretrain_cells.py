@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import UserError
-from bertkit.experiment.matrix import Cell, Matrix, prepare_cell_of, resolve
-from bertkit.experiment.paths import external_model_dir, model_shape, prepared_data
 from bertkit.io import atomic_write_json
 from bertkit.mlm_eval import heldout_mlm
+from lab.experiment.matrix import Cell, Matrix, prepare_cell_of, resolve
+from lab.experiment.paths import external_model_dir, model_shape, prepared_data
 
 CURVE_POINTS = 60
 
@@ -41,8 +41,8 @@ def _pretrain_steps(spec: dict) -> int:
 
 
 def _pretrain_config(matrix: Matrix, cell: Cell, out: Path, progress: bool):
-    from bertkit.experiment.matrix import pretrain_fields
     from bertkit.pretrain import PretrainConfig
+    from lab.experiment.matrix import pretrain_fields
 
     fields = set(pretrain_fields())
     spec = dict(cell.spec)

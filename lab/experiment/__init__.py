@@ -1,4 +1,4 @@
-"""``bertkit experiment CONFIG.toml``: a matrix of pre-training and fine-tuning runs, resumable cell by cell.
+"""``python -m lab experiment CONFIG.toml``: a matrix of pre-training and fine-tuning runs, resumable cell by cell.
 
 A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands into *cells*::
 
@@ -34,7 +34,7 @@ several runners share a matrix), :mod:`.results` (result files), :mod:`.cells` w
 
 from __future__ import annotations
 
-from bertkit.experiment.matrix import (
+from lab.experiment.matrix import (
     TABLE5_ROLES,
     Cell,
     Matrix,
@@ -44,8 +44,8 @@ from bertkit.experiment.matrix import (
     table5_rows,
     task_models,
 )
-from bertkit.experiment.results import cell_settings, machine_info, read_results, results_dir
-from bertkit.experiment.runner import plan, run_matrix, select
+from lab.experiment.results import cell_settings, machine_info, read_results, results_dir
+from lab.experiment.runner import plan, run_matrix, select
 
 __all__ = [
     "TABLE5_ROLES",

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from bertkit.experiment import Matrix, table5_rows
+from lab.experiment import Matrix, table5_rows
 
 NOT_RUN = "not yet run"
 
@@ -97,9 +97,9 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
     files are present; a regression task (STS-B), a tagger or a reader has no one label to predict."""
     from collections import Counter
 
-    from bertkit.experiment.paths import data_root
     from bertkit.tasks.glue import get_task, read_glue
     from bertkit.tasks.metrics import glue_metrics
+    from lab.experiment.paths import data_root
 
     out: dict[str, float] = {}
     by_folder: dict[
@@ -123,8 +123,8 @@ def majority_baselines(matrix: Matrix, tasks: list[str]) -> dict[str, float]:
 
 
 def model_shape(matrix: Matrix, model: str):
-    """The BertConfig whose weights ``model`` fine-tunes: :func:`bertkit.experiment.matrix.shape_of`."""
-    from bertkit.experiment.matrix import shape_of
+    """The BertConfig whose weights ``model`` fine-tunes: :func:`lab.experiment.matrix.shape_of`."""
+    from lab.experiment.matrix import shape_of
 
     return shape_of(matrix.raw, model)
 
@@ -132,7 +132,7 @@ def model_shape(matrix: Matrix, model: str):
 def is_random(matrix: Matrix, model: str) -> bool:
     """Whether the weights ``model`` fine-tunes are a random initialisation (a ``random`` model, or one whose
     ``from`` is)."""
-    from bertkit.experiment.matrix import weights_of
+    from lab.experiment.matrix import weights_of
 
     specs = {m["name"]: m for m in matrix.raw["model"]}
     return model in specs and bool(specs[weights_of(matrix.raw, model)].get("random"))

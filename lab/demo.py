@@ -1,4 +1,4 @@
-"""``python -m bertkit.demo`` (what ``make run`` runs): BERT pre-training end to end, offline, in minutes on a CPU,
+"""``python -m lab.demo`` (what ``make run`` runs): BERT pre-training end to end, offline, in minutes on a CPU,
 and proof that the model learned.
 
 1. **Corpus.** The shared corpora (``../shared/data/corpus``: Gutenberg books + WikiText-2) when they are
@@ -318,7 +318,7 @@ def transfer(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bertkit.demo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.demo", description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", nargs="+", help="your own text files/directories (default: the shared corpora, "
                     "else Python's docs)")  # fmt: skip
     ap.add_argument("--out", default="runs/demo", help="report directory (default runs/demo)")

@@ -3,8 +3,8 @@ same-budget comparison with transformers, the pre-training table and the models 
 
 from __future__ import annotations
 
-from bertkit.experiment import Matrix, features_name, seeds_of, task_models
-from bertkit.report.scores import (
+from lab.experiment import Matrix, features_name, seeds_of, task_models
+from lab.report.scores import (
     NOT_RUN,
     ROW_LABELS,
     feature_scores,

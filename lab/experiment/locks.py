@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertkit.experiment.matrix import Cell
-from bertkit.experiment.paths import artifact
-from bertkit.experiment.results import read_results
+from lab.experiment.matrix import Cell
+from lab.experiment.paths import artifact
+from lab.experiment.results import read_results
 
 POLL_OTHER_RUNNERS_S = 5.0  # how often a runner waiting on another runner's cell looks for its result
 

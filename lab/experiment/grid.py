@@ -13,7 +13,7 @@ at another rate than the pick now gives (an extension won after it ran) is stale
 
 from __future__ import annotations
 
-from bertkit.experiment.matrix import Cell
+from lab.experiment.matrix import Cell
 
 
 def ran(names: list[str], done: dict[str, dict]) -> dict[str, dict]:

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.experiment.matrix import Cell, Matrix, resolve, weights_of
 from bertkit.io import atomic_write_json
+from lab.experiment.matrix import Cell, Matrix, resolve, weights_of
 
 
 def artifact(cell: Cell, out: Path) -> Path | None:

@@ -1,4 +1,4 @@
-"""What each kind of :mod:`bertkit.experiment` cell does, and what it leaves behind for the cells after it.
+"""What each kind of :mod:`lab.experiment` cell does, and what it leaves behind for the cells after it.
 
 ``run_cell(matrix, cell, out, done, info)`` returns the cell's result fields (``primary`` in percent,
 ``metrics``, ``seed``, ``tokens``, ...); the runner adds the matrix, cell name, timings and machine.
@@ -15,16 +15,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bertkit.experiment.finetune_cells import (
+from lab.experiment.finetune_cells import (
     read_task,
     run_features,
     run_finetune,
     squad_train_part,
     train_source,
 )
-from bertkit.experiment.matrix import Cell, Matrix
-from bertkit.experiment.paths import prepared_data, task_text_file
-from bertkit.experiment.pretrain_cells import run_pretrain, run_pretrained, run_random
+from lab.experiment.matrix import Cell, Matrix
+from lab.experiment.paths import prepared_data, task_text_file
+from lab.experiment.pretrain_cells import run_pretrain, run_pretrained, run_random
 
 
 def run_cell(

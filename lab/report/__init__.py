@@ -1,6 +1,6 @@
-"""Markdown reports written only from :mod:`bertkit.experiment` result files (never typed by hand).
+"""Markdown reports written only from :mod:`lab.experiment` result files (never typed by hand).
 
-``bertkit experiment report CONFIG.toml [--results DIR] [--doc FILE]`` reads the matrix (for its layout and
+``python -m lab report CONFIG.toml [--results DIR] [--doc FILE]`` reads the matrix (for its layout and
 commands) and every result file, and writes the report named by the config's ``report`` key (or ``--doc``)
 plus its PNG figures beside it. ``report_kind = "paper"`` gives the paper's Tables 5, 6 and 7 in the paper's
 shape, the same-budget comparison with transformers, the pre-training curves, a bar chart and the BERT-Base
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment import load_matrix, read_results, results_dir
 from bertkit.io import atomic_write
-from bertkit.report.paper import paper_report
-from bertkit.report.results import results_report
-from bertkit.report.scores import protocols
+from lab.experiment import load_matrix, read_results, results_dir
+from lab.report.paper import paper_report
+from lab.report.results import results_report
+from lab.report.scores import protocols
 
 __all__ = ["write_report"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment.matrix import Cell, Matrix
+from lab.experiment.matrix import Cell, Matrix
 
 
 def machine_info() -> dict[str, Any]:
@@ -68,7 +68,7 @@ def cell_settings(matrix: Matrix) -> dict[str, str]:
     whose fingerprint no longer matches the config was run with other settings."""
     import hashlib
 
-    from bertkit.experiment.paths import data_root
+    from lab.experiment.paths import data_root
 
     roots = [Path(os.path.normpath(p)) for p in (data_root(matrix).absolute(), matrix.base.absolute())]
     prints: dict[str, str] = {}

@@ -7,18 +7,18 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.experiment import Matrix, task_models
-from bertkit.report.findings import findings
-from bertkit.report.front import notes, provenance
-from bertkit.report.plots import plot_bars, plot_curves
-from bertkit.report.protocols import (
+from lab.experiment import Matrix, task_models
+from lab.report.findings import findings
+from lab.report.front import notes, provenance
+from lab.report.plots import plot_bars, plot_curves
+from lab.report.protocols import (
     SHORT_PROTOCOL,
     protocol_bars,
     protocol_finding,
     protocol_table,
 )
-from bertkit.report.scores import NOT_RUN, metric_name, protocol_tasks, protocols, table5_models
-from bertkit.report.tables import compare, other_models, paper_table5, pretrain_rows, table5, table6, table7
+from lab.report.scores import NOT_RUN, metric_name, protocol_tasks, protocols, table5_models
+from lab.report.tables import compare, other_models, paper_table5, pretrain_rows, table5, table6, table7
 
 
 def recipe_table(matrix: Matrix) -> list[str]:
@@ -99,15 +99,12 @@ def _phase_mfu(rows: list[dict], seq_len: int) -> tuple[float, str]:
 
 
 def base_estimate(matrix: Matrix) -> list[str]:
-    """What BERT-Base as published costs: tokens, FLOPs (benchmarks.bench_gpu.training_flops), GPU-hours at the
+    """What BERT-Base as published costs: tokens, FLOPs (bertkit.flops.training_flops), GPU-hours at the
     MFU the GPU bench measured for each phase's sequence length (the config's ``gpu_bench``), else at its goal
     of 40%, said to be assumed."""
     from bertkit.config import BertConfig
+    from bertkit.flops import PEAK_BF16_TFLOPS, training_flops
 
-    try:
-        from benchmarks.bench_gpu import PEAK_BF16_TFLOPS, training_flops
-    except ImportError:  # outside the repository checkout
-        return ["(needs the repository's `benchmarks/` package for `training_flops`)", ""]
     c = BertConfig.preset("base")
     phases = [(900_000, 128, 20), (100_000, 512, 80)]  # steps, sequence length, masked positions per sequence
     tokens = sum(s * 256 * n for s, n, _ in phases)
@@ -129,7 +126,7 @@ def base_estimate(matrix: Matrix) -> list[str]:
     return [
         f"- tokens: 900k steps x 256 x 128 + 100k steps x 256 x 512 = **{tokens / 1e9:.1f}B tokens** "
         "(the paper's 1M steps of 256 sequences, 90% at 128 tokens, 10% at 512)",
-        f"- FLOPs (`training_flops` of `benchmarks/bench_gpu.py`: forward + backward, MLM head on the masked rows "
+        f"- FLOPs (`training_flops` of `bertkit/flops.py`: forward + backward, MLM head on the masked rows "
         f"only): **{flops:.2e}**",
         f"- one {gpu} (dense bf16 peak {peak / 1e12:.0f} TFLOP/s) at {where}: **{hours:,.0f} "
         f"GPU-hours** ({hours / 8 / 24:.1f} days on 8 GPUs)",

@@ -12,22 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from bertkit.experiment.grid import skip_reason, stale_seed_cells
-from bertkit.experiment.locks import claim_cell, wait_for_other_runners
-from bertkit.experiment.matrix import Cell, Matrix, load_matrix, logger
-from bertkit.experiment.paths import output_digest
-from bertkit.experiment.rebuilds import (
+from bertkit.io import atomic_write_json
+from bertkit.kernels.peak import per_core_gflops
+from bertkit.tuning import cached_choices
+from lab.experiment.grid import skip_reason, stale_seed_cells
+from lab.experiment.locks import claim_cell, wait_for_other_runners
+from lab.experiment.matrix import Cell, Matrix, load_matrix, logger
+from lab.experiment.paths import output_digest
+from lab.experiment.rebuilds import (
     describe,
     forget_rebuild,
     other_build_cells,
     rebuilt_inputs,
     record_rebuild,
 )
-from bertkit.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
-from bertkit.experiment.work import data_costs
-from bertkit.io import atomic_write_json
-from bertkit.kernels.peak import per_core_gflops
-from bertkit.tuning import cached_choices
+from lab.experiment.results import cell_settings, changed_cells, machine_info, read_results, results_dir
+from lab.experiment.work import data_costs
 
 
 def _matching(cells: list[Cell], pattern: str) -> list[Cell]:
@@ -60,7 +60,7 @@ def select(matrix: Matrix, only: str | None) -> list[Cell]:
 def plan(matrix: Matrix, cells: list[Cell], done: dict[str, dict], out: Path) -> list[Cell]:
     """The cells to run: those without a result, plus finished ones whose output a pending cell reads but
     which is missing under ``out`` (rebuilt)."""
-    from bertkit.experiment.paths import artifact
+    from lab.experiment.paths import artifact
 
     todo = {c.name for c in cells if c.name not in done}
     stack = list(todo)
@@ -92,7 +92,7 @@ def _on_one_build(
     matrix: Matrix, queue: list[Cell], done: dict[str, dict], out: Path, res_dir: Path, summary: dict
 ) -> list[Cell]:
     """``queue`` plus the finished cells that read another build of a model than the queued cells of their
-    grid will (:func:`~bertkit.experiment.rebuilds.other_build_cells`), their results moved aside, in matrix
+    grid will (:func:`~lab.experiment.rebuilds.other_build_cells`), their results moved aside, in matrix
     order (a grid cell before the seeds that take its pick)."""
     stale = other_build_cells(matrix, queue, done, out)
     if not stale:
@@ -226,7 +226,7 @@ def run_matrix(
     (their old result files move to ``RESULTS/replaced/``), e.g. to put a grid on one rebuilt model."""
     import torch
 
-    from bertkit.experiment.cells import run_cell
+    from lab.experiment.cells import run_cell
 
     if threads is not None and threads < 1:
         raise UserError(f"--threads {threads}: give 1 or more")
@@ -273,7 +273,7 @@ def run_matrix(
     out.mkdir(parents=True, exist_ok=True)
     res_dir.mkdir(parents=True, exist_ok=True)
     # a fine-tuning or feature cell's work counted from its task's data where it can be read here: the plan's
-    # estimate reads no data and is off by an order of magnitude either way (bertkit.experiment.work)
+    # estimate reads no data and is off by an order of magnitude either way (lab.experiment.work)
     costs = data_costs(matrix)
     for c in matrix.cells:
         c.cost = costs.get(c.name, c.cost)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bertkit.experiment import Matrix, seeds_of, task_models
-from bertkit.experiment.grid import pick
-from bertkit.report.findings import (
+from lab.experiment import Matrix, seeds_of, task_models
+from lab.experiment.grid import pick
+from lab.report.findings import (
     mlm_vs_ltr,
     mlm_vs_ltr_by_budget,
     nsp_effect,
@@ -15,8 +15,8 @@ from bertkit.report.findings import (
     same_budget_downstream,
     table7_finding,
 )
-from bertkit.report.plots import plot_bars
-from bertkit.report.scores import (
+from lab.report.plots import plot_bars
+from lab.report.scores import (
     NOT_RUN,
     ROW_LABELS,
     beats,
@@ -174,7 +174,7 @@ def _same_budget_lines(matrix: Matrix, tasks: list[dict], label: str, ms) -> lis
 
 def grid_edges_finding(matrix: Matrix, results: dict[str, dict], tasks: list[dict], label: str) -> str | None:
     """How the rate grids of ``tasks`` with ``lr_extend`` came out on the first seed: how many picks lay inside
-    the base grid or on its edge, and where the next rate out moved the pick (see bertkit/experiment/grid.py).
+    the base grid or on its edge, and where the next rate out moved the pick (see lab/experiment/grid.py).
     None when no task extends its grid."""
     inside, held, moved, beyond_none, open_ = 0, 0, [], 0, 0
     for t in tasks:

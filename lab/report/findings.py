@@ -3,9 +3,9 @@ left-to-right, NSP, size, Table 7, task text, the positive control and bertkit v
 
 from __future__ import annotations
 
-from bertkit.experiment import Matrix, features_name
-from bertkit.experiment.matrix import weights_of
-from bertkit.report.scores import (
+from lab.experiment import Matrix, features_name
+from lab.experiment.matrix import weights_of
+from lab.report.scores import (
     NOT_RUN,
     beats,
     beyond_spread,
@@ -18,7 +18,7 @@ from bertkit.report.scores import (
     table6_models,
     tally,
 )
-from bertkit.report.tables import PAPER_TABLE7, paper_row
+from lab.report.tables import PAPER_TABLE7, paper_row
 
 
 def table7_finding(matrix: Matrix, results: dict[str, dict], ms, tasks: set[str] | None = None) -> list[str]:

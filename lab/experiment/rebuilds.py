@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertkit.experiment.matrix import Cell, Matrix
 from bertkit.io import atomic_write_json
+from lab.experiment.matrix import Cell, Matrix
 
 # what a cell measured; the other keys (paths, timings) are expected to differ between sittings.
-# `output_sha256` (bertkit.experiment.paths.output_digest) is compared only where both results have it:
+# `output_sha256` (lab.experiment.paths.output_digest) is compared only where both results have it:
 # results written before it existed lack it.
 MEASURED = ("primary", "metrics", "tokens", "steps")
 DIGEST = "output_sha256"
@@ -56,7 +56,7 @@ def record_rebuild(
     res_dir: Path, out: Path, cell: Cell, kept: dict, rebuilt: dict, info: dict, threads: int
 ) -> dict:
     """Write the comparison of the kept result ``kept`` with the rebuild's ``rebuilt`` (see the module
-    docstring) and return it. ``info``: :func:`~bertkit.experiment.results.machine_info` of this sitting."""
+    docstring) and return it. ``info``: :func:`~lab.experiment.results.machine_info` of this sitting."""
     compared = [k for k in MEASURED if k in kept or k in rebuilt]
     compared += [DIGEST] if kept.get(DIGEST) and rebuilt.get(DIGEST) else []
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

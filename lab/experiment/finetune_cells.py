@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import UserError
-from bertkit.experiment.grid import settle_rate
-from bertkit.experiment.matrix import Matrix
-from bertkit.experiment.paths import data_root, model_dir_for, model_shape, root_model
+from lab.experiment.grid import settle_rate
+from lab.experiment.matrix import Matrix
+from lab.experiment.paths import data_root, model_dir_for, model_shape, root_model
 
 
 def run_finetune(matrix, cell, out, done, progress) -> dict:
