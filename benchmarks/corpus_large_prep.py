@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out_dir.mkdir(parents=True, exist_ok=True)
     vocab, data = a.out_dir / "vocab.txt", a.out_dir / "data"
     load_before = os.getloadavg()
+    commit = _commit()  # now: the checkout may move on while the commands run
     runs = [
         measure(
             ["vocab", "--corpus", *corpus, "--vocab-size", str(a.vocab_size), "--out", str(vocab), "--overwrite"],
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": "bertkit vocab + prepare on the compressed large corpus (xz files read as streams)",
         "corpus": corpus,
         "subset": bool(a.subset_files),
-        "commit": _commit(),
+        "commit": commit,
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
