@@ -204,3 +204,21 @@ def test_directory_of_compressed_files_is_read_recursively_in_order(tmp_path):
     (empty / ".hidden.gz").write_bytes(b"")
     with pytest.raises(UserError, match=rf"^{empty}: directory has no files"):
         read_documents([empty])
+
+
+def test_paragraphs_format_splits_each_line_into_sentences(tmp_path):
+    plain = tmp_path / "c.txt"
+    plain.write_text(
+        "Dr. Watson came in. He sat down.\nA second paragraph!\n\n\nNext document. It ends here.\n",
+        encoding="utf-8",
+    )
+    assert read_documents([plain], "lines") == [
+        ["Dr. Watson came in. He sat down.", "A second paragraph!"],
+        ["Next document. It ends here."],
+    ]
+    want = [
+        ["Dr. Watson came in.", "He sat down.", "A second paragraph!"],
+        ["Next document.", "It ends here."],
+    ]
+    for p in [plain, *_compressed_copies(plain, tmp_path)]:
+        assert read_documents([p], "paragraphs") == want, p.name

@@ -381,3 +381,27 @@ def test_cli_lists_a_directorys_files_unless_quiet(tmp_path, capsys):
     prep = ["prepare", "--corpus", str(d), "--vocab", str(tmp_path / "v.txt"), "--out", str(tmp_path / "d")]
     assert main(prep) == 0
     assert capsys.readouterr().err.startswith(f"corpus: 2 files under {d} (")
+
+
+def test_prepare_paragraphs_format_keeps_the_tokens_in_more_sentences(tmp_path):
+    from bertkit.cli import main
+
+    corpus = tmp_path / "c.txt"
+    rng = random.Random(6)
+    words = ["alpha", "beta", "gamma", "delta", "running", "jumped", "quickly", "zebra"]
+    with open(corpus, "w", encoding="utf-8") as f:
+        for _ in range(10):  # a document: paragraphs of several sentences, one paragraph per line
+            for _ in range(rng.randint(1, 4)):
+                sents = [" ".join(rng.choice(words) for _ in range(5)).capitalize() + "." for _ in range(3)]
+                f.write(" ".join(sents) + "\n")
+            f.write("\n")
+    vocab = tmp_path / "v.txt"
+    train_vocab([corpus], 40, vocab, progress=False, min_frequency=1)
+    res = {}
+    for fmt in ("lines", "paragraphs"):
+        args = ["--corpus", str(corpus), "--vocab", str(vocab), "--out", str(tmp_path / fmt), "--quiet"]
+        assert main(["prepare", *args, "--format", fmt]) == 0
+        res[fmt] = json.loads((tmp_path / fmt / "manifest.json").read_text(encoding="utf-8"))
+    assert res["paragraphs"]["documents"] == res["lines"]["documents"] == 10
+    assert res["paragraphs"]["sentences"] == 3 * res["lines"]["sentences"]
+    assert res["paragraphs"]["tokens"] == res["lines"]["tokens"]

@@ -27,8 +27,8 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
         "--format",
         choices=FORMATS,
         default="auto",
-        help="lines: one sentence per line, blank line between documents (the original format); file: one "
-        "document per file; prose: running text split into sentences; jsonl: a 'text' field per line; "
+        help="lines: one sentence per line, blank line between documents (the original format); paragraphs: "
+        "the same with a paragraph per line, split into sentences; file: one document per file; prose: running text split into sentences; jsonl: a 'text' field per line; "
         "auto: jsonl for .jsonl/.json, else lines",
     )
     p.add_argument(

@@ -4,6 +4,9 @@ Formats (``fmt``):
 
 - ``"lines"`` - the original release's format: one sentence per line, a blank line between documents
   (a file's end also ends its last document).
+- ``"paragraphs"`` - one paragraph per line, a blank line between documents (the large corpus's layout);
+  each paragraph is split into sentences by :func:`split_sentences`, so that a pre-training segment can end
+  between sentences, as the original's sentence-per-line input allows.
 - ``"file"`` - one document per file, one sentence per line (blank lines are ignored).
 - ``"prose"`` - one document per file of running text: paragraphs (separated by blank lines, or one per
   line) are split into sentences by :func:`split_sentences`, a rule-based splitter that needs no download.
@@ -43,7 +46,7 @@ __all__ = [
     "read_documents",
 ]
 
-FORMATS = ("auto", "lines", "file", "prose", "jsonl")
+FORMATS = ("auto", "lines", "paragraphs", "file", "prose", "jsonl")
 # suffix -> (name, stream class): each reads a compressed file object in blocks, never the whole file
 COMPRESSIONS = {
     ".gz": ("gzip", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
@@ -204,7 +207,10 @@ def _decoded_lines(path: Path, on_error: str, stats: CorpusStats) -> Iterator[tu
         yield lineno, line.rstrip("\r\n")
 
 
-def _read_lines_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
+def _read_lines_format(
+    path: Path, on_error: str, stats: CorpusStats, split: bool = False
+) -> Iterator[list[str]]:
+    """Documents separated by blank lines; each line a sentence, or (``split``) a paragraph of sentences."""
     doc: list[str] = []
     for _, line in _decoded_lines(path, on_error, stats):
         line = line.strip()
@@ -212,6 +218,8 @@ def _read_lines_format(path: Path, on_error: str, stats: CorpusStats) -> Iterato
             if doc:
                 yield doc
                 doc = []
+        elif split:
+            doc.extend(split_sentences(line))
         else:
             doc.append(line)
     if doc:
@@ -291,8 +299,8 @@ def iter_documents(
     for path in expand_paths(paths):
         stats.files += 1
         kind = _format_of(path, fmt)
-        if kind == "lines":
-            docs = _read_lines_format(path, on_error, stats)
+        if kind in ("lines", "paragraphs"):
+            docs = _read_lines_format(path, on_error, stats, split=kind == "paragraphs")
         elif kind == "file":
             docs = _read_file_format(path, on_error, stats)
         elif kind == "prose":
