@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seq-length", type=int, default=128)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--subset-files", type=int, default=0, help="only the first N corpus files (0: all)")
+    ap.add_argument("--format", default="auto", help="prepare's --format (paragraphs: split into sentences)")
+    ap.add_argument("--data-name", default="data", help="prepare's output folder under --out-dir")
+    ap.add_argument("--skip-vocab", action="store_true", help="reuse --out-dir/vocab.txt; time prepare only")
     a = ap.parse_args(argv)
     if not a.corpus.is_dir():
         print(f"{a.corpus}: corpus folder not found", file=sys.stderr)
@@ -149,27 +152,42 @@ def main(argv: list[str] | None = None) -> int:
     if a.subset_files:
         corpus = [str(p) for p in sorted(a.corpus.iterdir())[: a.subset_files]]
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    vocab, data = a.out_dir / "vocab.txt", a.out_dir / "data"
+    vocab, data = a.out_dir / "vocab.txt", a.out_dir / a.data_name
     load_before = os.getloadavg()
     commit = _commit()  # now: the checkout may move on while the commands run
-    runs = [
-        measure(
-            ["vocab", "--corpus", *corpus, "--vocab-size", str(a.vocab_size), "--out", str(vocab), "--overwrite"],
-            a.out_dir / "vocab.log",
-        ),
+    runs = []
+    if not a.skip_vocab:
+        runs.append(
+            measure(
+                [
+                    "vocab",
+                    "--corpus",
+                    *corpus,
+                    "--vocab-size",
+                    str(a.vocab_size),
+                    "--out",
+                    str(vocab),
+                    "--overwrite",
+                ],
+                a.out_dir / "vocab.log",
+            )
+        )
+    fmt = [] if a.format == "auto" else ["--format", a.format]
+    runs.append(
         measure(
             [
-                "prepare", "--corpus", *corpus, "--vocab", str(vocab), "--out", str(data),
+                "prepare", "--corpus", *corpus, "--vocab", str(vocab), "--out", str(data), *fmt,
                 "--max-seq-length", str(a.max_seq_length), "--workers", str(a.workers), "--overwrite",
             ],
-            a.out_dir / "prepare.log",
-        ),
-    ]  # fmt: skip
+            a.out_dir / f"prepare-{a.data_name}.log",
+        )
+    )  # fmt: skip
     manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
     doc = {
         "what": "bertkit vocab + prepare on the compressed large corpus (xz files read as streams)",
         "corpus": corpus,
         "subset": bool(a.subset_files),
+        "prepare_format": a.format,
         "commit": commit,
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
