@@ -23,6 +23,17 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
     shutil.copytree(tiny_model, w / "model")
     (w / "corpus.txt").write_text("The first sentence.\nA second one.\n\nAnother document.\nIt ends.\n")
     (w / "latin1.txt").write_bytes(LATIN1)
+    import gzip
+    import lzma
+
+    text = "".join(f"Sentence {i} of a compressed corpus.\n\n" for i in range(500)).encode()
+    xz = lzma.compress(text)
+    (w / "truncated.txt.xz").write_bytes(xz[: len(xz) // 2])
+    gz = bytearray(gzip.compress(text))
+    gz[len(gz) // 2] ^= 0xFF
+    (w / "corrupt.txt.gz").write_bytes(bytes(gz))
+    (w / "no_corpus" / "sub").mkdir(parents=True)
+    (w / "no_corpus" / ".hidden.txt").write_text("hidden files are not corpus files\n")
     shutil.copy(tiny_data / "vocab.txt", w / "vocab.txt")
     (w / "vocab_latin1.txt").write_bytes(
         (tiny_data / "vocab.txt").read_bytes() + "caf\xe9\n".encode("latin-1")
@@ -114,6 +125,10 @@ CASES = [
     ("vocab-corpus-latin1", ["vocab", "--corpus", "latin1.txt", "--vocab-size", "50", "--out", "v.txt"],
      ["latin1.txt", "UTF-8"]),
     ("vocab-size-tiny", [*VOC, "--vocab-size", "2", "--out", "v.txt"], ["--vocab-size"]),
+    ("vocab-corpus-truncated-xz", ["vocab", "--corpus", "corpus.txt", "truncated.txt.xz", "--vocab-size", "50",
+                                   "--out", "v.txt"], ["truncated.txt.xz", "corrupt or truncated xz"]),
+    ("vocab-corpus-dir-without-files", ["vocab", "--corpus", "no_corpus", "--vocab-size", "50", "--out", "v.txt"],
+     ["no_corpus", "no files"]),
     # prepare
     ("prepare-max-seq-negative", [*PREP, "--out", OUT, "--max-seq-length", "-1"], ["--max-seq-length", "-1"]),
     ("prepare-shard-size-negative", [*PREP, "--out", OUT, "--shard-size-mb", "-1"], ["--shard-size-mb"]),
@@ -132,6 +147,9 @@ CASES = [
      ["nope.txt"]),
     ("prepare-corpus-latin1", ["prepare", "--corpus", "latin1.txt", "--vocab", "vocab.txt", "--out", OUT],
      ["latin1.txt", "UTF-8"]),
+    ("prepare-corpus-corrupt-gz", ["prepare", "--corpus", "corpus.txt", "corrupt.txt.gz", "--vocab", "vocab.txt",
+                                   "--out", OUT], ["corrupt.txt.gz", "corrupt or truncated gzip"]),
+    ("prepare-corpus-dir-without-files", [*PREP, "--corpus", "no_corpus", "--out", OUT], ["no_corpus", "no files"]),
     ("prepare-resume-nothing", [*PREP, "--out", OUT, "--resume"], ["--resume", "nothing to resume"]),
     # pretrain
     ("pretrain-lr-negative", [*PRE, "--out", OUT, "--lr", "-1"], ["--lr", "-1"]),

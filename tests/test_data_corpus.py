@@ -105,3 +105,120 @@ def test_documents_are_streamed(tmp_path):
 )
 def test_split_sentences(text, want):
     assert split_sentences(text) == want
+
+
+def _compressed_copies(plain, tmp_path):
+    """``plain`` written as .gz, .xz and .bz2 (the compressors of the standard library)."""
+    import bz2
+    import gzip
+    import lzma
+
+    data = plain.read_bytes()
+    out = []
+    for suffix, opener in ((".gz", gzip.open), (".xz", lzma.open), (".bz2", bz2.open)):
+        p = tmp_path / (plain.name + suffix)
+        with opener(p, "wb") as f:
+            f.write(data)
+        out.append(p)
+    return out
+
+
+def test_compressed_files_read_as_the_plain_file(tmp_path):
+    plain = tmp_path / "c.txt"
+    # one paragraph per line, a blank line between documents (the large corpus's layout), a BOM and CRLFs
+    plain.write_bytes("\ufeffPara one. Still one.\r\nPara two.\n\nDoc two, café.\n\n\nDoc three.".encode())
+    stats = CorpusStats()
+    want = read_documents([plain], stats=stats)
+    assert want == [["Para one. Still one.", "Para two."], ["Doc two, café."], ["Doc three."]]
+    for p in _compressed_copies(plain, tmp_path):
+        got = CorpusStats()
+        assert read_documents([p], stats=got) == want, p.name
+        assert got.bytes == stats.bytes  # text bytes, not the stored ones
+        assert got.input_bytes == p.stat().st_size != got.bytes  # the progress counts stored bytes
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"text": "One. Two."}) + "\n", encoding="utf-8")
+    for p in _compressed_copies(jsonl, tmp_path):  # c.jsonl.gz is JSONL for --format auto
+        assert read_documents([p]) == [["One.", "Two."]]
+
+
+def test_compressed_file_is_streamed(tmp_path):
+    import gzip
+    import random
+
+    rng = random.Random(0)
+    p = tmp_path / "big.txt.gz"
+    with gzip.open(p, "wt", encoding="utf-8") as f:
+        for d in range(3000):
+            words = " ".join(f"w{rng.randrange(10**9)}" for _ in range(40))
+            f.write(f"doc {d} {words}\n\n")
+    stats = CorpusStats()
+    it = iter_documents([p], stats=stats)
+    assert next(it)[0].startswith("doc 0 ")
+    # one document in, only the first blocks of the file were read (and decompressed)
+    assert 0 < stats.input_bytes < p.stat().st_size / 10
+    assert sum(1 for _ in it) == 2999 and stats.input_bytes == p.stat().st_size
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz", ".bz2"])
+def test_corrupt_or_truncated_compressed_file_names_it(tmp_path, suffix):
+    plain = tmp_path / "c.txt"
+    plain.write_text(
+        "".join(f"Sentence number {i} of the corpus.\n\n" for i in range(2000)), encoding="utf-8"
+    )
+    (good,) = [p for p in _compressed_copies(plain, tmp_path) if p.suffix == suffix]
+    data = good.read_bytes()
+    truncated = tmp_path / f"truncated.txt{suffix}"
+    truncated.write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    corrupt = tmp_path / f"corrupt.txt{suffix}"
+    corrupt.write_bytes(bytes(flipped))
+    not_compressed = tmp_path / f"plain.txt{suffix}"
+    not_compressed.write_bytes(b"plain text, wrongly named\n")
+    for bad in (truncated, corrupt, not_compressed):
+        with pytest.raises(UserError, match=rf"^{bad}: corrupt or truncated \w+ file \(") as e:
+            read_documents([good, bad])
+        assert "\n" not in str(e.value)
+
+
+def test_directory_of_compressed_files_is_read_recursively_in_order(tmp_path):
+    from bertkit.data.corpus import describe_files, expand_paths
+
+    d = tmp_path / "corpus"
+    (d / "b").mkdir(parents=True)
+    plain = tmp_path / "x.txt"
+    plain.write_text("From x.\n", encoding="utf-8")
+    gz, xz, _ = _compressed_copies(plain, tmp_path)
+    gz.rename(d / "b" / "2.txt.gz")
+    xz.rename(d / "1.txt.xz")
+    (d / "b" / "0.txt").write_text("From b/0.\n", encoding="utf-8")
+    files = expand_paths([d])
+    assert [f.relative_to(d).as_posix() for f in files] == ["1.txt.xz", "b/0.txt", "b/2.txt.gz"]
+    assert read_documents([d]) == [["From x."], ["From b/0."], ["From x."]]
+    line = describe_files([d], files)
+    assert "\n" not in line and line.startswith(f"corpus: 3 files under {d} (")
+    assert line.endswith(": 1.txt.xz, b/0.txt, b/2.txt.gz")
+    assert describe_files([d], files, limit=1).endswith(": 1.txt.xz, ... (2 more)")
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    (empty / ".hidden.gz").write_bytes(b"")
+    with pytest.raises(UserError, match=rf"^{empty}: directory has no files"):
+        read_documents([empty])
+
+
+def test_paragraphs_format_splits_each_line_into_sentences(tmp_path):
+    plain = tmp_path / "c.txt"
+    plain.write_text(
+        "Dr. Watson came in. He sat down.\nA second paragraph!\n\n\nNext document. It ends here.\n",
+        encoding="utf-8",
+    )
+    assert read_documents([plain], "lines") == [
+        ["Dr. Watson came in. He sat down.", "A second paragraph!"],
+        ["Next document. It ends here."],
+    ]
+    want = [
+        ["Dr. Watson came in.", "He sat down.", "A second paragraph!"],
+        ["Next document.", "It ends here."],
+    ]
+    for p in [plain, *_compressed_copies(plain, tmp_path)]:
+        assert read_documents([p], "paragraphs") == want, p.name

@@ -313,3 +313,95 @@ def test_vocab_keeps_the_trainers_alphabet_limit(tmp_path):
     words = (tmp_path / "v.txt").read_text(encoding="utf-8").splitlines()
     pieces = [w for w in words if w.startswith("##") and len(w) == 3]
     assert len(pieces) <= 12 and "##a" in pieces  # within the alphabet's 12 characters, the common ones in
+
+
+def _compress(plain, suffix):
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}[suffix]
+    out = plain.with_name(plain.name + suffix)
+    with opener(out, "wb") as f:
+        f.write(plain.read_bytes())
+    return out
+
+
+def test_compressed_corpus_gives_the_same_vocab_and_shards(tmp_path):
+    plain = write_corpus(tmp_path / "corpus.txt", n_docs=40, seed=3)
+    inputs = {"plain": plain, **{s: _compress(plain, s) for s in (".gz", ".xz", ".bz2")}}
+    outs = {}
+    for name, path in inputs.items():
+        vocab = tmp_path / f"vocab{name}.txt"
+        train_vocab([path], 60, vocab, progress=False, min_frequency=1)
+        data = tmp_path / f"data{name}"
+        prepare([path], vocab, data, shard_size_mb=0.001, workers=2 if name == ".xz" else 1, progress=False)
+        manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
+        assert manifest.pop("corpus") == [str(path)]  # the one field that names the input
+        files = {p.name: p.read_bytes() for p in sorted(data.iterdir()) if p.name != "manifest.json"}
+        outs[name] = (vocab.read_bytes(), files, manifest)
+    assert len(outs["plain"][1]) > 8  # several shards
+    for name in (".gz", ".xz", ".bz2"):
+        assert outs[name] == outs["plain"], name
+
+
+def _frames(stderr: str, desc: str) -> list[str]:
+    return [f for f in stderr.replace("\r", "\n").splitlines() if f.startswith(desc)]
+
+
+def test_progress_counts_compressed_bytes_to_the_end(tmp_path, capsys):
+    plain = write_corpus(tmp_path / "corpus.txt", n_docs=200, seed=4)
+    xz = _compress(plain, ".xz")
+    train_vocab([xz], 60, tmp_path / "v.txt", min_frequency=1)
+    err = capsys.readouterr().err
+    for stage in ("vocab 1/3 alphabet", "vocab 2/3", "vocab 3/3 counting"):
+        assert _frames(err, stage), stage
+    # one bar over the three passes, ending at three times the stored size
+    assert "100%|" in _frames(err, "vocab 3/3 counting")[-1]
+    prepare([xz], tmp_path / "v.txt", tmp_path / "d", shard_size_mb=0.001)
+    frames = _frames(capsys.readouterr().err, "prepare:")
+    # counted in text bytes, the bar would run past the compressed total and lose its percentage
+    assert frames and all("%|" in f for f in frames) and "100%|" in frames[-1]
+
+
+def test_cli_lists_a_directorys_files_unless_quiet(tmp_path, capsys):
+    from bertkit.cli import main
+
+    d = tmp_path / "corpus"
+    (d / "more").mkdir(parents=True)
+    plain = write_corpus(d / "a.txt", seed=5)
+    _compress(plain, ".gz").rename(d / "more" / "b.txt.gz")
+    args = ["vocab", "--corpus", str(d), "--vocab-size", "50", "--min-frequency", "1"]
+    assert main([*args, "--out", str(tmp_path / "v.txt")]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0].startswith(f"corpus: 2 files under {d} (")
+    assert err.splitlines()[0].endswith(": a.txt, more/b.txt.gz")
+    assert main([*args, "--out", str(tmp_path / "w.txt"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+    prep = ["prepare", "--corpus", str(d), "--vocab", str(tmp_path / "v.txt"), "--out", str(tmp_path / "d")]
+    assert main(prep) == 0
+    assert capsys.readouterr().err.startswith(f"corpus: 2 files under {d} (")
+
+
+def test_prepare_paragraphs_format_keeps_the_tokens_in_more_sentences(tmp_path):
+    from bertkit.cli import main
+
+    corpus = tmp_path / "c.txt"
+    rng = random.Random(6)
+    words = ["alpha", "beta", "gamma", "delta", "running", "jumped", "quickly", "zebra"]
+    with open(corpus, "w", encoding="utf-8") as f:
+        for _ in range(10):  # a document: paragraphs of several sentences, one paragraph per line
+            for _ in range(rng.randint(1, 4)):
+                sents = [" ".join(rng.choice(words) for _ in range(5)).capitalize() + "." for _ in range(3)]
+                f.write(" ".join(sents) + "\n")
+            f.write("\n")
+    vocab = tmp_path / "v.txt"
+    train_vocab([corpus], 40, vocab, progress=False, min_frequency=1)
+    res = {}
+    for fmt in ("lines", "paragraphs"):
+        args = ["--corpus", str(corpus), "--vocab", str(vocab), "--out", str(tmp_path / fmt), "--quiet"]
+        assert main(["prepare", *args, "--format", fmt]) == 0
+        res[fmt] = json.loads((tmp_path / fmt / "manifest.json").read_text(encoding="utf-8"))
+    assert res["paragraphs"]["documents"] == res["lines"]["documents"] == 10
+    assert res["paragraphs"]["sentences"] == 3 * res["lines"]["sentences"]
+    assert res["paragraphs"]["tokens"] == res["lines"]["tokens"]

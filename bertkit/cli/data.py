@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from bertkit.cli import args as A
-from bertkit.data.corpus import FORMATS
+from bertkit.data.corpus import FORMATS, describe_files, expand_paths
 
 
 def _prepare_started(path: Path) -> bool:
@@ -15,13 +16,19 @@ def _prepare_started(path: Path) -> bool:
 
 
 def _add_corpus_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories")
+    p.add_argument(
+        "--corpus",
+        nargs="+",
+        required=True,
+        metavar="PATH",
+        help="text files (.gz, .xz, .bz2 are read compressed) or directories of them (recursively)",
+    )
     p.add_argument(
         "--format",
         choices=FORMATS,
         default="auto",
-        help="lines: one sentence per line, blank line between documents (the original format); file: one "
-        "document per file; prose: running text split into sentences; jsonl: a 'text' field per line; "
+        help="lines: one sentence per line, blank line between documents (the original format); paragraphs: "
+        "the same with a paragraph per line, split into sentences; file: one document per file; prose: running text split into sentences; jsonl: a 'text' field per line; "
         "auto: jsonl for .jsonl/.json, else lines",
     )
     p.add_argument(
@@ -29,6 +36,13 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _announce_files(args: argparse.Namespace) -> None:
+    """Say in one line on stderr which files the directories named in --corpus hold (a refused path raises)."""
+    files = expand_paths(args.corpus)
+    if not args.quiet and any(Path(p).is_dir() for p in args.corpus):
+        print(describe_files(args.corpus, files), file=sys.stderr, flush=True)
 
 
 def register(subparsers) -> None:
@@ -66,6 +80,7 @@ def register(subparsers) -> None:
 def run_vocab(args: argparse.Namespace) -> dict:
     from bertkit.data.vocab import train_vocab
 
+    _announce_files(args)
     return train_vocab(
         args.corpus,
         args.vocab_size,
@@ -81,6 +96,7 @@ def run_vocab(args: argparse.Namespace) -> dict:
 def run_prepare(args: argparse.Namespace) -> dict:
     from bertkit.data.shards import prepare
 
+    _announce_files(args)
     result = prepare(
         args.corpus,
         args.vocab,

@@ -4,31 +4,57 @@ Formats (``fmt``):
 
 - ``"lines"`` - the original release's format: one sentence per line, a blank line between documents
   (a file's end also ends its last document).
+- ``"paragraphs"`` - one paragraph per line, a blank line between documents (the large corpus's layout);
+  each paragraph is split into sentences by :func:`split_sentences`, so that a pre-training segment can end
+  between sentences, as the original's sentence-per-line input allows.
 - ``"file"`` - one document per file, one sentence per line (blank lines are ignored).
 - ``"prose"`` - one document per file of running text: paragraphs (separated by blank lines, or one per
   line) are split into sentences by :func:`split_sentences`, a rule-based splitter that needs no download.
 - ``"jsonl"`` - one JSON object per line, its ``text`` field (``text_field``) a document of prose.
 - ``"auto"`` - ``.jsonl``/``.json`` files are ``jsonl``, everything else ``lines``.
 
-Directories are expanded to the files under them (sorted, hidden files skipped). Empty documents are
-dropped. Undecodable bytes or a malformed JSONL line raise :class:`bertkit.errors.UserError` naming the
+Files ending in ``.gz``, ``.xz`` or ``.bz2`` are decompressed as they are read (the format is judged by the
+name without that suffix); the text read is the same as from the decompressed file, and a corrupt or truncated
+one raises :class:`bertkit.errors.UserError` naming it. Directories are expanded to the files under them
+(recursively, sorted, hidden files skipped). Empty documents are dropped. Undecodable bytes or a malformed JSONL line raise :class:`bertkit.errors.UserError` naming the
 file and line, unless ``on_error="skip"``, which skips the line and counts it in :class:`CorpusStats`.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bertkit.errors import UserError
 
-__all__ = ["FORMATS", "CorpusStats", "expand_paths", "iter_documents", "split_sentences", "read_documents"]
+__all__ = [
+    "FORMATS",
+    "COMPRESSIONS",
+    "CorpusStats",
+    "describe_files",
+    "expand_paths",
+    "iter_documents",
+    "split_sentences",
+    "read_documents",
+]
 
-FORMATS = ("auto", "lines", "file", "prose", "jsonl")
+FORMATS = ("auto", "lines", "paragraphs", "file", "prose", "jsonl")
+# suffix -> (name, stream class): each reads a compressed file object in blocks, never the whole file
+COMPRESSIONS = {
+    ".gz": ("gzip", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
+    ".xz": ("xz", lzma.LZMAFile),
+    ".bz2": ("bzip2", bz2.BZ2File),
+}
+# what the decompressors raise on a corrupt or truncated stream (BadGzipFile is an OSError)
+_STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error)
 
 
 @dataclass
@@ -38,7 +64,8 @@ class CorpusStats:
     files: int = 0
     documents: int = 0
     sentences: int = 0
-    bytes: int = 0
+    bytes: int = 0  # text bytes (decompressed)
+    input_bytes: int = 0  # bytes of the files as stored (compressed ones: compressed bytes), for progress
     skipped_lines: int = 0
     skipped: list[str] = field(default_factory=list)
 
@@ -72,6 +99,20 @@ def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     if not out:
         raise UserError("no corpus files given (pass --corpus PATH...)")
     return out
+
+
+def describe_files(paths: Iterable[str | os.PathLike], files: list[Path], limit: int = 8) -> str:
+    """One line saying which ``files`` (from :func:`expand_paths`) the ``paths`` named: their count, total size
+    and the first ``limit`` names."""
+    size = sum(f.stat().st_size for f in files)
+    dirs = [Path(p) for p in paths if Path(p).is_dir()]
+    base = dirs[0] if len(dirs) == 1 and all(dirs[0] in f.parents for f in files) else None
+    names = [str(f.relative_to(base)) if base else str(f) for f in files]
+    shown = ", ".join(names[:limit]) + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+    where = f" under {base}" if base else ""
+    return (
+        f"corpus: {len(files)} file{'s' * (len(files) != 1)}{where} ({size / 1e6:.1f} MB as stored): {shown}"
+    )
 
 
 # --- rule-based sentence splitting -------------------------------------------------------------------
@@ -122,27 +163,54 @@ def split_sentences(text: str) -> list[str]:
 # --- readers -----------------------------------------------------------------------------------------
 
 
+def _raw_lines(path: Path, stats: CorpusStats) -> Iterator[bytes]:
+    """The file's lines as bytes, decompressed if its name ends in a :data:`COMPRESSIONS` suffix; streamed
+    (the decompressors work in blocks), with ``stats.input_bytes`` following the stored bytes read."""
+    kind = COMPRESSIONS.get(path.suffix.lower())
+    start = stats.input_bytes
+    with open(path, "rb") as stored:
+        f = kind[1](stored) if kind else stored
+        it = iter(f)
+        while True:
+            try:
+                line = next(it)
+            except StopIteration:
+                break
+            except _STREAM_ERRORS as e:
+                if kind is None:
+                    raise
+                raise UserError(
+                    f"{path}: corrupt or truncated {kind[0]} file ({e}); check the file "
+                    f"(e.g. `{kind[0]} -t`) or fetch it again"
+                ) from None
+            stats.input_bytes = start + stored.tell()
+            yield line
+        stats.input_bytes = start + os.fstat(stored.fileno()).st_size  # all of it counts as read
+
+
 def _decoded_lines(path: Path, on_error: str, stats: CorpusStats) -> Iterator[tuple[int, str]]:
     """(line number, text without newline) for each line; bad UTF-8 raises or is skipped."""
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            stats.bytes += len(raw)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                if on_error == "skip":
-                    stats.skip(f"{path}:{lineno}")
-                    continue
-                raise UserError(
-                    f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start}); re-encode the file as UTF-8 "
-                    "or pass --on-error skip to skip such lines"
-                ) from None
-            if lineno == 1 and line.startswith("\ufeff"):
-                line = line[1:]
-            yield lineno, line.rstrip("\r\n")
+    for lineno, raw in enumerate(_raw_lines(path, stats), 1):
+        stats.bytes += len(raw)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if on_error == "skip":
+                stats.skip(f"{path}:{lineno}")
+                continue
+            raise UserError(
+                f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start}); re-encode the file as UTF-8 "
+                "or pass --on-error skip to skip such lines"
+            ) from None
+        if lineno == 1 and line.startswith("\ufeff"):
+            line = line[1:]
+        yield lineno, line.rstrip("\r\n")
 
 
-def _read_lines_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
+def _read_lines_format(
+    path: Path, on_error: str, stats: CorpusStats, split: bool = False
+) -> Iterator[list[str]]:
+    """Documents separated by blank lines; each line a sentence, or (``split``) a paragraph of sentences."""
     doc: list[str] = []
     for _, line in _decoded_lines(path, on_error, stats):
         line = line.strip()
@@ -150,6 +218,8 @@ def _read_lines_format(path: Path, on_error: str, stats: CorpusStats) -> Iterato
             if doc:
                 yield doc
                 doc = []
+        elif split:
+            doc.extend(split_sentences(line))
         else:
             doc.append(line)
     if doc:
@@ -208,6 +278,8 @@ def _read_jsonl_format(path: Path, on_error: str, stats: CorpusStats, text_field
 def _format_of(path: Path, fmt: str) -> str:
     if fmt != "auto":
         return fmt
+    if path.suffix.lower() in COMPRESSIONS:  # c.jsonl.gz is JSONL
+        path = path.with_suffix("")
     return "jsonl" if path.suffix.lower() in (".jsonl", ".json") else "lines"
 
 
@@ -227,8 +299,8 @@ def iter_documents(
     for path in expand_paths(paths):
         stats.files += 1
         kind = _format_of(path, fmt)
-        if kind == "lines":
-            docs = _read_lines_format(path, on_error, stats)
+        if kind in ("lines", "paragraphs"):
+            docs = _read_lines_format(path, on_error, stats, split=kind == "paragraphs")
         elif kind == "file":
             docs = _read_file_format(path, on_error, stats)
         elif kind == "prose":

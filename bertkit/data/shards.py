@@ -9,7 +9,7 @@ Layout of ``DATA_DIR``::
     shard_00000.docs.npy     int64 [n_documents + 1]: document d is sentences docs[d]:docs[d+1]
     shard_00000.json         the shard's own record (written last: its presence means "finished")
 
-The corpus is streamed: the main process groups documents into shards of about ``shard_size_mb`` of text
+The corpus is streamed (compressed files too, see :mod:`bertkit.data.corpus`): the main process groups documents into shards of about ``shard_size_mb`` of text
 and hands them to ``workers`` processes (at most ``2 * workers`` shards in flight, so memory is bounded by
 the shard size, not the corpus size). A shard whose record matches the text it would be built from (sha256),
 the vocabulary and the options, and whose files still match their checksums, is skipped, so re-running after an interruption only does the rest.
@@ -336,7 +336,8 @@ def prepare(
         nonlocal skipped
         read = 0
         for index, (docs, text_sha, _) in enumerate(groups):
-            size, read = stats.bytes - read, stats.bytes  # file bytes read for this group (sums to the total)
+            # stored (compressed) bytes read for this group: sums to the total the bar counts to
+            size, read = stats.input_bytes - read, stats.input_bytes
             rec = _finished_record(out_dir, index, text_sha, options)
             if rec is not None:
                 skipped += 1
