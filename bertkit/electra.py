@@ -22,6 +22,7 @@ run draws what the uninterrupted run drew.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 
 from bertkit.checkpoint import save_state_dict
 from bertkit.config import BertConfig
+from bertkit.errors import UserError
 from bertkit.heads.pretraining import IGNORE_INDEX, _Output
 from bertkit.io import atomic_dir, atomic_write_json
 from bertkit.model import ACT2FN, BertEmbeddings, BertModel, gelu
@@ -241,6 +243,59 @@ class ElectraPretrainingModel(BertPreTrainedModel):
         return folders[0], folders[1]
 
 
+def load_pretrained_electra(
+    electra_dir: str | Path,
+    mask_token_id: int = 103,
+    mask_token_prob: float = 0.85,
+    discriminator_weight: float = 50.0,
+) -> ElectraPretrainingModel:
+    """Both networks back from :meth:`ElectraPretrainingModel.save_pretrained_electra`'s folders (to continue
+    pre-training): ``DIR/discriminator`` and ``DIR/generator``, as this module writes them."""
+    from bertkit.checkpoint import load_state_dict
+
+    electra_dir = Path(electra_dir)
+    configs = {}
+    for name in ("discriminator", "generator"):
+        path = electra_dir / name / "config.json"
+        if not path.is_file():
+            raise UserError(f"{path}: not found; continuing ELECTRA needs the run's model/electra/ folders")
+        configs[name] = json.loads(path.read_text(encoding="utf-8"))
+    d, g = configs["discriminator"], configs["generator"]
+    fields = {f.name for f in dataclasses.fields(BertConfig)} - {"extra", "model_type", "architectures"}
+    config = BertConfig(**{k: v for k, v in d.items() if k in fields})
+    fraction = g["hidden_size"] / d["hidden_size"]
+    model = ElectraPretrainingModel(config, fraction, discriminator_weight, mask_token_id, mask_token_prob)
+    if model.generator_config.hidden_size != g["hidden_size"]:
+        raise UserError(
+            f"{electra_dir}: the generator's width {g['hidden_size']} is not one this module builds"
+        )
+    state: dict[str, Tensor] = {}
+    for k, v in load_state_dict(electra_dir / "discriminator").items():
+        if k.startswith("electra."):
+            state["discriminator." + k[len("electra.") :]] = v
+        else:
+            state[k] = v
+    for k, v in load_state_dict(electra_dir / "generator").items():
+        if k.startswith("electra.embeddings."):
+            continue  # the shared layer: the discriminator's copy is the same weights
+        if k.startswith("electra.embeddings_project."):
+            state["generator.embeddings.project." + k[len("electra.embeddings_project.") :]] = v
+        elif k.startswith("electra."):
+            state["generator." + k[len("electra.") :]] = v
+        else:
+            state[k] = v
+    own = model.state_dict()
+    missing = sorted(k for k in own if k not in state and not k.startswith("discriminator.pooler."))
+    if missing:
+        raise UserError(f"{electra_dir}: weights missing from the ELECTRA folders: {', '.join(missing[:5])}")
+    with torch.no_grad():
+        for k, v in state.items():
+            if k in own:
+                own[k].copy_(v.to(own[k].dtype))
+    model.tie_weights()
+    return model
+
+
 def electra_config_dict(config: BertConfig, embedding_size: int, architecture: str) -> dict:
     """transformers' ``ElectraConfig`` fields for a network of ``config``'s shape over embeddings of
     ``embedding_size``."""
@@ -274,4 +329,5 @@ __all__ = [
     "ProjectedEmbeddings",
     "electra_config_dict",
     "generator_config",
+    "load_pretrained_electra",
 ]

@@ -456,11 +456,7 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
         ('[[model]]\nname = "b"\ncontinue_from = "b"\n', "must name another"),
         (
             '[[model]]\nname = "r"\nrandom = true\n[[model]]\nname = "b"\ncontinue_from = "r"\n',
-            "from scratch",
-        ),
-        (
-            '[[model]]\nname = "b"\ncontinue_from = "a"\n[[model]]\nname = "c"\ncontinue_from = "b"\n',
-            "from scratch",
+            "must be a model bertkit pre-trains here",
         ),
         (  # the weights fix the shape: an override of its own would be silently ignored in training
             '[[model]]\nname = "b"\ncontinue_from = "a"\nmodel = { num_hidden_layers = 4 }\n',
@@ -982,3 +978,15 @@ def test_repro_check_reruns_finished_cells_on_a_copy_and_compares(tmp_path, monk
     assert row["seeds_std"] == pytest.approx(1.414, abs=1e-3)  # seeds 1 and 2: 50 and 52
     assert json.loads(seed2.read_text())["primary"] == 52.0  # the committed file is untouched
     assert out["machine"]["commit"] and out["machine"]["gemm_gflops_per_core"] > 0
+
+
+def test_a_continued_model_may_be_continued_again(tmp_path):
+    """A chain of continuations (1, 2, 5 ... CPU-hours of one model): each link needs the one before it."""
+    m = load_matrix(
+        _write(
+            tmp_path,
+            MINIMAL
+            + '[[model]]\nname = "b"\ncontinue_from = "a"\n[[model]]\nname = "c"\ncontinue_from = "b"\n',
+        )
+    )
+    assert "pretrain/b" in m.cell("pretrain/c").needs and "pretrain/a" in m.cell("pretrain/b").needs

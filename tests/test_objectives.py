@@ -321,3 +321,27 @@ def test_roberta_objective_runs_on_packed_data_and_refuses_static_instances(tmp_
         from bertkit.pretrain import _load_dataset
 
         _load_dataset(str(data_dir), cfg.resolved_phases()[0], cfg, "train", fmt="static")
+
+
+def test_electra_folders_load_back_to_continue_pre_training(tmp_path):
+    from bertkit.electra import load_pretrained_electra
+
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(small_config(), generator_fraction=0.5, mask_token_id=3)
+    with torch.no_grad():
+        model.generator_lm_head.bias.normal_()  # non-zero, so a lost bias would show
+    model.save_pretrained_electra(tmp_path / "electra")
+    again = load_pretrained_electra(tmp_path / "electra", mask_token_id=3)
+    ours, theirs = model.state_dict(), again.state_dict()
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        if not k.startswith("discriminator.pooler."):  # not part of the ELECTRA layout (never trained)
+            assert torch.equal(ours[k], theirs[k]), k
+    assert again.generator_lm_head.weight is again.discriminator.embeddings.word_embeddings.weight
+    torch.manual_seed(5)
+    a = model(**batch_of_two())
+    torch.manual_seed(5)
+    b = again(**batch_of_two())
+    assert torch.equal(a.loss, b.loss)
+    with pytest.raises(UserError, match="not found"):
+        load_pretrained_electra(tmp_path / "nowhere")

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
-from bertkit.electra import ElectraPretrainingModel
+from bertkit.electra import ElectraPretrainingModel, load_pretrained_electra
 from bertkit.errors import UserError
 from bertkit.objectives.base import Metrics, Objective
 
@@ -26,9 +26,12 @@ class Electra(Objective):
     }
 
     def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
-        if init_from:
-            raise UserError(
-                "objective electra starts from scratch: --init-from is not supported (resume a run with --resume)"
+        if init_from:  # a finished ELECTRA run's model dir: both networks from its electra/ folders
+            return load_pretrained_electra(
+                Path(init_from) / "electra",
+                mask_token_id=self.mask_token_id,
+                mask_token_prob=self.options["mask_token_prob"],
+                discriminator_weight=self.options["discriminator_weight"],
             )
         fraction = self.options["generator_fraction"]
         if not 0.0 < fraction <= 1.0:

@@ -11,10 +11,10 @@ This module dispatches by the cell's kind and runs the data cells (vocab, task t
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import UserError
 from lab.experiment.finetune_cells import (
     read_task,
     run_features,
@@ -47,6 +47,18 @@ def _vocab(matrix, cell, out, done, progress) -> dict:
     from bertkit.data.vocab import train_vocab
 
     (out / "vocab").mkdir(parents=True, exist_ok=True)
+    if cell.spec.get("vocab_file"):  # a given vocabulary: copied, so every cell reads it from one place
+        from bertkit.io import atomic_write
+
+        given = Path(cell.spec["vocab_file"])
+        if not given.is_file():
+            raise UserError(f"vocab_file {given}: not found")
+        with atomic_write(out / "vocab" / "vocab.txt", "wb") as f:
+            f.write(given.read_bytes())
+        return {
+            "primary": None,
+            "metrics": {"vocab_file": str(given), "vocab_size": len(given.read_bytes().splitlines())},
+        }
     r = train_vocab(
         cell.spec["corpus"], cell.spec["vocab_size"], out / "vocab" / "vocab.txt", progress=progress
     )
@@ -83,8 +95,9 @@ def _prepare(matrix, cell, out, done, progress) -> dict:
     if cell.spec.get("task_text_of"):
         # the task text goes first: the held-out split is the last documents, the corpus's as for every model
         corpus = [str(task_text_file(out, cell.spec["task_text_of"])), *corpus]
-    shutil.rmtree(data, ignore_errors=True)  # a half-written one from a killed run
+    # prepare resumes: a shard already written for the same text and vocabulary is kept, a stale one replaced
     r = prepare(corpus, out / "vocab" / "vocab.txt", data, cell.spec["max_seq_length"],
+                workers=int(cell.spec.get("workers", 1)), fmt=cell.spec.get("format", "auto"),
                 progress=progress)  # fmt: skip
     keep = ("documents", "sentences", "tokens", "vocab_size", "max_seq_length", "text_bytes")
     return {"primary": None, "metrics": {k: r[k] for k in keep if k in r}}

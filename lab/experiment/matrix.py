@@ -121,7 +121,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
              "lr_extend"}  # fmt: skip
 
 
-TOP_KEYS = {"name", "description", "corpus", "vocab_size", "max_seq_length", "threads", "data_root", "seeds",
+TOP_KEYS = {"name", "description", "corpus", "corpus_format", "vocab_size", "vocab_file", "prepare_workers", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
             "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows",
             "budget_cpu_hours", "table5_more_tokens", "table5_wide"}  # fmt: skip
@@ -191,9 +191,8 @@ def _continue_from(where: str, spec: dict, models: list[dict]) -> str:
     base = next((m for m in models if m["name"] == spec["continue_from"]), None)
     if base is None or base is spec:
         raise UserError(f"{where}: continue_from = {spec['continue_from']!r} must name another [[model]]")
-    if any(base.get(k) for k in (*NOT_PRETRAINED_HERE, "continue_from")):
-        raise UserError(f"{where}: continue_from = {base['name']!r} must be a model bertkit pre-trains here "
-                        "from scratch")  # fmt: skip
+    if any(base.get(k) for k in NOT_PRETRAINED_HERE):
+        raise UserError(f"{where}: continue_from = {base['name']!r} must be a model bertkit pre-trains here")
     if models.index(base) > models.index(spec):  # cells run in the matrix's order
         raise UserError(f"{where}: declare [[model]] {base['name']!r} before the model that continues it")
     for key in ("preset", "model"):
@@ -226,13 +225,18 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
         corpus = [resolve(root, c) for c in raw.get("corpus", [])]
         if not corpus:
             raise UserError(f"{path}: `corpus = [...]` is required to pre-train")
-        cells.append(
-            Cell("vocab", "vocab", {"corpus": corpus, "vocab_size": int(raw.get("vocab_size", 8192))})
-        )
-        cells.append(
-            Cell("prepare", "prepare", {"corpus": corpus, "max_seq_length": int(raw.get("max_seq_length", 128))},
-                 needs=["vocab"])
-        )  # fmt: skip
+        vocab = {"corpus": corpus, "vocab_size": int(raw.get("vocab_size", 8192))}
+        if raw.get(
+            "vocab_file"
+        ):  # a given vocabulary (e.g. the published BERT models'), not one trained here
+            vocab = {"vocab_file": resolve(root, raw["vocab_file"])}
+        cells.append(Cell("vocab", "vocab", vocab))
+        prepare = {"corpus": corpus, "max_seq_length": int(raw.get("max_seq_length", 128))}
+        if raw.get("corpus_format"):  # e.g. "paragraphs": one paragraph per line, split into sentences
+            prepare["format"] = str(raw["corpus_format"])
+        if raw.get("prepare_workers"):
+            prepare["workers"] = int(raw["prepare_workers"])
+        cells.append(Cell("prepare", "prepare", prepare, needs=["vocab"]))
     defaults = dict(raw.get("pretrain", {}))
     names = set()
     for i, m in enumerate(models):

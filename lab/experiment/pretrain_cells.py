@@ -134,6 +134,11 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
     if cfg.objective == "ltr":
         held = _next_token_scores(res.get("eval") or {})
         primary = held.get("next_token_accuracy")
+    elif cfg.objective == "electra":
+        # the saved encoder is the discriminator (no masked-LM head): its held-out score is replaced-token
+        # detection on the held-out documents, from the run's own final evaluation (with the generator's MLM)
+        held = dict(res.get("eval") or {})
+        primary = held.get("replaced_token_accuracy")
     else:
         # every model is scored on the matrix corpus's held-out documents (a task_text model's own shards end
         # with the same documents), with that corpus's unigram baseline
@@ -154,7 +159,9 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
         **(
             {
                 "continued_from": spec["continue_from"],
-                "tokens_before": done[f"pretrain/{spec['continue_from']}"]["tokens"],
+                # the whole chain's tokens before this link (a continued model may be continued again)
+                "tokens_before": done[f"pretrain/{spec['continue_from']}"]["tokens"]
+                + (done[f"pretrain/{spec['continue_from']}"].get("tokens_before") or 0),
             }
             if spec.get("continue_from")
             else {}
