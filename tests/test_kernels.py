@@ -233,31 +233,34 @@ def test_omp_wait_policy_sleeps_only_on_a_saturated_machine():
     assert tuning.omp_wait_policy(1.9, 2) is None and tuning.omp_wait_policy(0.0, 1) is None
 
 
-def test_import_bertkit_sets_the_thread_settings_for_users_as_for_the_bench(tmp_path):
+def test_the_bertkit_command_sets_the_thread_settings_as_for_the_bench():
     import os
     import subprocess
     import sys
 
-    # a fake load average, seen by bertkit.tuning through os.getloadavg, before bertkit is imported
+    # a fake load average, seen by bertkit.tuning through os.getloadavg, before `python -m bertkit` runs (no
+    # subcommand: it prints its help and exits 2); what the command left is printed at exit
     code = (
-        "import os, sys; os.getloadavg = lambda: ({load}, 0.0, 0.0); os.cpu_count = lambda: 2; "
-        "import {first}; print(os.environ.get('OMP_WAIT_POLICY'))"
+        "import atexit, os, runpy; os.getloadavg = lambda: ({load}, 0.0, 0.0); os.cpu_count = lambda: 2; "
+        "atexit.register(lambda: print('POLICY', os.environ.get('OMP_WAIT_POLICY'))); {first}"
+        "runpy.run_module('bertkit', run_name='__main__')"
     )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
 
-    def run(first: str, load: float, **extra: str) -> str:
+    def run(load: float, first: str = "", **extra: str) -> str:
         out = subprocess.run(
             [sys.executable, "-c", code.format(first=first, load=load)],
             env=env | extra,
             capture_output=True,
             text=True,
         )
-        return out.stdout.strip()
+        assert out.returncode == 2, out.stderr  # the help, as without arguments
+        return out.stdout.strip().splitlines()[-1]
 
-    assert run("bertkit", 3.0) == "PASSIVE"  # a saturated machine, before torch starts: idle threads sleep
-    assert run("bertkit", 0.5) == "None"  # an idle one: OpenMP's default spinning
-    assert run("bertkit", 3.0, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's own setting wins
-    assert run("torch, bertkit", 3.0) == "None"  # too late once torch runs: left alone
+    assert run(3.0) == "POLICY PASSIVE"  # a saturated machine, before torch starts: idle threads sleep
+    assert run(0.5) == "POLICY None"  # an idle one: OpenMP's default spinning
+    assert run(3.0, OMP_WAIT_POLICY="ACTIVE") == "POLICY ACTIVE"  # the user's own setting wins
+    assert run(3.0, first="import torch; ") == "POLICY None"  # too late once torch runs: left alone
 
 
 def test_a_resume_takes_the_checkpoints_gemm_backend_unless_the_user_pinned_one(monkeypatch, caplog):

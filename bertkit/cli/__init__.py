@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bertkit.tuning import apply_process_defaults
+
+    # before build_parser: the subcommands' modules start torch, and with it OpenMP's thread pool
+    apply_process_defaults()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
