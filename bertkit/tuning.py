@@ -6,10 +6,10 @@ side-by-side measurement on the machine at hand (alternating rounds, medians), t
 (logger ``bertkit``) and cached in a small JSON file keyed by the CPU (model name and ISA flags), the torch
 version and the thread count:
 
-    $BERTKIT_CACHE_DIR/kernels.json   (default: $XDG_CACHE_HOME/bertkit or ~/.cache/bertkit)
+    <cache folder>/kernels.json   (default folder: $XDG_CACHE_HOME/bertkit or ~/.cache/bertkit)
 
-An environment variable overrides each choice without measuring (``BERTKIT_ONEDNN=0|1`` for the GEMM
-backend); ``BERTKIT_CHOICE_CACHE=0`` measures afresh and writes nothing.
+An environment variable overrides each choice without measuring, another names the cache folder and a third
+turns the cache off (measure afresh, write nothing): their names and values are in :mod:`bertkit.settings`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import settings
 
 logger = logging.getLogger("bertkit")
 
@@ -71,9 +73,11 @@ CACHE_FILE = "kernels.json"
 
 
 def cache_dir() -> Path:
-    """Where the choices are cached: $BERTKIT_CACHE_DIR, else $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit."""
-    if os.environ.get("BERTKIT_CACHE_DIR"):
-        return Path(os.environ["BERTKIT_CACHE_DIR"])
+    """Where the choices are cached: the folder :mod:`bertkit.settings` names, else $XDG_CACHE_HOME/bertkit,
+    else ~/.cache/bertkit."""
+    pinned = settings.cache_dir_override()
+    if pinned is not None:
+        return pinned
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "bertkit"
 
@@ -144,17 +148,16 @@ def time_alternating(
 def choose(
     name: str,
     measure: Callable[[], tuple[str, dict[str, Any]]],
-    env: str | None = None,
-    env_values: dict[str, str] | None = None,
+    override: settings.Setting[str] | None = None,
 ) -> str:
-    """The choice ``name`` for this machine: from ``env`` (its value mapped through ``env_values``) if set,
-    else from the cache, else ``measure()`` -> (choice, details), which is logged and cached."""
-    if env and os.environ.get(env, "") != "":
-        value = os.environ[env]
-        choice = (env_values or {}).get(value, value)
-        logger.info("kernel choice %s=%s (from %s=%s)", name, choice, env, value)
+    """The choice ``name`` for this machine: from the environment variable ``override`` (one of
+    :mod:`bertkit.settings`) if set, else from the cache, else ``measure()`` -> (choice, details), which is
+    logged and cached."""
+    choice = override.value() if override is not None else None
+    if choice is not None:
+        logger.info("kernel choice %s=%s (from %s=%s)", name, choice, override.name, override.raw())
         return choice
-    use_cache = os.environ.get("BERTKIT_CHOICE_CACHE", "1") != "0"
+    use_cache = settings.choice_cache_enabled()
     path = cache_dir() / CACHE_FILE
     key = machine_key()
     if use_cache:

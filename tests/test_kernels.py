@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit import kernels, tuning
+from bertkit import kernels, settings, tuning
 from bertkit.config import BertConfig
 from bertkit.heads.pretraining import BertForPreTraining
 from bertkit.kernels import gemm
@@ -170,8 +170,9 @@ def test_choice_env_override_and_bad_cache(cache, monkeypatch):
     def measure():
         raise AssertionError("the override must not measure")
 
+    thing = settings.Setting("BERTKIT_THING", settings.flag_choice("torch", "onednn"))
     monkeypatch.setenv("BERTKIT_THING", "0")
-    assert tuning.choose("thing", measure, env="BERTKIT_THING", env_values={"0": "torch"}) == "torch"
+    assert tuning.choose("thing", measure, override=thing) == "torch"
     assert not cache.exists()
     monkeypatch.delenv("BERTKIT_THING")
     cache.write_text("{not json")  # a damaged cache is measured over, not trusted

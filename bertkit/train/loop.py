@@ -383,7 +383,7 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict:
         """Train until ``max_steps``; with ``resume`` continue from the newest checkpoint in ``out_dir``."""
         # every step frees and re-allocates the same large blocks: keep them in the process rather than
-        # fault them in afresh each step (bertkit.kernels.freed_memory; BERTKIT_KEEP_FREED_MEMORY=0: off)
+        # fault them in afresh each step (bertkit.kernels.freed_memory; off by bertkit.settings)
         keep_freed_memory()
         resumed_from = self._begin(resume)
         if self.tensorboard and self.is_main:
