@@ -73,7 +73,6 @@ from torch import nn
 from bertkit.errors import UserError
 from bertkit.kernels import gemm
 from bertkit.kernels.freed_memory import keep_freed_memory
-from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
 from bertkit.train.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
@@ -90,20 +89,17 @@ from bertkit.train.distributed import (
     wrap_model,
 )
 from bertkit.train.logs import plot_curves, truncate_jsonl
-from bertkit.train.precision import PRECISIONS, autocast, check_precision, choose_precision, make_scaler
+from bertkit.train.precision import autocast, check_precision, choose_precision, make_scaler
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
 
 __all__ = [
-    "PRECISIONS",
-    "Batches",
     "CheckpointsExistError",
     "NonFiniteLossError",
     "Trainer",
     "default_loss_fn",
     "default_tokens_fn",
-    "dist_info",
     "to_device",
 ]
 
