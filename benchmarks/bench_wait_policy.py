@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = """
 import json, os, sys
-from bertkit.tuning import apply_process_defaults
-apply_process_defaults()  # decides OMP_WAIT_POLICY where unset, as the `bertkit` command does
+import benchmarks  # noqa: F401  (decides OMP_WAIT_POLICY where unset, as the `bertkit` command does)
 from benchmarks.common import bf16_supported, pin_threads
 from benchmarks import bench_encoder
 

@@ -234,20 +234,28 @@ def test_omp_wait_policy_sleeps_only_on_a_saturated_machine():
     assert tuning.omp_wait_policy(1.9, 2) is None and tuning.omp_wait_policy(0.0, 1) is None
 
 
-@pytest.mark.parametrize("command", ["bertkit", "bertkit.retrieval"])
-def test_the_commands_set_the_thread_settings_as_for_the_bench(command):
+@pytest.mark.parametrize(
+    "entry, status",
+    [
+        # `python -m bertkit` and `python -m bertkit.retrieval` without arguments: usage, exit status 2
+        ("runpy.run_module('bertkit', run_name='__main__', alter_sys=True)", 2),
+        ("runpy.run_module('bertkit.retrieval', run_name='__main__', alter_sys=True)", 2),
+        ("import benchmarks", 0),  # every `python -m benchmarks.NAME`
+    ],
+    ids=["bertkit", "bertkit.retrieval", "benchmarks"],
+)
+def test_the_commands_set_the_thread_settings_as_for_the_bench(entry, status):
     import os
     import subprocess
     import sys
 
-    # a fake load average, seen by bertkit.tuning through os.getloadavg, before `python -m COMMAND` runs (no
-    # arguments: it prints its usage and exits 2); what the command left is printed at exit
+    # a fake load average, seen by bertkit.tuning through os.getloadavg, before the entry point runs; what it
+    # left is printed at exit
     code = (
         "import atexit, os, runpy; os.getloadavg = lambda: ({load}, 0.0, 0.0); os.cpu_count = lambda: 2; "
         "atexit.register(lambda: print('POLICY', os.environ.get('OMP_WAIT_POLICY'))); {first}"
-        f"runpy.run_module({command!r}, run_name='__main__', alter_sys=True)"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    ) + entry
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | {"PYTHONPATH": str(ROOT)}
 
     def run(load: float, first: str = "", **extra: str) -> str:
         out = subprocess.run(
@@ -255,8 +263,9 @@ def test_the_commands_set_the_thread_settings_as_for_the_bench(command):
             env=env | extra,
             capture_output=True,
             text=True,
+            cwd=ROOT,
         )
-        assert out.returncode == 2, out.stderr  # the usage, as without arguments
+        assert out.returncode == status, out.stderr
         return out.stdout.strip().splitlines()[-1]
 
     assert run(3.0) == "POLICY PASSIVE"  # a saturated machine, before torch starts: idle threads sleep
