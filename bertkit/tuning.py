@@ -29,8 +29,8 @@ from . import settings
 logger = logging.getLogger("bertkit")
 
 # How idle OpenMP threads wait must be fixed before torch starts its OpenMP pool, so it cannot be timed at
-# first use like the kernels below. The entry points that own their process (the `bertkit` command and
-# `make bench`) call apply_process_defaults first thing, which decides it from the machine's load at that
+# first use like the kernels below. The entry points that own their process (the `bertkit` command,
+# `python -m bertkit.retrieval`, the benchmarks) call apply_process_defaults first thing, which decides it from the machine's load at that
 # moment unless the user set OMP_WAIT_POLICY; a library user's environment is theirs (`import bertkit`
 # changes nothing):
 # - a machine already saturated by other work (1-minute load average >= its CPU count): PASSIVE, idle threads
@@ -51,8 +51,9 @@ def omp_wait_policy(load_average: float, cpus: int) -> str | None:
 def apply_process_defaults() -> dict[str, str]:
     """Set OMP_WAIT_POLICY by :func:`omp_wait_policy` where the user did not, if torch has not started yet;
     returns what is in effect (logged at debug level). Called by the entry points that own their process
-    (``bertkit.cli.main``, ``benchmarks.run``) before anything imports torch; once torch runs it does nothing,
-    so a trainer or server started from a user's script cannot call it usefully."""
+    (``bertkit.cli.main``, ``bertkit/retrieval/__main__.py``, ``benchmarks/__init__.py``) before anything
+    imports torch; once torch runs it does nothing, so a trainer or server started from a user's script
+    cannot call it usefully."""
     import sys
 
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:

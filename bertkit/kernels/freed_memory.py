@@ -11,8 +11,8 @@ does not need to do on any CPU vendor, not a vendor-specific kernel.
 to trim the heap's top, so freed blocks are reused by the next step. The cost: resident memory stays at its
 high-water mark until the process exits, and that mark is higher (an aligned block that does not fit a freed
 hole grows the heap), flat after the first steps; the same file records it. The Trainer calls it at
-the start of ``fit``; an environment variable turned off leaves malloc alone (:mod:`bertkit.settings`). Elsewhere than glibc (macOS,
-musl, Windows) it does nothing.
+the start of ``fit``; a setting in the environment turns it off (:mod:`bertkit.settings`). Elsewhere than
+glibc (macOS, musl, Windows) it does nothing.
 """
 
 from __future__ import annotations
