@@ -5,8 +5,8 @@ fresh process (the policy is read when torch starts its OpenMP pool, so it canno
     .venv/bin/python -m benchmarks.bench_wait_policy [--threads 2] [--out docs/perf/wait-policy.json]
 
 Policies: ``PASSIVE`` (idle threads sleep at once), ``ACTIVE`` (they spin) and OpenMP's default (spin a
-while, then sleep; what ``import bertkit`` leaves on a machine that is not saturated). What ``import bertkit``
-chooses and why: ``bertkit.tuning.omp_wait_policy``. Each row also carries each side's share of its CPU time
+while, then sleep; what the ``bertkit`` command leaves on a machine that is not saturated). What it chooses
+and why: ``bertkit.tuning.omp_wait_policy``. Each row also carries each side's share of its CPU time
 spent in the kernel: a sleeping thread's wake-up is a system call, and a model made of many small parallel
 regions pays it per region.
 """
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = """
 import json, os, sys
-import bertkit  # noqa: F401  (decides OMP_WAIT_POLICY where unset, as for any user)
+import benchmarks  # noqa: F401  (decides OMP_WAIT_POLICY where unset, as the `bertkit` command does)
 from benchmarks.common import bf16_supported, pin_threads
 from benchmarks import bench_encoder
 

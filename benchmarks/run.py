@@ -26,7 +26,7 @@ measured; a row has at least ``name`` and ``ratio``, or ``skipped``/``error`` wi
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and gets OpenMP's wait policy as every user
-does, from ``import bertkit`` before torch starts (``bertkit.tuning.omp_wait_policy``: idle threads sleep,
+of the ``bertkit`` command does, before torch starts (``benchmarks/__init__.py``; ``bertkit.tuning.omp_wait_policy``: idle threads sleep,
 ``PASSIVE``, only when the machine is already saturated by other work; else OpenMP's default; a user's
 ``OMP_WAIT_POLICY`` wins). The run records which was in effect. Outputs are checked equal before anything is timed; a mismatch is
 reported and makes the exit status 1. Offline: inputs come from ../shared/data and the installed
@@ -202,10 +202,9 @@ def summary(row: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    # before torch / tokenizers start their thread pools. OMP_WAIT_POLICY is not set here: `import bertkit`
-    # decides it for every user (bertkit.tuning.apply_process_defaults), and the bench gets it the same way.
-    import bertkit  # noqa: F401
-
+    # Thread settings go before torch / tokenizers start their pools. OMP_WAIT_POLICY was decided when the
+    # benchmarks package was imported, as the `bertkit` command decides it (benchmarks/__init__.py).
+    #
     # The per-machine kernel choices (bertkit/tuning.py) are measured afresh in this run, at first use as for
     # any user, into a cache of the run's own (a choice cached at a busier moment must not decide the run's
     # numbers); what was chosen is recorded with the results.

@@ -1,6 +1,8 @@
 """bertkit: a complete BERT system on PyTorch.
 
-Public names are imported lazily so ``import bertkit`` (and ``bertkit --help``) stays fast.
+Public names are imported lazily so ``import bertkit`` (and ``bertkit --help``) stays fast. Importing
+bertkit leaves the process environment as it was: the entry points that want process-wide thread settings
+(the ``bertkit`` command, ``make bench``) ask for them (:func:`bertkit.tuning.apply_process_defaults`).
 """
 
 from __future__ import annotations
@@ -9,11 +11,6 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-
-# thread settings that must precede torch's start (the same for users as for `make bench`): bertkit.tuning
-from .tuning import apply_process_defaults as _apply_process_defaults
-
-_apply_process_defaults()
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {

@@ -529,4 +529,4 @@ class CrossEncoder:
         return [(i, float(scores[i])) for i in ranked]
 
 
-__all__ = ["POOLING_MODES", "CrossEncoder", "DenseIndex", "SentenceEncoder", "pool", "similarity"]
+__all__ = ["CrossEncoder", "DenseIndex", "SentenceEncoder", "similarity"]

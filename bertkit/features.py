@@ -75,7 +75,7 @@ def extract_features(
     progress: bool = False,
 ) -> list[tuple[list[str], np.ndarray]]:
     """For each text (pair): its tokens and a float32 array [n_tokens, len(layers) * hidden]."""
-    from bertkit.tasks.finetune import collate, encode_pairs, length_batches
+    from bertkit.tasks.encoding import collate, encode_pairs, length_batches
 
     model.eval()
     packed = encode_pairs(
@@ -116,7 +116,7 @@ def word_features(
 ) -> list[Tensor]:
     """Per sentence (objects with ``.words``): a tensor [n_words, len(layers) * hidden] of each word's first
     sub-token; sentences longer than ``max_seq_length`` pieces are encoded in windows of whole words."""
-    from bertkit.tasks.finetune import collate, encode_tokens, length_batches
+    from bertkit.tasks.encoding import collate, encode_tokens, length_batches
 
     class _S:
         def __init__(self, words):
@@ -243,9 +243,9 @@ def feature_ner(
     Training runs on :class:`bertkit.train.Trainer` (Adam, linear decay to 0, gradient clipping 5.0), so it
     writes ``OUT/metrics.jsonl`` and ``OUT/curves.png`` too, and takes ``checkpoint_every``/``resume``/
     ``precision`` as fine-tuning does (the features are extracted again on resume: they are deterministic)."""
-    from bertkit.tasks.finetune import plot_losses
     from bertkit.tasks.metrics import conll_scores
     from bertkit.tasks.ner import label_list
+    from bertkit.tasks.outputs import plot_losses
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@
 them), LayerNorm and softmax in fp32, outputs returned as fp32.
 ``auto`` measures once per machine and model (:func:`choose_inference_precision`): bf16 when it is at
 least 10% faster here AND its outputs agree with fp32's on a probe batch, else fp32. The choice is logged
-and cached (:mod:`bertkit.tuning`); ``BERTKIT_INFERENCE_PRECISION=fp32|bf16`` overrides it.
+and cached (:mod:`bertkit.tuning`); an environment variable overrides it (:mod:`bertkit.settings`).
 
 Training has its own switch (``--precision``, :mod:`bertkit.train.precision`), judged on the loss; here the
 judge is the outputs themselves, since nothing downstream averages the rounding away.
@@ -78,6 +78,7 @@ def choose_inference_precision(encoder: torch.nn.Module, generator: torch.Genera
     Off the CPU, or on a CPU without native bf16 GEMMs, "fp32" with nothing measured (pass "bf16" yourself
     on a GPU). The forward of each precision is timed alternately, medians of 3 rounds. Cached per
     machine, model class and size."""
+    from .settings import INFERENCE_PRECISION
     from .tuning import choose, time_alternating
 
     device = next(encoder.parameters()).device
@@ -112,10 +113,7 @@ def choose_inference_precision(encoder: torch.nn.Module, generator: torch.Genera
         details |= {k + "_ms": round(v * 1e3, 1) for k, v in t.items()}
         return ("bf16" if t["bf16"] * MIN_SPEEDUP <= t["fp32"] else "fp32"), details
 
-    choice = choose(name, measure, env="BERTKIT_INFERENCE_PRECISION")
-    if choice not in ("fp32", "bf16"):
-        raise UserError(f"BERTKIT_INFERENCE_PRECISION must be fp32 or bf16, got {choice!r}")
-    return choice
+    return choose(name, measure, override=INFERENCE_PRECISION)
 
 
 def resolve_inference_precision(precision: str, encoder: torch.nn.Module) -> str:

@@ -332,6 +332,5 @@ __all__ = [
     "attention_mask_for",
     "gelu",
     "gelu_tanh",
-    "linear",
     "num_parameters",
 ]

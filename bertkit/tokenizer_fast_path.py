@@ -207,11 +207,12 @@ def cut_texts(
 def choose_fast_path(full, fast, vocab: Sequence[str]) -> bool:
     """Whether the plain-text pipeline ``fast`` beats the full one ``full`` (two ``tokenizers.Tokenizer``
     configured alike) on this machine: measured once on ~300 plain sentences made of ``vocab``'s whole
-    words (deterministic), cached with the other per-machine choices (:mod:`bertkit.tuning`);
-    ``BERTKIT_TOKENIZER_FAST_PATH=0|1`` overrides. Both pipelines give the same output (tested), so
+    words (deterministic), cached with the other per-machine choices (:mod:`bertkit.tuning`); an
+    environment variable overrides it (:mod:`bertkit.settings`). Both pipelines give the same output (tested), so
     the choice is speed only."""
     import random
 
+    from .settings import TOKENIZER_FAST_PATH
     from .tuning import choose, time_alternating
 
     def measure() -> tuple[str, dict]:
@@ -227,7 +228,4 @@ def choose_fast_path(full, fast, vocab: Sequence[str]) -> bool:
         choice = "on" if t["fast"] < t["full"] else "off"
         return choice, {k: round(v * 1e3, 3) for k, v in t.items()} | {"unit": "ms per 300 sentences"}
 
-    values = {"0": "off", "1": "on"}
-    return (
-        choose("tokenizer_fast_path", measure, env="BERTKIT_TOKENIZER_FAST_PATH", env_values=values) == "on"
-    )
+    return choose("tokenizer_fast_path", measure, override=TOKENIZER_FAST_PATH) == "on"

@@ -6,10 +6,10 @@ side-by-side measurement on the machine at hand (alternating rounds, medians), t
 (logger ``bertkit``) and cached in a small JSON file keyed by the CPU (model name and ISA flags), the torch
 version and the thread count:
 
-    $BERTKIT_CACHE_DIR/kernels.json   (default: $XDG_CACHE_HOME/bertkit or ~/.cache/bertkit)
+    <cache folder>/kernels.json   (default folder: $XDG_CACHE_HOME/bertkit or ~/.cache/bertkit)
 
-An environment variable overrides each choice without measuring (``BERTKIT_ONEDNN=0|1`` for the GEMM
-backend); ``BERTKIT_CHOICE_CACHE=0`` measures afresh and writes nothing.
+An environment variable overrides each choice without measuring, another names the cache folder and a third
+turns the cache off (measure afresh, write nothing): their names and values are in :mod:`bertkit.settings`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import settings
+
 logger = logging.getLogger("bertkit")
 
 # How idle OpenMP threads wait must be fixed before torch starts its OpenMP pool, so it cannot be timed at
-# first use like the kernels below; `import bertkit` (and so the CLI and `make bench`) decides it from the
-# machine's load at that moment, unless the user set OMP_WAIT_POLICY:
+# first use like the kernels below. The entry points that own their process (the `bertkit` command,
+# `python -m bertkit.retrieval`, the benchmarks) call apply_process_defaults first thing, which decides it from the machine's load at that
+# moment unless the user set OMP_WAIT_POLICY; a library user's environment is theirs (`import bertkit`
+# changes nothing):
 # - a machine already saturated by other work (1-minute load average >= its CPU count): PASSIVE, idle threads
 #   sleep. Spinning threads that lose their core stall every parallel region: with 2 threads on a shared
 #   2-core machine both bertkit and transformers ran 2-3x slower and far noisier (docs/notes-perf.md).
@@ -46,7 +50,10 @@ def omp_wait_policy(load_average: float, cpus: int) -> str | None:
 
 def apply_process_defaults() -> dict[str, str]:
     """Set OMP_WAIT_POLICY by :func:`omp_wait_policy` where the user did not, if torch has not started yet;
-    returns what is in effect (logged at debug level)."""
+    returns what is in effect (logged at debug level). Called by the entry points that own their process
+    (``bertkit.cli.main``, ``bertkit/retrieval/__main__.py``, ``benchmarks/__init__.py``) before anything
+    imports torch; once torch runs it does nothing, so a trainer or server started from a user's script
+    cannot call it usefully."""
     import sys
 
     if "torch" not in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
@@ -67,9 +74,11 @@ CACHE_FILE = "kernels.json"
 
 
 def cache_dir() -> Path:
-    """Where the choices are cached: $BERTKIT_CACHE_DIR, else $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit."""
-    if os.environ.get("BERTKIT_CACHE_DIR"):
-        return Path(os.environ["BERTKIT_CACHE_DIR"])
+    """Where the choices are cached: the folder :mod:`bertkit.settings` names, else $XDG_CACHE_HOME/bertkit,
+    else ~/.cache/bertkit."""
+    pinned = settings.cache_dir_override()
+    if pinned is not None:
+        return pinned
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "bertkit"
 
@@ -140,17 +149,16 @@ def time_alternating(
 def choose(
     name: str,
     measure: Callable[[], tuple[str, dict[str, Any]]],
-    env: str | None = None,
-    env_values: dict[str, str] | None = None,
+    override: settings.Setting[str] | None = None,
 ) -> str:
-    """The choice ``name`` for this machine: from ``env`` (its value mapped through ``env_values``) if set,
-    else from the cache, else ``measure()`` -> (choice, details), which is logged and cached."""
-    if env and os.environ.get(env, "") != "":
-        value = os.environ[env]
-        choice = (env_values or {}).get(value, value)
-        logger.info("kernel choice %s=%s (from %s=%s)", name, choice, env, value)
+    """The choice ``name`` for this machine: from the environment variable ``override`` (one of
+    :mod:`bertkit.settings`) if set, else from the cache, else ``measure()`` -> (choice, details), which is
+    logged and cached."""
+    choice = override.value() if override is not None else None
+    if choice is not None:
+        logger.info("kernel choice %s=%s (from %s=%s)", name, choice, override.name, override.raw())
         return choice
-    use_cache = os.environ.get("BERTKIT_CHOICE_CACHE", "1") != "0"
+    use_cache = settings.choice_cache_enabled()
     path = cache_dir() / CACHE_FILE
     key = machine_key()
     if use_cache:

@@ -62,7 +62,8 @@ def sst2(model_dir: Path, task, work: Path, lr: float, seed: int, n: int) -> flo
     ``task`` (a :class:`bertkit.tasks.spec.TaskData`, read once per probe)."""
     import torch
 
-    from bertkit.tasks.finetune import Settings, finetune
+    from bertkit.tasks.finetune import finetune
+    from bertkit.tasks.spec import Settings
 
     torch.manual_seed(seed)
     s = Settings(epochs=2, batch_size=32, lr=lr, max_seq_length=64, seed=seed, max_train_examples=n,

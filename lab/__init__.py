@@ -5,3 +5,9 @@ demo (:mod:`lab.demo`). ``python -m lab experiment|report CONFIG.toml`` is its c
 It imports bertkit; bertkit never imports it (tests/test_layering.py), and the bertkit wheel does not ship it:
 it runs from the repository root.
 """
+
+# Each ``python -m lab ...`` is a command of its own: it asks for the thread settings the ``bertkit`` command
+# makes before any lab module starts torch (as benchmarks/__init__.py does; nothing once torch runs).
+from bertkit.tuning import apply_process_defaults  # noqa: E402
+
+apply_process_defaults()

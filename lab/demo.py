@@ -293,7 +293,8 @@ def transfer(
     """Each task's dev score (in %) of the pre-trained and the random model, fine-tuned alike:
     ``{task: {"metric": ..., "pretrained": x, "random init": y, "train_examples": n}}``, or the reason a task
     was skipped (its data absent)."""
-    from bertkit.tasks.finetune import Settings, finetune
+    from bertkit.tasks.finetune import finetune
+    from bertkit.tasks.spec import Settings
 
     res: dict[str, dict | str] = {}
     for task in tasks:

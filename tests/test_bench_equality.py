@@ -19,7 +19,8 @@ transformers = pytest.importorskip("transformers")
 
 from benchmarks.common import Mismatch, check_close, check_equal  # noqa: E402
 from bertkit.config import BertConfig  # noqa: E402
-from bertkit.model import ACT2FN, BertModel, linear  # noqa: E402
+from bertkit.kernels import linear  # noqa: E402
+from bertkit.model import ACT2FN, BertModel  # noqa: E402
 from bertkit.tokenizer import Tokenizer  # noqa: E402
 
 

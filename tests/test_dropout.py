@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit.dropout import Dropout, dropout
 from bertkit.kernels.attention import _attention_with_dropout
+from bertkit.kernels.dropout import Dropout, dropout
 
 
 def test_identity_when_not_training_or_p_zero():

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit import kernels, tuning
+from bertkit import kernels, settings, tuning
 from bertkit.config import BertConfig
 from bertkit.heads.pretraining import BertForPreTraining
 from bertkit.kernels import gemm
@@ -170,8 +170,9 @@ def test_choice_env_override_and_bad_cache(cache, monkeypatch):
     def measure():
         raise AssertionError("the override must not measure")
 
+    thing = settings.Setting("BERTKIT_THING", settings.flag_choice("torch", "onednn"))
     monkeypatch.setenv("BERTKIT_THING", "0")
-    assert tuning.choose("thing", measure, env="BERTKIT_THING", env_values={"0": "torch"}) == "torch"
+    assert tuning.choose("thing", measure, override=thing) == "torch"
     assert not cache.exists()
     monkeypatch.delenv("BERTKIT_THING")
     cache.write_text("{not json")  # a damaged cache is measured over, not trusted
@@ -233,31 +234,44 @@ def test_omp_wait_policy_sleeps_only_on_a_saturated_machine():
     assert tuning.omp_wait_policy(1.9, 2) is None and tuning.omp_wait_policy(0.0, 1) is None
 
 
-def test_import_bertkit_sets_the_thread_settings_for_users_as_for_the_bench(tmp_path):
+@pytest.mark.parametrize(
+    "entry, status",
+    [
+        # `python -m bertkit` and `python -m bertkit.retrieval` without arguments: usage, exit status 2
+        ("runpy.run_module('bertkit', run_name='__main__', alter_sys=True)", 2),
+        ("runpy.run_module('bertkit.retrieval', run_name='__main__', alter_sys=True)", 2),
+        ("import benchmarks", 0),  # every `python -m benchmarks.NAME`
+    ],
+    ids=["bertkit", "bertkit.retrieval", "benchmarks"],
+)
+def test_the_commands_set_the_thread_settings_as_for_the_bench(entry, status):
     import os
     import subprocess
     import sys
 
-    # a fake load average, seen by bertkit.tuning through os.getloadavg, before bertkit is imported
+    # a fake load average, seen by bertkit.tuning through os.getloadavg, before the entry point runs; what it
+    # left is printed at exit
     code = (
-        "import os, sys; os.getloadavg = lambda: ({load}, 0.0, 0.0); os.cpu_count = lambda: 2; "
-        "import {first}; print(os.environ.get('OMP_WAIT_POLICY'))"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+        "import atexit, os, runpy; os.getloadavg = lambda: ({load}, 0.0, 0.0); os.cpu_count = lambda: 2; "
+        "atexit.register(lambda: print('POLICY', os.environ.get('OMP_WAIT_POLICY'))); {first}"
+    ) + entry
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | {"PYTHONPATH": str(ROOT)}
 
-    def run(first: str, load: float, **extra: str) -> str:
+    def run(load: float, first: str = "", **extra: str) -> str:
         out = subprocess.run(
             [sys.executable, "-c", code.format(first=first, load=load)],
             env=env | extra,
             capture_output=True,
             text=True,
+            cwd=ROOT,
         )
-        return out.stdout.strip()
+        assert out.returncode == status, out.stderr
+        return out.stdout.strip().splitlines()[-1]
 
-    assert run("bertkit", 3.0) == "PASSIVE"  # a saturated machine, before torch starts: idle threads sleep
-    assert run("bertkit", 0.5) == "None"  # an idle one: OpenMP's default spinning
-    assert run("bertkit", 3.0, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"  # the user's own setting wins
-    assert run("torch, bertkit", 3.0) == "None"  # too late once torch runs: left alone
+    assert run(3.0) == "POLICY PASSIVE"  # a saturated machine, before torch starts: idle threads sleep
+    assert run(0.5) == "POLICY None"  # an idle one: OpenMP's default spinning
+    assert run(3.0, OMP_WAIT_POLICY="ACTIVE") == "POLICY ACTIVE"  # the user's own setting wins
+    assert run(3.0, first="import torch; ") == "POLICY None"  # too late once torch runs: left alone
 
 
 def test_a_resume_takes_the_checkpoints_gemm_backend_unless_the_user_pinned_one(monkeypatch, caplog):

@@ -82,7 +82,7 @@ def _instances_to_tfrecord(arrays: dict, path, packed: bool = True) -> None:
 
 
 def test_crc32c_and_example_round_trip(tmp_path):
-    from bertkit.data.tfrecord import crc32c
+    from bertkit.tf_checkpoint import crc32c
 
     assert crc32c(b"123456789") == _crc32c_bitwise(b"123456789") == 0xE3069283  # the standard check value
     feats = {"input_ids": [101, 7, 0, 102], "neg": [-1, -(2**40)], "masked_lm_weights": [1.0, 0.5, 0.0]}

@@ -6,9 +6,11 @@ import pytest
 
 from bertkit.errors import UserError
 from bertkit.tasks.classify import classify_task_data, read_classify
-from bertkit.tasks.finetune import Settings, check_labels, encode_tokens, finetune, truncate_pair
+from bertkit.tasks.encoding import encode_tokens, truncate_pair
+from bertkit.tasks.finetune import check_labels, finetune
 from bertkit.tasks.glue import get_task, read_glue
 from bertkit.tasks.ner import Sentence, label_list, read_conll, to_iob2
+from bertkit.tasks.spec import Settings
 from bertkit.tasks.swag import read_swag
 
 

@@ -82,7 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    from bertkit.tuning import apply_process_defaults
+
+    # before build_parser: the subcommands' modules start torch, and with it OpenMP's thread pool
+    apply_process_defaults()
+    try:
+        parser = build_parser()
+    except UserError as e:  # a bad setting read while the subcommands' modules load (bertkit.settings)
+        return _fail(None, str(e))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"

@@ -8,7 +8,7 @@ from bertkit.cli import args as A
 from bertkit.cli.train_options import add_trainer_arguments, check_trainer_arguments
 from bertkit.errors import UserError
 
-__all__ = ["add_trainer_arguments", "register"]
+__all__ = ["register"]
 
 
 def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 128) -> None:
@@ -48,7 +48,7 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
 
 
 def _settings(args: argparse.Namespace, **extra):
-    from bertkit.tasks.finetune import Settings
+    from bertkit.tasks.spec import Settings
 
     if args.epochs <= 0 or args.batch_size <= 0 or args.lr <= 0:
         raise UserError("--epochs, --batch-size and --lr must be positive")

@@ -103,7 +103,10 @@ def run_features(args: argparse.Namespace) -> dict:
 def run_predict(args: argparse.Namespace) -> dict:
     from bertkit.config import BertConfig
     from bertkit.io import atomic_write
-    from bertkit.tasks.finetune import TaskData, encode, model_class, predict_features
+    from bertkit.tasks.encoding import encode
+    from bertkit.tasks.evaluation import predict_features
+    from bertkit.tasks.finetune import model_class
+    from bertkit.tasks.spec import TaskData
     from bertkit.tokenizer import Tokenizer
 
     model_dir = Path(args.model_dir)

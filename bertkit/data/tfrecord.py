@@ -32,7 +32,7 @@ from bertkit.errors import UserError
 from bertkit.tf_checkpoint import crc32c, mask_crc
 from bertkit.tf_checkpoint import read_varint as _varint
 
-__all__ = ["TFRecordFile", "crc32c", "masked_crc32c", "parse_example"]
+__all__ = ["TFRecordFile", "masked_crc32c", "parse_example"]
 
 
 def masked_crc32c(data: bytes) -> int:

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
-from bertkit.dropout import Dropout
+from bertkit.kernels.dropout import Dropout
 from bertkit.model import BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
 from bertkit.pooling import pool  # the sentence encoders' pooling: mean over the real tokens

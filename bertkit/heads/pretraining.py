@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
-from bertkit.model import ACT2FN, BertModel, linear
+from bertkit.kernels import linear
+from bertkit.model import ACT2FN, BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
 
 IGNORE_INDEX = -100
@@ -80,7 +81,7 @@ class BertPredictionHeadTransform(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        # bertkit.model.linear: the fp32 CPU GEMM on oneDNN (2-4x the default path here), forward and backward
+        # bertkit.kernels.linear: the fp32 CPU GEMM on oneDNN (2-4x the default path here), forward and backward
         return self.LayerNorm(self.transform_act_fn(linear(x, self.dense.weight, self.dense.bias)))
 
 

@@ -11,7 +11,8 @@
 Beside them, not called by the model: :mod:`.peak`, the machine's GEMM peak that ``make bench`` reports rows
 against and the experiment runner records one core's speed with.
 
-The switch :func:`reference_ops` (or ``BERTKIT_KERNELS=0``, or :func:`set_enabled`) makes every call compute
+The switch :func:`reference_ops` (or :func:`set_enabled`, or an environment variable:
+:mod:`bertkit.settings`) makes every call compute
 the plain PyTorch op instead; tests/test_kernels.py checks both give the same outputs and gradients.
 """
 

@@ -11,8 +11,8 @@ does not need to do on any CPU vendor, not a vendor-specific kernel.
 to trim the heap's top, so freed blocks are reused by the next step. The cost: resident memory stays at its
 high-water mark until the process exits, and that mark is higher (an aligned block that does not fit a freed
 hole grows the heap), flat after the first steps; the same file records it. The Trainer calls it at
-the start of ``fit``; ``BERTKIT_KEEP_FREED_MEMORY=0`` leaves malloc alone. Elsewhere than glibc (macOS,
-musl, Windows) it does nothing.
+the start of ``fit``; a setting in the environment turns it off (:mod:`bertkit.settings`). Elsewhere than
+glibc (macOS, musl, Windows) it does nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
-import os
 import threading
+
+from .. import settings
 
 logger = logging.getLogger("bertkit")
 
-ENV = "BERTKIT_KEEP_FREED_MEMORY"
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
@@ -56,8 +56,8 @@ def keep_freed_memory() -> bool:
         if "applied" in _state:
             return _state["applied"]
         applied, why = False, ""
-        if os.environ.get(ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-            why = f"{ENV}=0"
+        if not settings.keep_freed_memory_enabled():
+            why = f"{settings.KEEP_FREED_MEMORY.name}={settings.KEEP_FREED_MEMORY.raw()}"
         else:
             libc = _glibc()
             if libc is None:

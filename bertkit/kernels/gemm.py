@@ -2,8 +2,8 @@
 
 oneDNN (``torch.ops.mkldnn._linear_pointwise``) ran the fp32 GEMMs 2-4x faster than the MKL path
 ``F.linear`` takes on AMD EPYC (MKL picks a generic kernel there), and bought nothing on an Intel Xeon;
-which one a process uses is chosen per machine (:func:`choose_linear`, :mod:`bertkit.tuning`; ``BERTKIT_ONEDNN=0|1``
-overrides). Results agree with ``F.linear`` to float rounding (~1e-6 relative).
+which one a process uses is chosen per machine (:func:`choose_linear`, :mod:`bertkit.tuning`; an environment variable
+overrides it: :mod:`bertkit.settings`). Results agree with ``F.linear`` to float rounding (~1e-6 relative).
 
 oneDNN builds and keeps a kernel per GEMM shape; with packed batches the row count changes every batch,
 so rows are padded up to a few bucket sizes (:func:`bucket`); without them the process grew ~2 MB per
@@ -13,7 +13,6 @@ new shape.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import settings
 from ..tuning import choose, time_alternating
 from .state import fast_ok
 
@@ -85,20 +85,22 @@ def resume_backend(recorded: str | None) -> None:
     """Use the GEMM backend a training checkpoint was written with (``recorded``, from :func:`backend_name`).
 
     The two backends round differently, and where they measure alike the per-machine choice can fall either
-    way in another process (a cleared cache, ``BERTKIT_CHOICE_CACHE=0``, a fresh container): a resumed run then
-    computes other bits than the run it continues. An explicit ``BERTKIT_ONEDNN`` that disagrees wins, and so
+    way in another process (a cleared or disabled cache, a fresh container): a resumed run then computes
+    other bits than the run it continues. A backend pinned in the environment (:mod:`bertkit.settings`) that
+    disagrees wins, and so
     does this build when it lacks oneDNN's kernel; both with a warning that the resume is not bitwise."""
     if recorded not in ("onednn", "torch"):
         return  # a checkpoint from before this was recorded, or an unknown name: the machine's choice
     if _op is not _UNSET and recorded == backend_name():
         return
-    if os.environ.get("BERTKIT_ONEDNN", "") != "":
+    if settings.gemm_backend_override() is not None:
         if choose_linear() != recorded:
             logger.warning(
-                "the checkpoint was written with GEMM backend %s; BERTKIT_ONEDNN=%s keeps %s, so this resume "
+                "the checkpoint was written with GEMM backend %s; %s=%s keeps %s, so this resume "
                 "is not bitwise the run it continues",
                 recorded,
-                os.environ["BERTKIT_ONEDNN"],
+                settings.ONEDNN.name,
+                settings.ONEDNN.raw(),
                 choose_linear(),
             )
         return
@@ -225,4 +227,4 @@ def _measure_linear_grad() -> tuple[str, dict[str, Any]]:
 
 def choose_linear() -> str:
     """The fp32 GEMM backend of :func:`bertkit.kernels.linear` on this machine: "onednn" or "torch"."""
-    return choose("linear", _measure_linear, env="BERTKIT_ONEDNN", env_values={"0": "torch", "1": "onednn"})
+    return choose("linear", _measure_linear, override=settings.ONEDNN)

@@ -1,22 +1,23 @@
 """The switch between bertkit's CPU kernels and the plain PyTorch reference ops.
 
 Every named call of :mod:`bertkit.kernels` asks :func:`fast_ok` whether it may take its fast path; when
-the kernels are off (``BERTKIT_KERNELS=0`` in the environment, :func:`set_enabled(False) <set_enabled>`,
-or inside ``with reference_ops():``) each call computes the textbook operation with ``torch.nn.functional``
-instead: separate Q/K/V projections, ``F.linear``, ``F.dropout``, masked SDPA over the padded batch.
+the kernels are off (by a setting in the environment, :mod:`bertkit.settings`; by
+:func:`set_enabled(False) <set_enabled>`; or inside ``with reference_ops():``) each call computes the
+textbook operation with ``torch.nn.functional`` instead: separate Q/K/V projections, ``F.linear``, ``F.dropout``, masked SDPA over the padded batch.
 Both give the same outputs and gradients up to float rounding (tests/test_kernels.py).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 from torch import Tensor
 
-_enabled = os.environ.get("BERTKIT_KERNELS", "1") != "0"
+from bertkit.settings import kernels_enabled
+
+_enabled = kernels_enabled()  # read once, at import: the hot path reads this flag
 
 
 def enabled() -> bool:

@@ -19,7 +19,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import ApiError, error_body, too_large, validation
+from .errors import error_body, too_large, validation
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,6 @@ class BodyLimit:
 
 
 __all__ = [
-    "ApiError",
     "BodyLimit",
     "Limits",
     "check_budget",

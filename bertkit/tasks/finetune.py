@@ -43,22 +43,12 @@ from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
 from bertkit.model_card import write_model_card
-from bertkit.tasks.encoding import (  # noqa: F401  (re-exported: callers import them from here)
-    Feature,
-    collate,
-    encode,
-    encode_choice,
-    encode_pairs,
-    encode_seq,
-    encode_tokens,
-    length_batches,
-    truncate_pair,
-)
-from bertkit.tasks.evaluation import evaluate, predict_features, predictions  # noqa: F401  (re-exported)
+from bertkit.tasks.encoding import Feature, collate, encode
+from bertkit.tasks.evaluation import evaluate, predict_features, predictions
 from bertkit.tasks.multilabel import THRESHOLDS_KEY, decide, tune_thresholds
-from bertkit.tasks.outputs import plot_losses, write_predictions  # noqa: F401  (re-exported)
-from bertkit.tasks.spec import Settings, TaskData  # noqa: F401  (re-exported)
-from bertkit.tasks.training import BEST_DIR, train  # noqa: F401  (re-exported)
+from bertkit.tasks.outputs import plot_losses, write_predictions
+from bertkit.tasks.spec import Settings, TaskData
+from bertkit.tasks.training import BEST_DIR, train
 from bertkit.tokenizer import Tokenizer
 from bertkit.train.distributed import dist_info, init_distributed
 

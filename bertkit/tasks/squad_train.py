@@ -10,7 +10,7 @@ The shared data has only dev files, whose questions carry several answers: train
 
 Training follows the paper: AdamW (weight decay 0.01, none on biases/LayerNorm), linear warm-up over 10% of
 the steps then linear decay, gradient clipping 1.0, loss = mean of the start and end cross-entropies; it runs
-on the generic :class:`bertkit.train.Trainer` through :func:`bertkit.tasks.finetune.train` (so
+on the generic :class:`bertkit.train.Trainer` through :func:`bertkit.tasks.training.train` (so
 ``--checkpoint-every N``, ``--resume`` and ``--precision bf16`` work as for the other tasks).
 Defaults when the caller leaves them unset (None): max_seq_length 384, batch 32, lr 5e-5, 3 epochs for
 v1.1 and 2 for v2.0 (the paper's SQuAD settings). Batches are grouped by length and padded to their longest
@@ -117,7 +117,7 @@ def predict_logits(
     progress: bool = True,
 ) -> list[P.RawResult]:
     """Start/end logits of every window over its real tokens (batches sorted by length)."""
-    from bertkit.tasks.finetune import length_batches
+    from bertkit.tasks.encoding import length_batches
 
     model.eval()
     device = next(model.parameters()).device
@@ -175,7 +175,9 @@ def _check_settings(**v: Any) -> None:
 def run(args: Any) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
     from bertkit.heads.finetune import BertForQuestionAnswering
-    from bertkit.tasks.finetune import Settings, plot_losses, train
+    from bertkit.tasks.outputs import plot_losses
+    from bertkit.tasks.spec import Settings
+    from bertkit.tasks.training import train
     from bertkit.tokenizer import Tokenizer
     from bertkit.train.distributed import init_distributed
 

@@ -73,7 +73,6 @@ from torch import nn
 from bertkit.errors import UserError
 from bertkit.kernels import gemm
 from bertkit.kernels.freed_memory import keep_freed_memory
-from bertkit.train.batches import Batches  # noqa: F401  (re-exported: `from bertkit.train.loop import Batches`)
 from bertkit.train.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
@@ -90,20 +89,17 @@ from bertkit.train.distributed import (
     wrap_model,
 )
 from bertkit.train.logs import plot_curves, truncate_jsonl
-from bertkit.train.precision import PRECISIONS, autocast, check_precision, choose_precision, make_scaler
+from bertkit.train.precision import autocast, check_precision, choose_precision, make_scaler
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
 
 __all__ = [
-    "PRECISIONS",
-    "Batches",
     "CheckpointsExistError",
     "NonFiniteLossError",
     "Trainer",
     "default_loss_fn",
     "default_tokens_fn",
-    "dist_info",
     "to_device",
 ]
 
@@ -383,7 +379,7 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict:
         """Train until ``max_steps``; with ``resume`` continue from the newest checkpoint in ``out_dir``."""
         # every step frees and re-allocates the same large blocks: keep them in the process rather than
-        # fault them in afresh each step (bertkit.kernels.freed_memory; BERTKIT_KEEP_FREED_MEMORY=0: off)
+        # fault them in afresh each step (bertkit.kernels.freed_memory; off by bertkit.settings)
         keep_freed_memory()
         resumed_from = self._begin(resume)
         if self.tensorboard and self.is_main:

@@ -75,7 +75,8 @@ def choose_precision(model: torch.nn.Module, batch, loss_fn, device: torch.devic
     when at least 10% faster. The measurement leaves no trace in training: the random number generator's
     state is restored and the gradients cleared. Off CPU, or without native bf16, "fp32" (nothing is
     measured; pass bf16 yourself on a GPU). Cached per machine, model class, size and batch shape
-    (:mod:`bertkit.tuning`); ``BERTKIT_PRECISION=fp32|bf16`` overrides."""
+    (:mod:`bertkit.tuning`); an environment variable overrides it (:mod:`bertkit.settings`)."""
+    from bertkit.settings import PRECISION
     from bertkit.tuning import choose, time_alternating
 
     if device.type != "cpu" or not _cpu_has_bf16():
@@ -110,4 +111,4 @@ def choose_precision(model: torch.nn.Module, batch, loss_fn, device: torch.devic
         details |= {k + "_ms": round(v * 1e3, 1) for k, v in t.items()}
         return ("bf16" if t["bf16"] < 0.9 * t["fp32"] else "fp32"), details
 
-    return choose(name, measure, env="BERTKIT_PRECISION")
+    return choose(name, measure, override=PRECISION)

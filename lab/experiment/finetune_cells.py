@@ -41,7 +41,8 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
         r = _squad(matrix, t, model_dir, work, lr, spec["seed"], progress)
         primary = r["metrics"]["f1"]
     else:
-        from bertkit.tasks.finetune import Settings, finetune
+        from bertkit.tasks.finetune import finetune
+        from bertkit.tasks.spec import Settings
 
         task = _task_data(matrix, t)
         s = Settings(epochs=float(t.get("epochs", 3)), batch_size=int(t.get("batch_size", 32)), lr=lr,
