@@ -1,0 +1,195 @@
+"""Byte-level BPE tokenizer.json (ModernBERT's kind) through bertkit.tokenizer.Tokenizer: ids equal
+transformers' AutoTokenizer on the same folder, for single texts, pairs, truncation and padding."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer as RustTokenizer
+
+from bertkit.errors import UserError
+from bertkit.tokenizer import Tokenizer
+from bertkit.tokenizer_bpe import BPETokenizer, end_of_words
+
+transformers = pytest.importorskip("transformers")
+
+SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+WORDS = (
+    "the of and to in is was for on that with as by at from his her it an were are which this be or "
+    "river mountain café naïve résumé Straße İstanbul 東京 日本語 😀 don't it's 3.14 1,000 $5 50% #tag @user "
+    "(parenthesis) [bracket] {brace} <angle> e-mail well-known co-operate ñandú Ωmega"
+).split()
+SPACES = [" "] * 12 + ["  ", "\n", "\n\n", "\t", " \n "]
+
+
+def generated_texts(n: int, seed: int) -> list[str]:
+    """Sentences of the word list joined by assorted whitespace (byte-level tokens carry it)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rng.randint(1, 30)
+        text = "".join(rng.choice(WORDS) + rng.choice(SPACES) for _ in range(k))
+        out.append(text if rng.random() < 0.5 else text.strip())
+    return out
+
+
+HARD_CASES = [
+    "",
+    "   ",
+    "\n\nleading newlines and trailing spaces   ",
+    "a [MASK] here and [MASK]there, [CLS] [SEP] [PAD] [UNK] written in text",
+    "emoji 😀🎉👍🏽 ❤️ and ﬁ ligature Ⅻ ½",
+    "e\u0301 combining, Ａｂｃ fullwidth, zero\u200bwidth, ctrl\x07char",
+    "x" * 300,
+]
+
+
+def build_folder(path, texts: list[str], vocab_size: int = 700) -> None:
+    """A ModernBERT-style folder: NFC, byte-level BPE, [CLS] A [SEP] (B [SEP]), [MASK] that strips left."""
+    tok = RustTokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(texts, trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tok.add_special_tokens([AddedToken("[MASK]", lstrip=True, normalized=False, special=True)])
+    path.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 64,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "clean_up_tokenization_spaces": False,
+        **{f"{t[1:-1].lower()}_token": t for t in SPECIALS},
+    }
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bpe")
+    build_folder(path, generated_texts(3000, seed=0))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pair(folder):
+    return Tokenizer.from_pretrained(folder), transformers.AutoTokenizer.from_pretrained(folder)
+
+
+def test_loads_as_bpe_with_the_configs_special_tokens(pair):
+    ours, ref = pair
+    assert isinstance(ours, BPETokenizer)
+    assert (ours.cls_token_id, ours.sep_token_id, ours.pad_token_id, ours.mask_token_id) == (
+        ref.cls_token_id,
+        ref.sep_token_id,
+        ref.pad_token_id,
+        ref.mask_token_id,
+    )
+    assert ours.model_max_length == 64
+    assert len(ours) == len(ref)
+
+
+def test_ids_equal_transformers_on_held_out_texts(pair):
+    ours, ref = pair
+    texts = generated_texts(500, seed=1) + HARD_CASES  # not the training texts
+    got = ours(texts, padding=False, return_tensors=None)["input_ids"]
+    assert got == ref(texts)["input_ids"]
+    for text in HARD_CASES:
+        assert ours.tokenize(text) == ref.tokenize(text)
+
+
+def test_pairs_truncation_and_padding_equal_transformers(pair):
+    ours, ref = pair
+    a, b = generated_texts(40, seed=2), generated_texts(40, seed=3)
+    assert ours(a, b, padding=False, return_tensors=None)["input_ids"] == ref(a, b)["input_ids"]
+    short = [t.split()[0] if t.split() else "x" for t in b]
+    for strategy, second in (("longest_first", b), ("only_first", short)):
+        got = ours(a, second, max_length=24, truncation=strategy, padding=False, return_tensors=None)
+        want = ref(a, second, max_length=24, truncation=strategy)
+        assert got["input_ids"] == want["input_ids"], strategy
+    got = ours(a, max_length=16, truncation=True)
+    want = ref(a, max_length=16, truncation=True, padding=True, return_tensors="pt")
+    assert got["input_ids"].tolist() == want["input_ids"].tolist()
+    assert got["attention_mask"].tolist() == want["attention_mask"].tolist()
+
+
+def test_long_texts_cut_keep_their_whitespace(pair):
+    """Texts longer than twice the limit are cut before tokenizing: the cut must slice, not re-join words with
+    single spaces (byte-level tokens carry newlines and runs of spaces)."""
+    ours, ref = pair
+    rng = random.Random(4)
+    long = [
+        "".join(rng.choice(WORDS) + rng.choice(["\n\n", "   ", "\t"]) for _ in range(200)) for _ in range(5)
+    ]
+    got = ours(long, max_length=40, truncation=True, padding=False, return_tensors=None)["input_ids"]
+    assert got == ref(long, max_length=40, truncation=True)["input_ids"]
+    short = generated_texts(5, seed=5)
+    pairs = ours(long, short, max_length=40, truncation=True, padding=False, return_tensors=None)["input_ids"]
+    assert pairs == ref(long, short, max_length=40, truncation=True)["input_ids"]
+
+
+def test_end_of_words():
+    assert end_of_words("a  b\n\nc d", 2) == 4
+    assert end_of_words("a b", 2) is None
+    assert end_of_words("  a b c", 1) == 3
+
+
+def test_decode_round_trip(pair):
+    ours, ref = pair
+    for text in generated_texts(20, seed=6):
+        ids = ours.encode(text).ids
+        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True) == text
+
+
+def test_save_and_reload(pair, tmp_path):
+    ours, ref = pair
+    ours.save_pretrained(tmp_path)
+    again = Tokenizer.from_pretrained(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    texts = generated_texts(50, seed=7) + HARD_CASES
+    want = ref(texts)["input_ids"]
+    assert again(texts, padding=False, return_tensors=None)["input_ids"] == want
+    assert theirs(texts)["input_ids"] == want
+
+
+def test_real_corpus_held_out(shared_data, tmp_path):
+    """Trained on a slice of the real corpus, compared on other lines of it."""
+    from benchmarks.inputs import spread_lines
+
+    lines = spread_lines(4000)
+    build_folder(tmp_path, lines[::2], vocab_size=2000)
+    ours, ref = Tokenizer.from_pretrained(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    held_out = lines[1::2]
+    assert ours(held_out, padding=False, return_tensors=None)["input_ids"] == ref(held_out)["input_ids"]
+
+
+def test_fast_path_cannot_be_turned_on(pair):
+    with pytest.raises(ValueError, match="fast path"):
+        pair[0].fast_path = True
+
+
+def test_missing_special_token_is_one_line(tmp_path):
+    build_folder(tmp_path, generated_texts(200, seed=0))
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["mask_token"] = "<nope>"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=r"no mask token in the vocabulary \(looked for '<nope>'"):
+        Tokenizer.from_pretrained(tmp_path)
+
+
+def test_unreadable_tokenizer_json_is_a_user_error(tmp_path):
+    (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": 3}}))
+    with pytest.raises(UserError, match="tokenizer.json"):
+        Tokenizer.from_pretrained(tmp_path)
