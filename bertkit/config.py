@@ -49,6 +49,19 @@ _KNOWN_PASSTHROUGH = {
 C = TypeVar("C", bound="HFConfig")
 
 
+def read_config_json(path: Path, what: str = "model") -> dict[str, Any]:
+    """The JSON object in ``path``; UserError naming the file (and line) when it is missing or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: config file not found") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object of {what} settings")
+    return data
+
+
 class HFConfig:
     """What every config of a Hugging Face-layout model shares: the label maps, and reading and writing
     ``config.json`` with unknown keys kept in ``extra``. Subclasses are dataclasses with the fields
@@ -124,14 +137,7 @@ class HFConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{path}: config file not found") from None
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{path}: expected a JSON object of {cls.what} settings")
+        data = read_config_json(path, cls.what)
         try:
             return cls.from_dict(data)
         except (TypeError, ValueError) as e:

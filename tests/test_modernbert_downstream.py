@@ -1,0 +1,111 @@
+"""ModernBERT folders downstream: ``bertkit info`` describes one, and the sentence encoder (plain folder or a
+sentence-transformers folder whose first module is ModernBERT) pools transformers' hidden states."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from bpe_folder import build_folder, generated_texts
+
+from bertkit.architectures import load_encoder, model_type_of
+from bertkit.cli import main
+from bertkit.embed import SentenceEncoder
+from bertkit.modernbert import ModernBertModel
+
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers, "ModernBertModel"):
+    pytest.skip("this transformers has no ModernBERT", allow_module_level=True)
+
+
+def modernbert_folder(path, head=None):
+    """A transformers-saved ModernBERT (window 16, global every 2nd layer) with a BPE tokenizer; returns the
+    transformers model."""
+    build_folder(path, generated_texts(1500, seed=0), vocab_size=400)
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    config = transformers.ModernBertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=48,
+        global_attn_every_n_layers=2,
+        local_attention=16,
+        pad_token_id=tok.pad_token_id,
+        cls_token_id=tok.cls_token_id,
+        sep_token_id=tok.sep_token_id,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    model = (head or transformers.ModernBertModel)(config).eval()
+    model.save_pretrained(path)
+    return model
+
+
+def test_info_on_a_modernbert_folder(tmp_path, capsys):
+    model = modernbert_folder(tmp_path, transformers.ModernBertForMaskedLM)
+    assert main(["info", str(tmp_path)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["model_type"] == "modernbert"
+    assert info["config"]["local_attention"] == 16 and info["config"]["global_attn_every_n_layers"] == 2
+    # the tied decoder is not stored: every stored tensor counted once
+    assert info["parameters"] == sum(p.numel() for p in model.parameters())
+    assert info["heads"] == ["decoder", "head"]
+    assert info["vocab_size"] == model.config.vocab_size
+
+
+def test_load_encoder_picks_the_architecture(tmp_path):
+    modernbert_folder(tmp_path)
+    assert model_type_of(tmp_path) == "modernbert"
+    assert isinstance(load_encoder(tmp_path), ModernBertModel)
+
+
+def test_sentence_encoder_mean_pools_modernbert(tmp_path):
+    """Longer texts than the window, padded batches: equal to mean pooling transformers' hidden states."""
+    model = modernbert_folder(tmp_path)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    texts = generated_texts(12, seed=9) + [" ".join(generated_texts(6, seed=10))]
+    enc = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+    m = enc["attention_mask"][..., None].float()
+    want = ((hidden * m).sum(1) / m.sum(1)).numpy()
+    assert enc["input_ids"].shape[1] > 16
+    got = SentenceEncoder.from_pretrained(tmp_path).encode(texts, batch_size=5)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_sentence_transformers_folder_with_modernbert_first(tmp_path):
+    model = modernbert_folder(tmp_path / "st")
+    st = tmp_path / "st"
+    (st / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {
+                    "idx": 2,
+                    "name": "2",
+                    "path": "2_Normalize",
+                    "type": "sentence_transformers.models.Normalize",
+                },
+            ]
+        )
+    )
+    (st / "1_Pooling").mkdir()
+    (st / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    (st / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 20}))
+    encoder = SentenceEncoder.from_pretrained(st)
+    assert encoder.max_seq_length == 20
+    texts = generated_texts(4, seed=11)
+    got = encoder.encode(texts)
+    tok = transformers.AutoTokenizer.from_pretrained(st)
+    enc = tok(texts, padding=True, truncation=True, max_length=20, return_tensors="pt")
+    with torch.no_grad():
+        cls = model(enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state[:, 0]
+    want = torch.nn.functional.normalize(cls, dim=-1).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
