@@ -19,7 +19,8 @@ What differs from :mod:`bertkit.model`'s BERT of 2018:
 The speed machinery is :mod:`bertkit.kernels`' named calls, as in BERT: ``kernels.linear``,
 ``kernels.scaled_dot_product_attention``, ``kernels.Dropout`` and, for padded batches, ``kernels.packing_for``
 (position-wise work on the real tokens only, attention per group of equal-length sequences).
-``with bertkit.kernels.reference_ops():`` runs the padded batch with masks instead.
+``with bertkit.kernels.reference_ops():`` runs the padded batch with masks instead. The local layers call
+``kernels.sliding_window_attention``, which never builds a T x T mask for a long sequence (memory linear in T).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from .heads.finetune import (
     span_loss,
 )
 from .heads.pretraining import MaskedLMOutput, mlm_logits_and_loss
-from .kernels import Packing, linear
+from .kernels import Packing, linear, window_mask
 from .model import ACT2FN, batch_shape
 from .modeling_utils import BertPreTrainedModel
 from .modernbert_config import ModernBertConfig
@@ -135,12 +136,6 @@ class ModernBertEmbeddings(nn.Module):
 # ---------------------------------------------------------------------------------------------- attention
 
 
-def window_mask(length: int, window: int, device: torch.device | None = None) -> Tensor:
-    """bool [T, T]: True where |i - j| <= window (query i may attend to key j in a local layer)."""
-    idx = torch.arange(length, device=device)
-    return (idx[:, None] - idx[None, :]).abs() <= window
-
-
 class ModernBertAttention(nn.Module):
     """Multi-head self-attention with rotary positions, over the whole sequence (a global layer) or a sliding
     window of reach W (a local layer). Q, K and V come from one projection ``Wqkv``."""
@@ -158,34 +153,30 @@ class ModernBertAttention(nn.Module):
         self.out_drop = kernels.Dropout(config.attention_dropout)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, packing: Packing | None
+        self, x: Tensor, cos: Tensor, sin: Tensor, key_mask: Tensor | None, packing: Packing | None
     ) -> Tensor:
         """x [B, T, H] (or [R, H] packed), cos/sin [B or 1, T, d] (or [R, d]) -> [B, T, H] (or [R, H]).
 
-        ``mask``: bool [B, 1, T or 1, T], True = may attend, already holding the window in a local layer."""
+        ``key_mask``: bool [B, T], True = a real token, or None (no padding, or packed)."""
         qkv = linear(x, self.Wqkv.weight, self.Wqkv.bias)  # [..., 3H]
         qkv = rotate_queries_and_keys(qkv, cos, sin, self.num_heads)
-        if (
-            packing is not None
-        ):  # each group of equal-length sequences as a dense batch; a local layer's window
-            ctx = kernels.packed_attention(qkv, packing, self._attend_group)
+        if packing is not None:  # each group of equal-length sequences as a dense batch of real tokens
+            ctx = kernels.packed_attention(qkv, packing, lambda part: self.attend(part, None))
         else:
-            ctx = self.attend(qkv, mask)
+            ctx = self.attend(qkv, key_mask)
         return self.out_drop(linear(ctx, self.Wo.weight, self.Wo.bias))
 
-    def _attend_group(self, qkv: Tensor) -> Tensor:
-        """qkv [count, length, 3H] of real tokens only -> [count, length, H]."""
-        mask = None if self.window is None else window_mask(qkv.shape[1], self.window, qkv.device)
-        return self.attend(qkv, mask)
-
-    def attend(self, qkv: Tensor, mask: Tensor | None) -> Tensor:
-        """qkv [B, T, 3H], mask broadcastable to [B, A, T, T] (bool, True = may attend) or None -> [B, T, H]."""
+    def attend(self, qkv: Tensor, key_mask: Tensor | None) -> Tensor:
+        """qkv [B, T, 3H], key_mask [B, T] (bool, True = a real token) or None -> [B, T, H]."""
         b, t, _ = qkv.shape
-        q, k, v = (
-            qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        )  # [B, A, T, d]
+        heads = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = heads.unbind(0)  # each [B, A, T, d]
         p = self.dropout_p if self.training else 0.0
-        ctx = kernels.scaled_dot_product_attention(q, k, v, mask, False, p)  # softmax(q k^T / sqrt(d)) v
+        if self.window is not None:  # softmax over the keys within the window only
+            ctx = kernels.sliding_window_attention(q, k, v, self.window, key_mask, p)
+        else:  # softmax(q k^T / sqrt(d)) v over every real key
+            mask = None if key_mask is None else key_mask[:, None, None, :]
+            ctx = kernels.scaled_dot_product_attention(q, k, v, mask, False, p)
         return ctx.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
 
 
@@ -222,10 +213,10 @@ class ModernBertEncoderLayer(nn.Module):
         self.mlp = ModernBertMLP(config)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, packing: Packing | None = None
+        self, x: Tensor, cos: Tensor, sin: Tensor, key_mask: Tensor | None, packing: Packing | None = None
     ) -> Tensor:
         """x [B, T, H], or [R, H] of packed real tokens when ``packing`` is given -> the same shape."""
-        x = x + self.attn(self.attn_norm(x), cos, sin, mask, packing)
+        x = x + self.attn(self.attn_norm(x), cos, sin, key_mask, packing)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -311,13 +302,15 @@ class ModernBertModel(ModernBertPreTrainedModel):
         packing = kernels.packing_for(attention_mask) if contiguous_rows(attention_mask) else None
         if packing is not None:
             input_ids, position_ids = packing.pack(input_ids), packing.pack(position_ids)
-        masks = {True: None, False: None} if packing is not None else self._masks(attention_mask, seq_len)
+        key_mask = None
+        if packing is None and attention_mask is not None and not bool(attention_mask.all()):
+            key_mask = attention_mask.bool()  # [B, T]
         x = self.embeddings(input_ids)  # [B, T, H] or [R, H]
         rotary = {g: self.rotary_emb(position_ids, g, x.dtype) for g in {True, False}}
         states: list[Tensor] = [x] if output_hidden_states else []
         for layer in self.layers:
             g = layer.attn.is_global
-            args = (x, *rotary[g], masks[g], packing)
+            args = (x, *rotary[g], key_mask, packing)
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(layer, *args, use_reentrant=False)
             else:
@@ -328,20 +321,6 @@ class ModernBertModel(ModernBertPreTrainedModel):
         if packing is not None:
             x, states = packing.unpack(x), [packing.unpack(s) for s in states]
         return ModernBertModelOutput(x, tuple(states) if output_hidden_states else None)
-
-    def _masks(self, attention_mask: Tensor | None, seq_len: int) -> dict[bool, Tensor | None]:
-        """The padded batch's masks, by whether a layer is global: bool, True = may attend.
-
-        Global: the padding mask [B, 1, 1, T] (None without padding). Local: the window [T, T] and the padding,
-        [B, 1, T, T]; a query always sees itself, so a padded query far from every real token still has a key
-        (its row would otherwise be all masked, and its NaN would reach the real tokens through V)."""
-        device = self.embeddings.tok_embeddings.weight.device
-        band = window_mask(seq_len, self.config.window, device)  # [T, T]
-        if attention_mask is None or bool(attention_mask.all()):
-            return {True: None, False: band}
-        keys = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, T]
-        itself = torch.eye(seq_len, dtype=torch.bool, device=device)
-        return {True: keys, False: band & (keys | itself)}
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.tok_embeddings

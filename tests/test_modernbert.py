@@ -408,3 +408,54 @@ def test_bert_config_is_refused():
 
     with pytest.raises(TypeError, match="ModernBertConfig"):
         ModernBertModel(BertConfig.preset("tiny"))
+
+
+# -------------------------------------------------------------------------------------------- long inputs
+
+
+def test_long_inputs_run_local_layers_in_blocks(kernels_on, monkeypatch):
+    """300 tokens, window reach 8: the local layers attend block by block (no [T, T] mask), equal to
+    transformers' dense computation."""
+    from bertkit.kernels import local_attention
+
+    shapes = []
+    sdpa = local_attention.scaled_dot_product_attention
+
+    def spy(q, k, v, mask, causal, p):
+        shapes.append(tuple(mask.shape))
+        return sdpa(q, k, v, mask, causal, p)
+
+    monkeypatch.setattr(local_attention, "scaled_dot_product_attention", spy)
+    ours, theirs = twins("window-and-period", ModernBertModel, transformers.ModernBertModel)
+    ids, mask = batch(300)
+    with torch.no_grad():
+        close(
+            ours(ids, attention_mask=mask).last_hidden_state,
+            theirs(ids, attention_mask=mask).last_hidden_state,
+            mask,
+        )
+    block = local_attention.default_block(8)
+    assert shapes and all(s[-2:] == (block, block + 16) for s in shapes if s[-1] != s[-2])
+    assert any(s[-2:] == (block, block + 16) for s in shapes)
+    assert all(max(s[-2:]) < 300 for s in shapes)
+
+
+@pytest.mark.parametrize("t", [81, 128, 200, 257])
+def test_sliding_window_blocks_equal_the_dense_band(t):
+    """Outputs and gradients of the blocked computation equal one SDPA call with the dense band mask."""
+    from bertkit.kernels.local_attention import sliding_window_attention
+
+    g = torch.Generator().manual_seed(t)
+    q, k, v = (torch.randn(2, 3, t, 8, generator=g, requires_grad=True) for _ in range(3))
+    key_mask = torch.ones(2, t, dtype=torch.bool)
+    key_mask[1, t // 2 :] = False
+    band = window_mask(t, 8) & (key_mask[:, None, None, :] | torch.eye(t, dtype=torch.bool))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
+    got = sliding_window_attention(q, k, v, 8, key_mask, block=32)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    grad = torch.randn(want.shape, generator=g)
+    want_grads = torch.autograd.grad(want, (q, k, v), grad)
+    got_grads = torch.autograd.grad(got, (q, k, v), grad)
+    for a, b in zip(got_grads, want_grads):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
