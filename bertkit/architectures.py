@@ -53,3 +53,24 @@ def encoder_prefixes(model_dir: str | os.PathLike) -> tuple[str, ...]:
     if is_modernbert(model_dir):
         return ("model.", "embeddings.", "layers.", "final_norm.")
     return ("bert.", "embeddings.", "encoder.", "pooler.")
+
+
+# task kind -> the head's class name after the architecture's prefix ("Bert" or "ModernBert")
+HEADS = {
+    "seq": "ForSequenceClassification",
+    "token": "ForTokenClassification",
+    "choice": "ForMultipleChoice",
+    "qa": "ForQuestionAnswering",
+    "mlm": "ForMaskedLM",
+}
+
+
+def head_class(kind: str, model_dir: str | os.PathLike | None = None) -> Any:
+    """The task head ``kind`` (a key of :data:`HEADS`) of the folder's architecture; BERT's without a folder."""
+    if model_dir is not None and is_modernbert(model_dir):
+        from . import modernbert
+
+        return getattr(modernbert, "ModernBert" + HEADS[kind])
+    from . import heads
+
+    return getattr(heads, "Bert" + HEADS[kind])

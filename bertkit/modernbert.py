@@ -472,6 +472,14 @@ class ModernBertForTokenClassification(_ModernBertWithClassifier):
             loss = F.cross_entropy(logits.reshape(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states)
 
+    @staticmethod
+    def decode(logits: Tensor, mask: Tensor) -> list[list[int]]:
+        """logits [B, T, labels], mask [B, T] (e.g. first sub-tokens) -> each row's argmax label ids at the
+        masked positions (the call BERT's token head answers, there with a CRF's Viterbi when it has one)."""
+        pred = logits.argmax(-1)
+        mask = mask.bool()
+        return [pred[i][mask[i]].tolist() for i in range(pred.size(0))]
+
 
 class ModernBertForQuestionAnswering(_ModernBertWithClassifier):
     """A start and an end score per token (the classifier is ``num_labels`` = 2 wide, as transformers')."""

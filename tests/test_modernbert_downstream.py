@@ -109,3 +109,75 @@ def test_sentence_transformers_folder_with_modernbert_first(tmp_path):
         cls = model(enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state[:, 0]
     want = torch.nn.functional.normalize(cls, dim=-1).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _classify_files(tmp_path) -> tuple:
+    """A task the tiny model learns: does the text mention a river?"""
+    rows = []
+    for text in generated_texts(160, seed=12):
+        label = "yes" if "river" in text.split() else "no"
+        rows.append({"text": text.replace("\n", " "), "label": label})
+    for name, part in (("train", rows[:120]), ("dev", rows[120:])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    return tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+
+
+def test_finetune_classify_on_modernbert(tmp_path, capsys):
+    """bertkit finetune classify takes a ModernBERT folder; transformers loads the result with equal logits;
+    --freeze-encoder leaves the encoder's weights as they were; --crf is refused in one line."""
+    from safetensors.torch import load_file
+
+    from bertkit.tokenizer import Tokenizer
+
+    modernbert_folder(tmp_path / "base")
+    train, dev = _classify_files(tmp_path)
+    base = ["finetune", "classify", "--train", str(train), "--dev", str(dev), "--model", str(tmp_path / "base"),
+            "--epochs", "4", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "48", "--quiet"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "out")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["final_loss"] < result["first_loss"]
+    out = tmp_path / "out" / "model"
+    assert json.loads((out / "config.json").read_text())["architectures"] == [
+        "ModernBertForSequenceClassification"
+    ]
+    tok = Tokenizer.from_pretrained(out)
+    batch = tok(
+        ["the river was wide", "naïve café\n\nand more words than the window holds " * 3], max_length=48
+    )
+    batch.pop("token_type_ids")
+    ours = __import__(
+        "bertkit.modernbert", fromlist=["x"]
+    ).ModernBertForSequenceClassification.from_pretrained(out)
+    theirs = transformers.ModernBertForSequenceClassification.from_pretrained(
+        out, attn_implementation="sdpa"
+    ).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**batch).logits, theirs(**batch).logits, atol=1e-5, rtol=1e-5)
+
+    assert main([*base, "--out", str(tmp_path / "frozen"), "--freeze-encoder"]) == 0
+    capsys.readouterr()
+    before = load_file(tmp_path / "base" / "model.safetensors")
+    after = load_file(tmp_path / "frozen" / "model" / "model.safetensors")
+    for key, value in before.items():
+        torch.testing.assert_close(after["model." + key], value)
+
+
+def test_finetune_ner_on_modernbert_and_crf_refused(tmp_path, capsys):
+    """Word-level tags through the BPE tokenizer's word ids; the CRF layer (BERT's head only) is refused."""
+    modernbert_folder(tmp_path / "base")
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for text in generated_texts(60, seed=13):
+        words = text.split() or ["river"]
+        lines += [f"{w} X X {'B-LOC' if w == 'river' else 'O'}" for w in words] + [""]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    base = ["finetune", "ner", "--train", str(tmp_path / "train.txt"), "--dev", str(tmp_path / "train.txt"),
+            "--model", str(tmp_path / "base"), "--epochs", "1", "--batch-size", "8", "--max-seq-length", "48",
+            "--quiet"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "out")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "f1" in json.dumps(result["metrics"])
+    config = json.loads((tmp_path / "out" / "model" / "config.json").read_text())
+    assert config["architectures"] == ["ModernBertForTokenClassification"]
+    assert main([*base, "--out", str(tmp_path / "crf"), "--crf"]) == 2
+    err = capsys.readouterr().err
+    assert "--crf" in err and "ModernBERT" in err
