@@ -51,8 +51,9 @@ from .pooling import pool
 
 @dataclass
 class ModernBertModelOutput:
-    """``last_hidden_state`` [B, T, H] (after the final norm); ``hidden_states``: the embeddings' output then
-    each layer's output (before the final norm), each [B, T, H], when asked for."""
+    """``last_hidden_state`` [B, T, H] (after the final norm); ``hidden_states``: the embeddings' output, each
+    layer's output but the last, then ``last_hidden_state`` (as transformers lists them), each [B, T, H], when
+    asked for."""
 
     last_hidden_state: Tensor
     hidden_states: tuple[Tensor, ...] | None = None
@@ -318,6 +319,8 @@ class ModernBertModel(ModernBertPreTrainedModel):
             if output_hidden_states:
                 states.append(x)
         x = self.final_norm(x)
+        if output_hidden_states:
+            states[-1] = x  # the last entry is the normalised output, as in transformers
         if packing is not None:
             x, states = packing.unpack(x), [packing.unpack(s) for s in states]
         return ModernBertModelOutput(x, tuple(states) if output_hidden_states else None)

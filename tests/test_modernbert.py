@@ -141,6 +141,11 @@ def test_hidden_states_equal_transformers(name, kernels_on):
     with torch.no_grad():
         want = theirs(ids, attention_mask=mask).last_hidden_state
         close(ours(ids, attention_mask=mask).last_hidden_state, want, mask)
+        states = ours(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        want_states = theirs(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        assert len(states) == len(want_states) == ours.config.num_hidden_layers + 1
+        for got_state, want_state in zip(states, want_states):
+            close(got_state, want_state, mask)
         # no padding: one full row alone, and the batch without a mask
         close(ours(ids[:1]).last_hidden_state, theirs(ids[:1]).last_hidden_state)
         close(ours(ids).last_hidden_state, theirs(ids).last_hidden_state)
@@ -222,6 +227,22 @@ def test_masked_lm_logits_equal_transformers(name, kernels_on):
         want = theirs(ids, attention_mask=mask, labels=labels)
         got = ours(ids, attention_mask=mask, labels=labels)
     close(got.logits, want.logits, mask)
+    torch.testing.assert_close(got.loss, want.loss, atol=1e-5, rtol=1e-5)
+
+
+def test_sparse_prediction_equals_transformers(kernels_on):
+    """``sparse_prediction``: logits for the labelled positions only, in the same order."""
+    ours, theirs = twins(
+        "long", ModernBertForMaskedLM, transformers.ModernBertForMaskedLM, sparse_prediction=True
+    )
+    ids, mask = batch(300)
+    labels = torch.full_like(ids, -100)
+    labels[0, ::7], labels[3, 150::11] = ids[0, ::7], ids[3, 150::11]
+    with torch.no_grad():
+        want = theirs(ids, attention_mask=mask, labels=labels)
+        got = ours(ids, attention_mask=mask, labels=labels)
+    assert got.logits.shape == want.logits.shape == (int((labels != -100).sum()), VOCAB)
+    close(got.logits, want.logits)
     torch.testing.assert_close(got.loss, want.loss, atol=1e-5, rtol=1e-5)
 
 
