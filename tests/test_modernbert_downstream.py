@@ -181,3 +181,25 @@ def test_finetune_ner_on_modernbert_and_crf_refused(tmp_path, capsys):
     assert main([*base, "--out", str(tmp_path / "crf"), "--crf"]) == 2
     err = capsys.readouterr().err
     assert "--crf" in err and "ModernBERT" in err
+
+
+def test_embed_and_tokenize_commands(tmp_path, capsys):
+    model = modernbert_folder(tmp_path / "m")
+    texts = [t.replace("\n", " ").strip() or "x" for t in generated_texts(7, seed=14)]
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in texts))
+    assert main(["embed", str(tmp_path / "m"), "--input", str(tmp_path / "in.txt"), "--out", str(tmp_path / "v.npy"),
+                 "--device", "cpu"]) == 0  # fmt: skip
+    capsys.readouterr()
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "m")
+    enc = tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+    m = enc["attention_mask"][..., None].float()
+    np.testing.assert_allclose(
+        np.load(tmp_path / "v.npy"), ((hidden * m).sum(1) / m.sum(1)).numpy(), atol=1e-5
+    )
+
+    assert main(["tokenize", str(tmp_path / "m"), texts[0]]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ids"] == tok(texts[0])["input_ids"]
+    assert out["tokens"] == tok.convert_ids_to_tokens(out["ids"])

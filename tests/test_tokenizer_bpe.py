@@ -143,3 +143,16 @@ def test_unreadable_tokenizer_json_is_a_user_error(tmp_path):
     (tmp_path / "tokenizer.json").write_text(json.dumps({"model": {"type": "BPE", "vocab": 3}}))
     with pytest.raises(UserError, match="tokenizer.json"):
         Tokenizer.from_pretrained(tmp_path)
+
+
+def test_word_level_encoding_equals_split_into_words(pair):
+    """NER's encoding (each word's pieces, [CLS] ... [SEP]) equals transformers' is_split_into_words=True."""
+    from types import SimpleNamespace
+
+    from bertkit.tasks.encoding import encode_tokens
+
+    ours, ref = pair
+    for text in generated_texts(30, seed=8):
+        words = text.split() or ["x"]
+        feature = encode_tokens(ours, [SimpleNamespace(words=words, tags=None)], {}, 512)[0]
+        assert feature.input_ids == ref(words, is_split_into_words=True)["input_ids"]
