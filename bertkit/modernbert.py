@@ -300,12 +300,15 @@ class ModernBertModel(ModernBertPreTrainedModel):
         # With padding and the kernels on: the real tokens only, [R, H]; scattered back at the end. The window
         # inside a packed group counts packed places, equal to positions only when each sequence's real tokens
         # are contiguous; other masks run padded.
-        packing = kernels.packing_for(attention_mask) if contiguous_rows(attention_mask) else None
+        packing = kernels.packing_for(attention_mask)
+        if packing is not None and not contiguous_rows(attention_mask):
+            packing = None
         if packing is not None:
             input_ids, position_ids = packing.pack(input_ids), packing.pack(position_ids)
-        key_mask = None
-        if packing is None and attention_mask is not None and not bool(attention_mask.all()):
-            key_mask = attention_mask.bool()  # [B, T]
+        key_mask = None  # [B, T] for the padded batch; a trace keeps it whatever its example's padding
+        if packing is None and attention_mask is not None:
+            if torch.jit.is_tracing() or not bool(attention_mask.all()):
+                key_mask = attention_mask.bool()
         x = self.embeddings(input_ids)  # [B, T, H] or [R, H]
         rotary = {g: self.rotary_emb(position_ids, g, x.dtype) for g in {True, False}}
         states: list[Tensor] = [x] if output_hidden_states else []
