@@ -443,7 +443,8 @@ def test_long_inputs_run_local_layers_in_blocks(kernels_on, monkeypatch):
     sdpa = local_attention.scaled_dot_product_attention
 
     def spy(q, k, v, mask, causal, p):
-        shapes.append(tuple(mask.shape))
+        if mask is not None:  # None: a sequence within one window's reach, masked by padding only
+            shapes.append(tuple(mask.shape))
         return sdpa(q, k, v, mask, causal, p)
 
     monkeypatch.setattr(local_attention, "scaled_dot_product_attention", spy)
@@ -461,18 +462,20 @@ def test_long_inputs_run_local_layers_in_blocks(kernels_on, monkeypatch):
     assert all(max(s[-2:]) < 300 for s in shapes)
 
 
-@pytest.mark.parametrize("t", [81, 128, 200, 257])
-def test_sliding_window_blocks_equal_the_dense_band(t):
-    """Outputs and gradients of the blocked computation equal one SDPA call with the dense band mask."""
+@pytest.mark.parametrize("t", [5, 9, 81, 128, 200, 257])
+@pytest.mark.parametrize("padded", [True, False])
+def test_sliding_window_blocks_equal_the_dense_band(t, padded):
+    """Outputs and gradients of the blocked computation (and of the short cuts for short sequences) equal one
+    SDPA call with the dense band mask."""
     from bertkit.kernels.local_attention import sliding_window_attention
 
     g = torch.Generator().manual_seed(t)
     q, k, v = (torch.randn(2, 3, t, 8, generator=g, requires_grad=True) for _ in range(3))
     key_mask = torch.ones(2, t, dtype=torch.bool)
-    key_mask[1, t // 2 :] = False
+    key_mask[1, t // 2 :] = not padded
     band = window_mask(t, 8) & (key_mask[:, None, None, :] | torch.eye(t, dtype=torch.bool))
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
-    got = sliding_window_attention(q, k, v, 8, key_mask, block=32)
+    got = sliding_window_attention(q, k, v, 8, key_mask if padded else None, block=32)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     grad = torch.randn(want.shape, generator=g)
     want_grads = torch.autograd.grad(want, (q, k, v), grad)

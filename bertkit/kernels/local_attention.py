@@ -47,6 +47,10 @@ def sliding_window_attention(
     than one block and its reach run block by block (``block`` queries each, :func:`default_block` by default)."""
     b, a, t, d = q.shape
     block = block or default_block(window)
+    if (
+        t <= window + 1 and key_mask is None
+    ):  # every key within reach, no padding: no mask (SDPA's fastest path)
+        return scaled_dot_product_attention(q, k, v, None, False, dropout_p)
     if t <= block + 2 * window:  # one block would see every key: the dense band is no larger
         mask = window_mask(t, window, q.device)
         if key_mask is not None:
