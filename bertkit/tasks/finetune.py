@@ -95,7 +95,9 @@ def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn
     if task.kind == "token" and isinstance(config, BertConfig):
         config.extra["use_crf"] = bool(settings.use_crf)
     elif task.kind == "token" and settings.use_crf:
-        raise UserError(f"--crf: {model_dir} is a {config.what} model; the CRF layer is BERT's token head only")
+        raise UserError(
+            f"--crf: {model_dir} is a {config.what} model; the CRF layer is BERT's token head only"
+        )
     cls = model_class(task.kind, model_dir)
     return cls.from_pretrained(model_dir, config=config, ignore_mismatched_sizes=True)
 
