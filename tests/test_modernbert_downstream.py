@@ -154,6 +154,20 @@ def test_finetune_classify_on_modernbert(tmp_path, capsys):
     with torch.no_grad():
         torch.testing.assert_close(ours(**batch).logits, theirs(**batch).logits, atol=1e-5, rtol=1e-5)
 
+    # bertkit predict on the run's folder: the labels the fine-tuned model's logits give
+    assert (
+        main(["predict", str(tmp_path / "out"), "--input", str(dev), "--out", str(tmp_path / "pred.jsonl")])
+        == 0
+    )
+    capsys.readouterr()
+    rows = [json.loads(x) for x in (tmp_path / "pred.jsonl").read_text().splitlines()]
+    dev_texts = [json.loads(x)["text"] for x in dev.read_text().splitlines()]
+    enc = tok(dev_texts, max_length=128, truncation=True)
+    enc.pop("token_type_ids")
+    with torch.no_grad():
+        want = theirs(**enc).logits.argmax(-1).tolist()
+    assert [r["label"] for r in rows] == [theirs.config.id2label[i] for i in want]
+
     assert main([*base, "--out", str(tmp_path / "frozen"), "--freeze-encoder"]) == 0
     capsys.readouterr()
     before = load_file(tmp_path / "base" / "model.safetensors")
