@@ -1,7 +1,9 @@
 """BertConfig: the model's hyper-parameters under the names Hugging Face's ``config.json`` uses.
 
 A config read from a checkpoint directory round-trips: keys bertkit does not use are kept in
-``extra`` and written back, so a saved model stays loadable by transformers.
+``extra`` and written back, so a saved model stays loadable by transformers. The reading, writing and
+label-map machinery lives in :class:`HFConfig`, which other architectures' configs share
+(:mod:`bertkit.modernbert_config`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from .errors import UserError
 from .io import atomic_write_json
@@ -44,9 +46,134 @@ _KNOWN_PASSTHROUGH = {
 }
 
 
+C = TypeVar("C", bound="HFConfig")
+
+
+def read_config_json(path: Path, what: str = "model") -> dict[str, Any]:
+    """The JSON object in ``path``; UserError naming the file (and line) when it is missing or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: config file not found") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object of {what} settings")
+    return data
+
+
+class HFConfig:
+    """What every config of a Hugging Face-layout model shares: the label maps, and reading and writing
+    ``config.json`` with unknown keys kept in ``extra``. Subclasses are dataclasses with the fields
+    ``id2label``, ``problem_type``, ``architectures`` and ``extra`` besides their own, and a ``validate``."""
+
+    what: ClassVar[str] = "model"  # what the settings describe, for error messages
+    id2label: dict[int, str] | None
+    architectures: list[str] | None
+    extra: dict[str, Any]
+
+    hidden_size: int
+    num_attention_heads: int
+
+    def __post_init__(self) -> None:  # run by the subclasses' dataclass __init__
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        self.validate()
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    # ----------------------------------------------------------------- labels
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    @num_labels.setter
+    def num_labels(self, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"num_labels must be >= 1, got {n}")
+        if self.id2label is None or len(self.id2label) != n:
+            self.id2label = {i: f"LABEL_{i}" for i in range(n)}
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in (self.id2label or {0: "LABEL_0", 1: "LABEL_1"}).items()}
+
+    # ---------------------------------------------------------------- JSON IO
+    @classmethod
+    def _read_keys(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Hook: translate keys another writer of config.json uses into this class's fields."""
+        return data
+
+    def _written_keys(self) -> dict[str, Any]:
+        """Hook: keys derived from the fields that config.json also carries for other readers."""
+        return {}
+
+    @classmethod
+    def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+        """Build from a config.json dict; unknown keys go to ``extra``, ``num_labels`` sets the label map."""
+        data = cls._read_keys(dict(data))
+        num_labels = data.pop("num_labels", None)
+        data.pop("label2id", None)  # derived from id2label
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}  # type: ignore[arg-type]
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names}
+        extra.update(data.get("extra", {}) if isinstance(data.get("extra"), dict) else {})
+        extra.pop("extra", None)
+        unexpected = sorted(set(extra) - _KNOWN_PASSTHROUGH)
+        if unexpected:
+            logger.debug("config keys kept but not used by bertkit: %s", ", ".join(unexpected))
+        config = cls(**known, extra=extra)
+        if num_labels is not None:
+            config.num_labels = int(num_labels)
+        return config
+
+    @classmethod
+    def from_json_file(cls: type[C], path: str | os.PathLike) -> C:
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        data = read_config_json(path, cls.what)
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"{path}: {e}") from None
+
+    @classmethod
+    def from_pretrained(cls: type[C], model_dir: str | os.PathLike) -> C:
+        return cls.from_json_file(Path(model_dir) / "config.json")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A config.json dict that transformers reads (label maps with string keys, extra keys restored)."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.name in ("extra", "id2label"):
+                continue
+            out[f.name] = getattr(self, f.name)
+        out.update(self._written_keys())
+        if out.get("architectures") is None:
+            out.pop("architectures", None)
+        if self.id2label is not None:
+            out["id2label"] = {str(k): v for k, v in sorted(self.id2label.items())}
+            out["label2id"] = {v: k for k, v in sorted(self.id2label.items())}
+        return out
+
+    def to_json_file(self, path: str | os.PathLike) -> None:
+        atomic_write_json(path, self.to_dict())
+
+    def save_pretrained(self, model_dir: str | os.PathLike) -> None:
+        self.to_json_file(Path(model_dir) / "config.json")
+
+
 @dataclass
-class BertConfig:
+class BertConfig(HFConfig):
     """Hyper-parameters of a BERT encoder and its heads (field names are config.json's)."""
+
+    what: ClassVar[str] = "BERT"
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -69,31 +196,6 @@ class BertConfig:
     problem_type: str | None = None
     architectures: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.id2label is not None:
-            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
-        self.validate()
-
-    # ----------------------------------------------------------------- labels
-    @property
-    def num_labels(self) -> int:
-        return len(self.id2label) if self.id2label else 2
-
-    @num_labels.setter
-    def num_labels(self, n: int) -> None:
-        if n < 1:
-            raise ValueError(f"num_labels must be >= 1, got {n}")
-        if self.id2label is None or len(self.id2label) != n:
-            self.id2label = {i: f"LABEL_{i}" for i in range(n)}
-
-    @property
-    def label2id(self) -> dict[str, int]:
-        return {v: k for k, v in (self.id2label or {0: "LABEL_0", 1: "LABEL_1"}).items()}
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
 
     # ------------------------------------------------------------- validation
     def validate(self) -> None:
@@ -154,65 +256,3 @@ class BertConfig:
         )
         values.update(overrides)
         return cls.from_dict(values)
-
-    # ---------------------------------------------------------------- JSON IO
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BertConfig:
-        """Build from a config.json dict; unknown keys go to ``extra``, ``num_labels`` sets the label map."""
-        data = dict(data)
-        num_labels = data.pop("num_labels", None)
-        data.pop("label2id", None)  # derived from id2label
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names}
-        extra.update(data.get("extra", {}) if isinstance(data.get("extra"), dict) else {})
-        extra.pop("extra", None)
-        unexpected = sorted(set(extra) - _KNOWN_PASSTHROUGH)
-        if unexpected:
-            logger.debug("config keys kept but not used by bertkit: %s", ", ".join(unexpected))
-        config = cls(**known, extra=extra)
-        if num_labels is not None:
-            config.num_labels = int(num_labels)
-        return config
-
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> BertConfig:
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{path}: config file not found") from None
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-        if not isinstance(data, dict):
-            raise UserError(f"{path}: expected a JSON object of BERT settings")
-        try:
-            return cls.from_dict(data)
-        except (TypeError, ValueError) as e:
-            raise UserError(f"{path}: {e}") from None
-
-    @classmethod
-    def from_pretrained(cls, model_dir: str | os.PathLike) -> BertConfig:
-        return cls.from_json_file(Path(model_dir) / "config.json")
-
-    def to_dict(self) -> dict[str, Any]:
-        """A config.json dict that transformers reads (label maps with string keys, extra keys restored)."""
-        out: dict[str, Any] = dict(self.extra)
-        for f in dataclasses.fields(self):
-            if f.name in ("extra", "id2label"):
-                continue
-            out[f.name] = getattr(self, f.name)
-        if out.get("architectures") is None:
-            out.pop("architectures", None)
-        if self.id2label is not None:
-            out["id2label"] = {str(k): v for k, v in sorted(self.id2label.items())}
-            out["label2id"] = {v: k for k, v in sorted(self.id2label.items())}
-        return out
-
-    def to_json_file(self, path: str | os.PathLike) -> None:
-        atomic_write_json(path, self.to_dict())
-
-    def save_pretrained(self, model_dir: str | os.PathLike) -> None:
-        self.to_json_file(Path(model_dir) / "config.json")

@@ -8,6 +8,8 @@
   tokenizer's ``model_max_length``), without sentence-transformers installed;
 - a plain BERT directory in the Hugging Face layout (mean pooling unless asked otherwise).
 
+The encoder is the folder's architecture (:mod:`bertkit.architectures`): BERT, or ModernBERT.
+
 Encoding sorts the texts by token length so each batch carries little padding, then restores the
 caller's order.
 """
@@ -248,12 +250,12 @@ class SentenceEncoder:
         device: str | torch.device | None = None,
         precision: str = "fp32",
     ) -> SentenceEncoder:
-        """Load a sentence-transformers folder or a plain BERT dir.
+        """Load a sentence-transformers folder or a plain BERT (or ModernBERT) dir.
 
         ``pooling`` / ``normalize`` / ``max_seq_length`` override what the folder says; ``precision``:
         fp32, bf16 or auto (:mod:`bertkit.inference_precision`).
         """
-        from .model import BertModel
+        from .architectures import load_encoder
         from .tokenizer import Tokenizer
 
         model_dir = Path(model_dir)
@@ -264,7 +266,7 @@ class SentenceEncoder:
         sentence_transformers_folder = (model_dir / "modules.json").is_file()
         if sentence_transformers_folder:
             transformer_dir, st_mode, st_norm, st_cfg, dense = _sentence_transformers_layout(model_dir)
-        model = BertModel.from_pretrained(transformer_dir)
+        model = load_encoder(transformer_dir)
         if device is not None:
             model.to(device)
         tokenizer = Tokenizer.from_pretrained(transformer_dir)

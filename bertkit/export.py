@@ -53,13 +53,34 @@ def model_class_for(architecture: str | None):
 
 def load_model(model_dir: str | os.PathLike, encoder_only: bool = False) -> nn.Module:
     """Load a directory as the class its config names (or just the encoder)."""
+    from .architectures import is_modernbert, load_encoder
     from .config import BertConfig
     from .model import BertModel
 
+    if is_modernbert(model_dir):
+        from . import modernbert
+
+        arch = (modernbert.ModernBertConfig.from_pretrained(model_dir).architectures or [""])[0]
+        cls = getattr(modernbert, arch, None) if arch.startswith("ModernBertFor") else None
+        return (
+            load_encoder(model_dir) if encoder_only or cls is None else cls.from_pretrained(model_dir).eval()
+        )
     config = BertConfig.from_pretrained(model_dir)
     arch = (config.architectures or [None])[0]
     cls = BertModel if encoder_only else model_class_for(arch)
     return cls.from_pretrained(model_dir).eval()
+
+
+def static_graph(model: nn.Module) -> nn.Module:
+    """The export-friendly wrapper of ``model``: :class:`StaticBert`, or ModernBERT's
+    (:class:`bertkit.export_modernbert.StaticModernBert`)."""
+    from .modernbert import ModernBertPreTrainedModel
+
+    if isinstance(model, ModernBertPreTrainedModel):
+        from .export_modernbert import StaticModernBert
+
+        return StaticModernBert(model)
+    return StaticBert(model)
 
 
 class StaticBert(nn.Module):
@@ -69,6 +90,8 @@ class StaticBert(nn.Module):
     token classification -> (logits,); QA -> (start_logits, end_logits); MLM -> (logits,);
     pre-training -> (prediction_logits, seq_relationship_logits).
     """
+
+    input_names = INPUT_NAMES
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -152,10 +175,11 @@ def reference_outputs(model: nn.Module, inputs: dict[str, Tensor]) -> list[np.nd
     """The model's own forward (packed path included), in StaticBert's output order."""
     with torch.no_grad():
         kind = type(model).__name__
-        if kind == "BertModel":
+        if kind in ("BertModel", "ModernBertModel"):
             out = model(**inputs)
-            res = [out.last_hidden_state] + ([out.pooler_output] if out.pooler_output is not None else [])
-        elif kind == "BertForQuestionAnswering":
+            pooled = getattr(out, "pooler_output", None)
+            res = [out.last_hidden_state] + ([pooled] if pooled is not None else [])
+        elif kind.endswith("ForQuestionAnswering"):
             out = model(**inputs)
             res = [out.start_logits, out.end_logits]
         elif kind == "BertForPreTraining":
@@ -230,15 +254,15 @@ def export_onnx(
     if out.suffix != ".onnx":
         raise UserError(f"{out}: the output file must end in .onnx")
     model = load_model(model_dir, encoder_only=encoder_only)
-    wrapper = StaticBert(model).eval()
+    wrapper = static_graph(model).eval()
     names = wrapper.output_names()
     example = _example_inputs(model.config.vocab_size, 2, 8)
-    dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in wrapper.input_names}
     for name in names:
         dynamic[name] = (
             {0: "batch"}
             if name in ("pooler_output", "seq_relationship_logits")
-            or (name == "logits" and wrapper.kind == "BertForSequenceClassification")
+            or (name == "logits" and wrapper.kind.endswith("ForSequenceClassification"))
             else {0: "batch", 1: "sequence"}
         )
     t0 = time.perf_counter()
@@ -251,9 +275,9 @@ def export_onnx(
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(
                 wrapper,
-                (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
+                tuple(example[name] for name in wrapper.input_names),
                 str(tmp),
-                input_names=INPUT_NAMES,
+                input_names=wrapper.input_names,
                 output_names=names,
                 dynamic_axes=dynamic,
                 opset_version=opset,
@@ -271,7 +295,7 @@ def export_onnx(
         "model_dir": str(model_dir),
         "out": str(out),
         "architecture": wrapper.kind,
-        "inputs": INPUT_NAMES,
+        "inputs": wrapper.input_names,
         "outputs": names,
         "opset": opset,
         "bytes": out.stat().st_size,
@@ -313,8 +337,10 @@ def verify_onnx(
         import onnxruntime as ort
     except ImportError:
         return {"skipped": "onnxruntime is not installed (pip install 'bertkit[export]')"}
-    names = StaticBert(model).output_names()
+    wrapper = static_graph(model)
+    names = wrapper.output_names()
     inputs = _example_inputs(model.config.vocab_size, 3, 13, seed=1)
+    inputs = {k: inputs[k] for k in wrapper.input_names}
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     got = session.run(names, {k: v.numpy() for k, v in inputs.items()})
     ref = reference_outputs(model, inputs)
@@ -336,4 +362,12 @@ def verify_onnx(
     return {"onnxruntime": ort.__version__, "max_abs_diff": diffs, "batch": 3, "sequence": 13}
 
 
-__all__ = ["StaticBert", "export_onnx", "load_model", "model_class_for", "quantize_onnx_int8", "verify_onnx"]
+__all__ = [
+    "StaticBert",
+    "export_onnx",
+    "load_model",
+    "model_class_for",
+    "quantize_onnx_int8",
+    "static_graph",
+    "verify_onnx",
+]

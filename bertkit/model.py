@@ -242,6 +242,19 @@ class BertPooler(nn.Module):
         return self.activation(linear(hidden_states[:, 0], self.dense.weight, self.dense.bias))
 
 
+def batch_shape(input_ids: Tensor, max_positions: int) -> tuple[int, int]:
+    """(B, T) of input_ids [B, T]; ValueError for another rank or more than ``max_positions`` tokens."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
+    batch, seq_len = input_ids.shape
+    if seq_len > max_positions:
+        raise ValueError(
+            f"sequence length {seq_len} exceeds max_position_embeddings {max_positions}; truncate the input "
+            "(max_length)"
+        )
+    return batch, seq_len
+
+
 def attention_mask_for(attention_mask: Tensor | None) -> Tensor | None:
     """[B, T] with 1 for real tokens and 0 for padding -> bool [B, 1, 1, T] (True = may attend), or None."""
     if attention_mask is None or bool(attention_mask.all()):
@@ -273,14 +286,7 @@ class BertModel(BertPreTrainedModel):
         ``causal=True`` lets each position attend only to itself and earlier ones (the left-to-right
         LM ablation). Padded positions of the outputs hold values that carry no meaning.
         """
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be [batch, seq_len], got shape {tuple(input_ids.shape)}")
-        batch, seq_len = input_ids.shape
-        if seq_len > self.config.max_position_embeddings:
-            raise ValueError(
-                f"sequence length {seq_len} exceeds max_position_embeddings "
-                f"{self.config.max_position_embeddings}; truncate the input (max_length)"
-            )
+        batch, seq_len = batch_shape(input_ids, self.config.max_position_embeddings)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None:
@@ -330,6 +336,7 @@ __all__ = [
     "BertModelOutput",
     "BertPooler",
     "attention_mask_for",
+    "batch_shape",
     "gelu",
     "gelu_tanh",
     "num_parameters",

@@ -2,7 +2,9 @@
 
 Every bertkit model (the encoder and each head class) derives from it. Head classes keep the
 encoder as ``self.bert`` and name their layers as transformers does, so one loading routine maps
-any BERT checkpoint onto any of them: keys gain or lose the ``bert.`` prefix as needed.
+any BERT checkpoint onto any of them: keys gain or lose the ``bert.`` prefix as needed. Another
+architecture (:mod:`bertkit.modernbert`) reuses it by naming its own ``config_class`` and
+``base_model_prefix``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from torch import nn
 
 from .checkpoint import SAFETENSORS, load_state_dict, save_state_dict
-from .config import BertConfig
+from .config import BertConfig, HFConfig
 from .errors import UserError
 from .io import atomic_dir
 
@@ -40,6 +42,7 @@ class LoadingInfo:
 class BertPreTrainedModel(nn.Module):
     """Base class: ``config``, HF-style init, tying, ``from_pretrained`` / ``save_pretrained``."""
 
+    config_class: ClassVar[type[HFConfig]] = BertConfig
     base_model_prefix: ClassVar[str] = "bert"
     # target parameter name -> source parameter name; the target is made the same Parameter.
     _tied_weights: ClassVar[dict[str, str]] = {}
@@ -48,8 +51,8 @@ class BertPreTrainedModel(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        if not isinstance(config, BertConfig):
-            raise TypeError(f"config must be a BertConfig, got {type(config).__name__}")
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"config must be a {self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
 
     # ------------------------------------------------------------ init & tying
@@ -169,7 +172,7 @@ class BertPreTrainedModel(nn.Module):
         """
         model_dir = Path(model_dir)
         if config is None:
-            config = BertConfig.from_pretrained(model_dir)
+            config = cls.config_class.from_pretrained(model_dir)
         for name, value in config_overrides.items():
             if not hasattr(config, name):
                 raise TypeError(f"{cls.__name__}.from_pretrained got an unknown setting {name!r}")

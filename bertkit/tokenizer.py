@@ -295,6 +295,10 @@ class Tokenizer:
     def _from_tokenizer_json(cls, path: Path, **overrides: Any) -> Tokenizer:
         data = json.loads(path.read_text(encoding="utf-8"))
         model = data.get("model", {})
+        if model.get("type") == "BPE":  # byte-level BPE (ModernBERT's): run as the file describes it
+            from .tokenizer_bpe import BPETokenizer
+
+            return BPETokenizer.from_file(path, **overrides)
         if model.get("type") != "WordPiece":
             raise UserError(f"{path}: not a WordPiece tokenizer (model type {model.get('type')!r})")
         vocab = model["vocab"]
@@ -622,7 +626,7 @@ class Tokenizer:
                 limit = self.model_max_length if max_length is None else max_length
         cut: list[int] = []
         if limit is not None:
-            inputs, cut = cut_texts(texts, limit, self._plain if self.fast_path else None)
+            inputs, cut = self._cut_texts(texts, limit)
         try:
             if pairs is None:
                 encodings = self._encode_routed(inputs, inputs, None, offsets=False)
@@ -654,6 +658,10 @@ class Tokenizer:
 
         return {k: torch.from_numpy(v) for k, v in arrays.items()}
 
+    def _cut_texts(self, texts: Sequence[str], limit: int) -> tuple[Sequence[str], list[int]]:
+        """:func:`bertkit.tokenizer_fast_path.cut_texts` for this pipeline (a hook: BPE cuts otherwise)."""
+        return cut_texts(texts, limit, self._plain if self.fast_path else None)
+
     def _ntokens(self, text: str) -> int:
         return len(self.encode_batch_ids([text])[0])
 
@@ -679,7 +687,7 @@ class Tokenizer:
         least ``limit - 2`` tokens (or left whole), and the indices cut. A text cut at whitespace words (not
         plain) is checked, since words may vanish in normalisation; while short, it is widened."""
         idx = [i for i, t in enumerate(texts) if isinstance(t, str)]
-        cut_in, cut = cut_texts([texts[i] for i in idx], limit, self._plain if self.fast_path else None)
+        cut_in, cut = self._cut_texts([texts[i] for i in idx], limit)
         out, done = list(texts), set()
         for j in cut:
             i, text, short = idx[j], texts[idx[j]], cut_in[j]

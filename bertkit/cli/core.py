@@ -26,11 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def info(args: argparse.Namespace) -> dict[str, Any]:
     from safetensors import safe_open
 
+    from ..architectures import encoder_prefixes, load_config, model_type_of
     from ..checkpoint import SAFETENSORS, checkpoint_file, load_state_dict
-    from ..config import BertConfig
     from ..tokenizer import Tokenizer
 
-    config = BertConfig.from_pretrained(args.model_dir)
+    config = load_config(args.model_dir)
     weights = checkpoint_file(args.model_dir)
     if weights.name == SAFETENSORS:  # count without loading the tensors
         try:
@@ -46,11 +46,11 @@ def info(args: argparse.Namespace) -> dict[str, Any]:
         for d in shape:
             size *= d
         n_params += size
-    heads = sorted(
-        {k.split(".")[0] for k in shapes if not k.startswith(("bert.", "embeddings.", "encoder.", "pooler."))}
-    )
+    encoder = encoder_prefixes(args.model_dir)
+    heads = sorted({k.split(".")[0] for k in shapes if not k.startswith(encoder)})
     result: dict[str, Any] = {
         "model_dir": str(args.model_dir),
+        "model_type": model_type_of(args.model_dir),
         "architectures": config.architectures,
         "config": config.to_dict(),
         "parameters": n_params,

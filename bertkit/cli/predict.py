@@ -101,7 +101,7 @@ def run_features(args: argparse.Namespace) -> dict:
 
 
 def run_predict(args: argparse.Namespace) -> dict:
-    from bertkit.config import BertConfig
+    from bertkit.architectures import load_config
     from bertkit.io import atomic_write
     from bertkit.tasks.encoding import encode
     from bertkit.tasks.evaluation import predict_features
@@ -110,11 +110,13 @@ def run_predict(args: argparse.Namespace) -> dict:
     from bertkit.tokenizer import Tokenizer
 
     model_dir = Path(args.model_dir)
-    config = BertConfig.from_pretrained(model_dir)
+    config = load_config(model_dir)
     arch = (config.architectures or [""])[0]
     kinds = {
         "BertForSequenceClassification": "seq",
         "BertForMultipleChoice": "choice",
+        "ModernBertForSequenceClassification": "seq",
+        "ModernBertForMultipleChoice": "choice",
     }
     if arch in ("BertForQuestionAnswering", "BertForTokenClassification"):
         from bertkit.cli import predict_spans
@@ -131,7 +133,7 @@ def run_predict(args: argparse.Namespace) -> dict:
     kind = kinds[arch]
     max_len = args.max_seq_length or 128
     tok = Tokenizer.from_pretrained(model_dir)
-    model = model_class(kind).from_pretrained(model_dir).eval()
+    model = model_class(kind, model_dir).from_pretrained(model_dir).eval()
     labels = (
         [config.id2label[i] for i in sorted(config.id2label)]
         if config.id2label

@@ -36,6 +36,7 @@ model never trains ``[CLS]`` or the pooler to summarise. transformers ignores th
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +54,8 @@ __all__ = [
     "BertForQuestionAnswering",
     "BertForMultipleChoice",
     "CRF",
+    "classification_loss",
+    "span_loss",
     "HeadBiLSTM",
     "SequenceClassifierOutput",
     "TokenClassifierOutput",
@@ -166,6 +169,42 @@ def _dropout(config: BertConfig) -> Dropout:
     return Dropout(p)
 
 
+def classification_loss(config: Any, logits: Tensor, labels: Tensor) -> Tensor:
+    """A sequence head's loss by ``config.problem_type``, as transformers: ``regression`` (MSE),
+    ``single_label_classification`` (cross-entropy, -100 ignored) or ``multi_label_classification`` (BCE with
+    logits); inferred from ``num_labels`` and the labels' dtype when unset, and written into the config.
+    logits [B, num_labels]; labels [B] (or [B, num_labels] for multi-label and multi-output regression)."""
+    num_labels = logits.shape[-1]
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        if num_labels == 1:
+            return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+        return F.mse_loss(logits, labels.to(logits.dtype))
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1), ignore_index=-100)
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+def span_loss(
+    start_logits: Tensor, end_logits: Tensor, start_positions: Tensor, end_positions: Tensor
+) -> Tensor:
+    """The mean of the start and end cross-entropies: logits [B, T], positions [B]; positions outside the
+    sequence are ignored, as in transformers."""
+    ignored = start_logits.size(1)
+    s = start_positions.view(-1).clamp(0, ignored)
+    e = end_positions.view(-1).clamp(0, ignored)
+    return (
+        F.cross_entropy(start_logits, s, ignore_index=ignored)
+        + F.cross_entropy(end_logits, e, ignore_index=ignored)
+    ) / 2
+
+
 # Keys of a pre-training checkpoint that a fine-tuning head does not use: dropped without a warning.
 _PRETRAINING_KEYS = BertPreTrainedModel._ignored_keys + (r"^cls\.",)
 _POOLER_KEYS = (r"(^|\.)pooler\.",)
@@ -198,24 +237,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=self.causal
         )
         logits = self.classifier(self.dropout(_sequence_vector(self, out, attention_mask)))
-        loss = None
-        if labels is not None:
-            if self.config.problem_type is None:
-                if self.num_labels == 1:
-                    self.config.problem_type = "regression"
-                elif labels.dtype in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-                    self.config.problem_type = "single_label_classification"
-                else:
-                    self.config.problem_type = "multi_label_classification"
-            if self.config.problem_type == "regression":
-                if self.num_labels == 1:
-                    loss = F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
-                else:
-                    loss = F.mse_loss(logits, labels.to(logits.dtype))
-            elif self.config.problem_type == "single_label_classification":
-                loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
-            else:
-                loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        loss = classification_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 
@@ -378,14 +400,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         start_logits, end_logits = logits[..., 0].contiguous(), logits[..., 1].contiguous()
         loss = None
         if start_positions is not None and end_positions is not None:
-            # positions outside the sequence are ignored, as in transformers
-            ignored = start_logits.size(1)
-            s = start_positions.view(-1).clamp(0, ignored)
-            e = end_positions.view(-1).clamp(0, ignored)
-            loss = (
-                F.cross_entropy(start_logits, s, ignore_index=ignored)
-                + F.cross_entropy(end_logits, e, ignore_index=ignored)
-            ) / 2
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringOutput(
             loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=out.hidden_states
         )

@@ -6,7 +6,9 @@
 - :func:`dropout` / :class:`Dropout`: inverted dropout with a cheaper random mask (:mod:`.dropout`);
 - :func:`scaled_dot_product_attention`: SDPA, with that dropout on the probabilities in training (:mod:`.attention`);
 - :func:`packing_for` / :class:`Packing` / :func:`packed_attention`: run position-wise work on the real
-  tokens of a padded batch only, and attention per group of equal-length sequences (:mod:`.packing`).
+  tokens of a padded batch only, and attention per group of equal-length sequences (:mod:`.packing`);
+- :func:`sliding_window_attention`: attention within a window of positions, block by block on long sequences,
+  memory linear in T (:mod:`.local_attention`, ModernBERT's local layers).
 
 Beside them, not called by the model: :mod:`.peak`, the machine's GEMM peak that ``make bench`` reports rows
 against and the experiment runner records one core's speed with.
@@ -19,6 +21,7 @@ the plain PyTorch op instead; tests/test_kernels.py checks both give the same ou
 from .attention import scaled_dot_product_attention
 from .dropout import Dropout, dropout
 from .gemm import linear
+from .local_attention import sliding_window_attention, window_mask
 from .packing import Packing, packed_attention, packing_for
 from .qkv import qkv_projection
 from .state import enabled, fast_ok, reference_ops, set_enabled
@@ -36,4 +39,6 @@ __all__ = [
     "reference_ops",
     "scaled_dot_product_attention",
     "set_enabled",
+    "sliding_window_attention",
+    "window_mask",
 ]

@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from bertkit.architectures import load_config
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
@@ -60,22 +61,16 @@ SEARCH_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3
 # ------------------------------------------------------------------------------------------------ model
 
 
-def model_class(kind: str):
-    from bertkit.heads.finetune import (
-        BertForMultipleChoice,
-        BertForSequenceClassification,
-        BertForTokenClassification,
-    )
+def model_class(kind: str, model_dir: str | Path | None = None):
+    """The head class of task ``kind`` ("seq", "token", "choice") for the architecture of ``model_dir``
+    (BERT's without one)."""
+    from bertkit.architectures import head_class
 
-    return {
-        "seq": BertForSequenceClassification,
-        "token": BertForTokenClassification,
-        "choice": BertForMultipleChoice,
-    }[kind]
+    return head_class(kind, model_dir)
 
 
 def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn.Module:
-    config = BertConfig.from_pretrained(model_dir)
+    config = load_config(model_dir)
     if task.kind == "choice":
         config.num_labels = 1
         config.id2label = None
@@ -87,9 +82,13 @@ def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn
         config.problem_type = "single_label_classification" if task.kind == "seq" else None
         if task.multi_label:
             config.problem_type = "multi_label_classification"
-    if task.kind == "token":
+    if task.kind == "token" and isinstance(config, BertConfig):
         config.extra["use_crf"] = bool(settings.use_crf)
-    cls = model_class(task.kind)
+    elif task.kind == "token" and settings.use_crf:
+        raise UserError(
+            f"--crf: {model_dir} is a {config.what} model; the CRF layer is BERT's token head only"
+        )
+    cls = model_class(task.kind, model_dir)
     return cls.from_pretrained(model_dir, config=config, ignore_mismatched_sizes=True)
 
 

@@ -104,7 +104,8 @@ def train(
     and the returned losses include the steps before it (read back from ``metrics.jsonl``). ``callbacks`` get
     each step's log record. ``eval_fn(model) -> {metric: score}`` runs every ``s.eval_every`` steps and at the
     end; with ``s.keep_best`` the weights best on ``main_metric`` are kept and loaded back at the end.
-    With ``s.freeze_encoder`` the encoder ``model.bert`` is frozen and only the rest (the head) is trained.
+    With ``s.freeze_encoder`` the encoder (``model.bert``, or ``model.model`` for ModernBERT: the attribute
+    ``model.base_model_prefix`` names) is frozen and only the rest (the head) is trained.
     The caller's global RNG state is left as it was (dropout draws from a fork seeded with ``s.seed``).
     """
     out_dir = Path(out_dir)
@@ -113,11 +114,12 @@ def train(
         raise UserError("--eval-every/--keep-best: this task has no evaluation during training")
     if s.keep_best and not s.eval_every:
         raise UserError("--keep-best needs --eval-every N (how often to evaluate on dev)")
+    body = getattr(model, model.base_model_prefix)  # the encoder under the task head
     if s.freeze_encoder:
-        for p in model.bert.parameters():
+        for p in body.parameters():
             p.requires_grad_(False)
     if s.gradient_checkpointing:
-        model.bert.gradient_checkpointing_enable()
+        body.gradient_checkpointing_enable()
     batches = LengthGroupedBatches(
         feats, s.batch_size, collate_fn, lengths=lengths, seed=s.seed,
         rank=rank, world_size=world, grad_accum=s.grad_accum,
@@ -126,7 +128,7 @@ def train(
     lr_by_prefix = {"crf.": s.crf_lr} if getattr(model, "crf", None) is not None else None
     opt = build_optimizer(model, lr=s.lr, weight_decay=s.weight_decay, lr_by_prefix=lr_by_prefix)
     sched = linear_schedule(opt, warmup_steps_of_ratio(s.warmup_ratio, total), total)
-    encoder = model.bert if s.freeze_encoder else None
+    encoder = body if s.freeze_encoder else None
 
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
         # `m` may be the DDP wrapper: reach the encoder through `model`. The Trainer sets the whole model to

@@ -1,0 +1,76 @@
+"""Which architecture a Hugging Face-layout folder holds, read from its ``config.json``'s ``model_type``, and
+that architecture's config and encoder classes: ModernBERT for ``"modernbert"``, BERT for anything else (BERT
+checkpoints older than the key, and the BERT-shaped ones other names describe, load as they always did)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .config import HFConfig, read_config_json
+
+MODERNBERT = "modernbert"
+
+
+def model_type_of(model_dir: str | os.PathLike) -> str:
+    """``model_type`` of ``model_dir/config.json`` ("bert" when the key is absent); UserError naming the file
+    when it is missing or not a JSON object."""
+    data = read_config_json(Path(model_dir) / "config.json")
+    value = data.get("model_type", "bert")
+    return value if isinstance(value, str) else "bert"
+
+
+def is_modernbert(model_dir: str | os.PathLike) -> bool:
+    return model_type_of(model_dir) == MODERNBERT
+
+
+def load_config(model_dir: str | os.PathLike) -> HFConfig:
+    """The folder's config as its architecture's config class (BertConfig or ModernBertConfig)."""
+    if is_modernbert(model_dir):
+        from .modernbert_config import ModernBertConfig
+
+        return ModernBertConfig.from_pretrained(model_dir)
+    from .config import BertConfig
+
+    return BertConfig.from_pretrained(model_dir)
+
+
+def load_encoder(model_dir: str | os.PathLike, **kwargs: Any) -> Any:
+    """The folder's encoder without a task head (BertModel or ModernBertModel), in eval mode; ``kwargs`` go to
+    ``from_pretrained``."""
+    if is_modernbert(model_dir):
+        from .modernbert import ModernBertModel
+
+        return ModernBertModel.from_pretrained(model_dir, **kwargs)
+    from .model import BertModel
+
+    return BertModel.from_pretrained(model_dir, **kwargs)
+
+
+def encoder_prefixes(model_dir: str | os.PathLike) -> tuple[str, ...]:
+    """Checkpoint key prefixes of the encoder itself (what is not a head) for the folder's architecture."""
+    if is_modernbert(model_dir):
+        return ("model.", "embeddings.", "layers.", "final_norm.")
+    return ("bert.", "embeddings.", "encoder.", "pooler.")
+
+
+# task kind -> the head's class name after the architecture's prefix ("Bert" or "ModernBert")
+HEADS = {
+    "seq": "ForSequenceClassification",
+    "token": "ForTokenClassification",
+    "choice": "ForMultipleChoice",
+    "qa": "ForQuestionAnswering",
+    "mlm": "ForMaskedLM",
+}
+
+
+def head_class(kind: str, model_dir: str | os.PathLike | None = None) -> Any:
+    """The task head ``kind`` (a key of :data:`HEADS`) of the folder's architecture; BERT's without a folder."""
+    if model_dir is not None and is_modernbert(model_dir):
+        from . import modernbert
+
+        return getattr(modernbert, "ModernBert" + HEADS[kind])
+    from . import heads
+
+    return getattr(heads, "Bert" + HEADS[kind])
