@@ -42,7 +42,7 @@ from .heads.finetune import (
     span_loss,
 )
 from .heads.pretraining import MaskedLMOutput, mlm_logits_and_loss
-from .kernels import Packing, linear, window_mask
+from .kernels import Packing, linear
 from .model import ACT2FN, batch_shape
 from .modeling_utils import BertPreTrainedModel
 from .modernbert_config import ModernBertConfig
@@ -547,7 +547,6 @@ class ModernBertForMultipleChoice(_ModernBertWithClassifier):
 
 
 __all__ = [
-    "ModernBertConfig",
     "ModernBertForMaskedLM",
     "ModernBertForMultipleChoice",
     "ModernBertForQuestionAnswering",
@@ -557,5 +556,4 @@ __all__ = [
     "ModernBertModelOutput",
     "ModernBertPreTrainedModel",
     "rotary_inverse_frequencies",
-    "window_mask",
 ]

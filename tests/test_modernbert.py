@@ -10,6 +10,7 @@ import torch
 
 from bertkit import kernels
 from bertkit.errors import UserError
+from bertkit.kernels import window_mask
 from bertkit.modernbert import (
     ModernBertForMaskedLM,
     ModernBertForMultipleChoice,
@@ -17,7 +18,6 @@ from bertkit.modernbert import (
     ModernBertForSequenceClassification,
     ModernBertForTokenClassification,
     ModernBertModel,
-    window_mask,
 )
 from bertkit.modernbert_config import ModernBertConfig
 
