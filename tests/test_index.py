@@ -286,3 +286,113 @@ def test_index_benchmark_small_version():
         assert 0.0 <= r["recall@10"] <= 1.0 and r["ours"] > 0
     hnsw = [r for r in rows if "hnsw" in r["name"]]
     assert max(r["recall@10"] for r in hnsw) >= 0.95
+
+
+def _jsonl(path: Path, x: np.ndarray, prefix: str) -> None:
+    with open(path, "w") as f:
+        for i, v in enumerate(x):
+            f.write(json.dumps({"id": f"{prefix}{i}", "vector": v.tolist()}) + "\n")
+
+
+def test_concurrent_index_adds_keep_every_row_of_both(tmp_path, caplog):
+    """Two ``bertkit index add`` processes started together: after both exit 0, a reopened index holds
+    every row of both in its backend (before writers took turns, each one's snapshot dropped the other's)."""
+    rng = np.random.default_rng(6)
+    dim, n = 16, 20_000  # 2,000 commits each: seconds of overlap, whatever the start-up times
+    x = clustered(2 * n, dim, rng)
+    np.save(tmp_path / "seed.npy", clustered(4, dim, rng))
+    _jsonl(tmp_path / "a.jsonl", x[:n], "a")
+    _jsonl(tmp_path / "b.jsonl", x[n:], "b")
+    idx = tmp_path / "idx"
+    r = _cli("index", "build", str(idx), "--input", str(tmp_path / "seed.npy"), "--backend", "flat")
+    assert r.returncode == 0, r.stderr
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    add = [sys.executable, "-m", "bertkit", "index", "add", str(idx), "--batch-size", "10", "--input"]
+    procs = [
+        subprocess.Popen([*add, str(tmp_path / f"{w}.jsonl")], env=env, stderr=subprocess.PIPE, text=True)
+        for w in "ab"
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+    caplog.set_level("WARNING", logger="bertkit")
+    store = VectorStore.open(idx)
+    assert len(store) == 2 * n + 4 and len(store.backend) == 2 * n + 4
+    assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]  # no repair was needed
+    probe = [0, n // 2, n - 1, n, n + n // 2, 2 * n - 1]
+    assert [h[0]["id"] for h in store.search(x[probe], 1)] == [
+        f"a{p}" if p < n else f"b{p - n}" for p in probe
+    ]
+    store.close()
+
+
+def test_a_second_writer_waits_then_refuses_in_one_line_and_readers_go_on(tmp_path, capsys):
+    from bertkit.index import lock
+
+    rng = np.random.default_rng(7)
+    x = clustered(20, 8, rng)
+    store = VectorStore.create(tmp_path / "i", 8, "flat")
+    store.add(x[:10], list(range(10)))
+    store.save()
+    with pytest.raises(UserError, match="another process is writing"):
+        VectorStore.open(tmp_path / "i", lock_timeout=0)  # this store still holds the lock
+    store.close()
+    _jsonl(tmp_path / "more.jsonl", x[10:], "m")
+    held = lock.acquire(tmp_path / "i", 0)  # a writer in another process, as far as flock is concerned
+    try:
+        t0 = time.monotonic()
+        r = _main(capsys, "index", "add", str(tmp_path / "i"), "--input", str(tmp_path / "more.jsonl"),
+                  "--lock-timeout", "0.3")  # fmt: skip
+        assert r.returncode == 2 and time.monotonic() - t0 >= 0.3
+        (line,) = r.stderr.strip().splitlines()
+        assert "another process is writing" in line and "--lock-timeout" in line
+        r = _main(capsys, "index", "delete", str(tmp_path / "i"), "--ids", "1", "--lock-timeout", "0")
+        assert r.returncode == 2 and "another process is writing" in r.stderr
+        r = _main(capsys, "index", "info", str(tmp_path / "i"))  # readers take no lock
+        assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 10
+        reader = VectorStore.open(tmp_path / "i", write=False)
+        with pytest.raises(UserError, match="read-only"):
+            reader.add(x[10:11], ["m0"])
+        reader.close()
+    finally:
+        lock.release(held)
+    r = _main(capsys, "index", "add", str(tmp_path / "i"), "--input", str(tmp_path / "more.jsonl"))
+    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 20
+
+
+def test_reopen_repairs_a_backend_that_lost_rows(tmp_path, caplog):
+    """An index written before writers took turns: rows in ``items`` that neither the snapshot nor the log
+    holds. Opening notices the count differs and rebuilds them into the backend."""
+    rng = np.random.default_rng(8)
+    x = clustered(30, 8, rng)
+    store = VectorStore.create(tmp_path / "i", 8, "flat")
+    store.add(x[:20], list(range(20)))
+    store.save()
+    store.close()
+    with sqlite3.connect(tmp_path / "i" / "store.db") as con:  # what the lost writer left: rows, no log
+        con.executemany(
+            "INSERT INTO items (key, vector, metadata) VALUES (?, ?, NULL)",
+            [(json.dumps(20 + i), unit(x[20 + i : 21 + i])[0].tobytes()) for i in range(10)],
+        )
+    caplog.set_level("WARNING", logger="bertkit")
+    again = VectorStore.open(tmp_path / "i")
+    assert len(again.backend) == 30 and again.search(x[25:26], 1)[0][0]["id"] == 25
+    assert any("rebuilding" in r.getMessage() for r in caplog.records)
+    again.close()
+
+
+def test_replayed_add_then_delete_counts_no_phantom_entry(tmp_path, caplog):
+    """Log after the snapshot: add 5 rows, delete 2 of them. Reopening must not count tombstones for rows
+    the backend never held (which would make the entry check rebuild on every open)."""
+    rng = np.random.default_rng(9)
+    x = clustered(15, 8, rng)
+    store = VectorStore.create(tmp_path / "i", 8, "hnsw", M=8)
+    store.add(x[:10], list(range(10)))
+    store.save()
+    store.add(x[10:], list(range(10, 15)))
+    store.delete([11, 12])
+    store.close()
+    caplog.set_level("WARNING", logger="bertkit")
+    again = VectorStore.open(tmp_path / "i", write=False)
+    assert len(again.backend) == 13 and not caplog.records
+    again.close()

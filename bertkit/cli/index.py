@@ -32,6 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
+    def lock_timeout(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--lock-timeout",
+            type=A.non_negative_float,
+            default=60.0,
+            metavar="S",
+            help="seconds to wait while another process writes to the index (default 60)",
+        )
+
     def common(q: argparse.ArgumentParser, needs_input: bool) -> None:
         q.add_argument("index_dir", type=Path, metavar="INDEX_DIR")
         if needs_input:
@@ -58,10 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--refine", type=A.non_negative_float, default=4.0, help="ivfpq: re-score refine*k exactly (0: off)"
     )
     b.add_argument("--overwrite", action="store_true", help="replace an existing index")
+    lock_timeout(b)
     b.set_defaults(func=build)
 
     a = sub.add_parser("add", help="add entries (committed batch by batch)")
     common(a, True)
+    lock_timeout(a)
     a.set_defaults(func=add)
 
     s = sub.add_parser("search", help="nearest entries of each query")
@@ -85,6 +96,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = sub.add_parser("delete", help="delete entries by id")
     d.add_argument("index_dir", type=Path, metavar="INDEX_DIR")
     d.add_argument("--ids", nargs="+", required=True, help='ids (parsed as JSON when they parse: 7, "a")')
+    lock_timeout(d)
     d.set_defaults(func=delete)
 
     i = sub.add_parser("info", help="entries, dimension, backend and parameters")
@@ -224,7 +236,14 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     extra = {"model": str(args.model.resolve())} if args.model else {}
     t0 = time.perf_counter()
     store = VectorStore.create(
-        args.index_dir, first[0].shape[1], args.backend, args.metric, args.overwrite, extra, **params
+        args.index_dir,
+        first[0].shape[1],
+        args.backend,
+        args.metric,
+        args.overwrite,
+        extra,
+        args.lock_timeout,
+        **params,
     )
     with store:
         if args.backend == "ivfpq":  # train on the whole input (up to train_size) rather than one batch
@@ -244,7 +263,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 def add(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, lock_timeout=args.lock_timeout) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
         added, seconds = _add_all(store, args, _Embedder(model))
         return {
@@ -259,7 +278,7 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
     from ..io import atomic_write
 
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, write=False) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
         embed = _Embedder(model)
         if args.query:
@@ -289,7 +308,7 @@ def delete(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
     ids = [_parse_id(i) for i in args.ids]
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, lock_timeout=args.lock_timeout) as store:
         missing = store.delete(ids)
         store.save()
         return {
@@ -303,5 +322,5 @@ def delete(args: argparse.Namespace) -> dict[str, Any]:
 def info(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, write=False) as store:
         return store.info()

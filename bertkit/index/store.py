@@ -8,12 +8,20 @@ Layout of an index directory::
                           log(seq, op, id)                       every add/delete since the last snapshot
     snapshot-<seq>/     the backend saved after log entry <seq> (a cache; written to a temp dir, then renamed)
     qdrant/             the qdrant backend's own storage
+    writer.lock         held (``flock``) by the one process that may write (bertkit.index.lock)
 
 Why it survives a SIGKILL: an ``add`` or ``delete`` is one SQLite transaction that writes the rows and their
 log entries together; once it commits it is on disk (WAL + fsync). Opening the store loads the newest
 snapshot that reads back and replays the log entries after it; with no usable snapshot it rebuilds the
 backend from ``items``. A kill can therefore only lose the batch whose transaction had not committed, and a
 half-written snapshot is a temp directory that is ignored (and removed) on the next open.
+
+Why writers take turns: a writer's backend lives in its memory, and its snapshot drops the log entries it
+covers, so a second writer's batches committed in between would be in neither. A store opened for writing
+holds the folder's writer lock until it is closed; one opened read-only takes no lock and writes nothing.
+Opening reads the snapshot position, the log and the rows in one SQLite read transaction (a consistent view
+even while a writer commits), and checks that the backend holds as many entries as ``items``; if not (an
+index written before writers took turns) it rebuilds the backend from ``items``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from . import lock
 from .backends import BACKENDS, Backend, make_backend
 
 logger = logging.getLogger("bertkit")
@@ -65,9 +74,12 @@ def _fsync_tree(path: Path) -> None:
 class VectorStore:
     """See the module docstring. Create with :meth:`create`, reopen with :meth:`open`."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection, meta: dict[str, Any]) -> None:
+    def __init__(
+        self, path: Path, con: sqlite3.Connection, meta: dict[str, Any], lock_fd: int | None = None
+    ) -> None:
         self.path = path
         self._con = con
+        self._lock_fd = lock_fd  # None: opened read-only
         self.meta = meta
         self.dim = int(meta["dim"])
         self.metric = meta["metric"]
@@ -75,6 +87,14 @@ class VectorStore:
         self.params: dict[str, Any] = meta.get("params", {})
         self.backend: Backend = self._new_backend()
         self._applied = 0  # the last log seq the in-memory backend reflects
+
+    @property
+    def writable(self) -> bool:
+        return self._lock_fd is not None
+
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise UserError(f"{self.path}: the index was opened read-only")
 
     # -- creating and opening ---------------------------------------------------------------------------
     @classmethod
@@ -86,6 +106,7 @@ class VectorStore:
         metric: str = "cosine",
         overwrite: bool = False,
         extra: dict[str, Any] | None = None,
+        lock_timeout: float = 60.0,
         **params: Any,
     ) -> VectorStore:
         """A new empty store at ``path`` (refused if one exists there, unless ``overwrite``).
@@ -108,28 +129,37 @@ class VectorStore:
         meta.update(extra or {})
         make_backend(backend, dim, path / "qdrant", **params).close()  # validate the parameters early
         shutil.rmtree(path / "qdrant", ignore_errors=True)
+        fd = lock.acquire(path, lock_timeout)
         con = _connect(path / "store.db")
         con.executescript(_SCHEMA)
         con.execute("INSERT INTO meta VALUES ('store', ?)", (json.dumps(meta),))
-        return cls(path, con, meta)
+        return cls(path, con, meta, fd)
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> VectorStore:
-        """Reopen a store: newest readable snapshot + the log after it (or a rebuild from the rows)."""
+    def open(cls, path: str | os.PathLike, write: bool = True, lock_timeout: float = 60.0) -> VectorStore:
+        """Reopen a store: newest readable snapshot + the log after it (or a rebuild from the rows).
+
+        ``write``: hold the writer lock (waiting up to ``lock_timeout`` seconds for another writer) so that
+        :meth:`add`, :meth:`delete` and :meth:`save` are allowed; without it the store only searches."""
         path = Path(path)
         if not (path / "store.db").is_file():
             raise UserError(
                 f"{path}: no index here (store.db missing); create one with `bertkit index build`"
             )
-        con = _connect(path / "store.db")
+        fd = lock.acquire(path, lock_timeout) if write else None
         try:
-            row = con.execute("SELECT value FROM meta WHERE key='store'").fetchone()
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{path / 'store.db'}: not a bertkit index ({e})") from None
-        if row is None:
-            raise UserError(f"{path / 'store.db'}: no store metadata; rebuild the index")
-        store = cls(path, con, json.loads(row[0]))
-        store._recover()
+            con = _connect(path / "store.db")
+            try:
+                row = con.execute("SELECT value FROM meta WHERE key='store'").fetchone()
+            except sqlite3.DatabaseError as e:
+                raise UserError(f"{path / 'store.db'}: not a bertkit index ({e})") from None
+            if row is None:
+                raise UserError(f"{path / 'store.db'}: no store metadata; rebuild the index")
+            store = cls(path, con, json.loads(row[0]), fd)
+            store._recover()
+        except BaseException:
+            lock.release(fd)
+            raise
         return store
 
     def _new_backend(self) -> Backend:
@@ -143,8 +173,29 @@ class VectorStore:
         return sorted(found, reverse=True)
 
     def _recover(self) -> None:
-        for tmp in self.path.glob(".snapshot-*.tmp"):  # a snapshot a crash left half-written
-            shutil.rmtree(tmp, ignore_errors=True)
+        if self.writable:  # a snapshot a crashed writer left half-written (a reader leaves them alone)
+            for tmp in self.path.glob(".snapshot-*.tmp"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._con.execute("BEGIN")  # one consistent view of meta, log and items while a writer commits
+        try:
+            rebuilt = self._load_newest()
+            rows = len(self)
+            if not rebuilt and len(self.backend) != rows:
+                logger.warning(
+                    "%s: the backend holds %d entries but the store %d; rebuilding it from the store",
+                    self.path,
+                    len(self.backend),
+                    rows,
+                )
+                self.rebuild(save=False)
+                rebuilt = True
+        finally:
+            self._con.execute("COMMIT")
+        if rebuilt and self.writable and rows:
+            self.save()
+
+    def _load_newest(self) -> bool:
+        """The newest usable snapshot plus the log after it; False, or True when it had to rebuild."""
         truncated_to = int(self._get("log_truncated_to", 0))
         for seq, snap in self._snapshots():
             if seq < truncated_to:  # entries after this snapshot were dropped from the log: unusable
@@ -158,11 +209,13 @@ class VectorStore:
                 continue
             self._applied = seq
             self._replay(seq)
-            return
-        self.rebuild()
+            return False
+        self.rebuild(save=False)
+        return True
 
     def _replay(self, after: int) -> None:
         ops = self._con.execute("SELECT seq, op, id FROM log WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+        never_added: set[int] = set()  # added then deleted after the snapshot: the backend never held them
         i = 0
         while i < len(ops):  # consecutive adds go to the backend as one batch
             j = i
@@ -171,11 +224,15 @@ class VectorStore:
             ids = [r[2] for r in ops[i:j]]
             if ops[i][1] == "add":
                 got_ids, vecs = self._vectors_of(ids)
+                never_added.update(set(ids) - set(got_ids.tolist()))
                 if len(got_ids):
                     self._ensure_trained()
                     self.backend.add(got_ids, vecs)
             else:
-                self.backend.remove(np.asarray(ids, dtype=np.int64))
+                # removing an id the backend never held would count a tombstone for nothing
+                gone = [r for r in ids if r not in never_added]
+                if gone:
+                    self.backend.remove(np.asarray(gone, dtype=np.int64))
             self._applied = ops[j - 1][0]
             i = j
 
@@ -213,8 +270,9 @@ class VectorStore:
             )
         self.backend.train(sample[:limit])
 
-    def rebuild(self) -> None:
-        """A fresh backend filled from ``items`` (the tombstones are gone afterwards), then a snapshot."""
+    def rebuild(self, save: bool = True) -> None:
+        """A fresh backend filled from ``items`` (the tombstones are gone afterwards), then a snapshot
+        (``save``, and only when opened for writing)."""
         if self.backend.persistent:
             self.backend.close()
             shutil.rmtree(self.path / "qdrant", ignore_errors=True)
@@ -228,7 +286,7 @@ class VectorStore:
             got, vecs = self._vectors_of(ids[start : start + 50_000])
             self.backend.add(got, vecs)
         self._applied = last
-        if ids:
+        if ids and save and self.writable:
             self.save()
 
     compact = rebuild
@@ -247,6 +305,7 @@ class VectorStore:
     def add(self, vectors: np.ndarray, ids: Sequence[Any], metadata: Sequence[Any] | None = None) -> int:
         """Add entries ``ids[i]`` (any JSON value, unique in the store) with ``vectors[i]`` [N, D] and
         ``metadata[i]`` (any JSON value). All or nothing: one transaction. Returns the number added."""
+        self._check_writable()
         x = self._prep(vectors)
         if len(ids) != len(x) or (metadata is not None and len(metadata) != len(x)):
             raise UserError(f"got {len(x)} vectors, {len(ids)} ids and {len(metadata or ids)} metadata")
@@ -282,6 +341,7 @@ class VectorStore:
 
     def delete(self, ids: Iterable[Any]) -> list[Any]:
         """Delete entries by the user's ids; returns the ids that were not in the store."""
+        self._check_writable()
         ids = list(ids)
         con = self._con
         con.execute("BEGIN IMMEDIATE")
@@ -312,6 +372,7 @@ class VectorStore:
 
     def save(self) -> Path | None:
         """Snapshot the backend at the current log position and drop the log entries it covers."""
+        self._check_writable()
         if self.backend.persistent:
             snap = self.path / f"snapshot-{self._applied}"
             snap.mkdir(exist_ok=True)
@@ -342,6 +403,8 @@ class VectorStore:
     def close(self) -> None:
         self.backend.close()
         self._con.close()
+        lock.release(self._lock_fd)
+        self._lock_fd = None
 
     def __enter__(self) -> VectorStore:
         return self
