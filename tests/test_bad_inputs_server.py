@@ -25,7 +25,7 @@ from bertkit.heads.finetune import (  # noqa: E402
 from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
 
 LIMITS = ["--max-body-bytes", "65536", "--max-text-chars", "2000", "--max-batch-size", "8"]
-LIMITS += ["--max-request-tokens", "200"]
+LIMITS += ["--max-request-tokens", "200", "--max-fill-mask-predictions", "40"]
 SURROGATE = b'"the \\ud800 cat"'  # valid JSON, not valid Unicode
 
 
@@ -151,7 +151,22 @@ MLM_CASES = [
         422,
         ["text", "surrogate"],
     ),
-    ("fill-mask too long", "POST", "/fill-mask", j({"text": "the [MASK] " * 20}), 413, ["tokens", "32"]),
+    (
+        "fill-mask masks x top_k",
+        "POST",
+        "/fill-mask",
+        j({"text": "[MASK] [MASK] [MASK]", "top_k": 17}),
+        413,
+        ["3 masks", "51", "--max-fill-mask-predictions", "40"],
+    ),
+    (
+        "fill-mask too long",
+        "POST",
+        "/fill-mask",
+        j({"text": "the cat " * 20 + "[MASK]"}),
+        413,
+        ["tokens", "32"],
+    ),
     ("tokenize too long", "POST", "/tokenize", j({"text": "a" * 2001}), 413, ["--max-text-chars"]),
     (
         "tokenize pair surrogate",
@@ -371,6 +386,8 @@ def test_good_requests_still_work_and_info_has_no_path(servers):
     server = servers["mlm"]
     status, body, _ = server.request("POST", "/embed", {"texts": ["the cat sat"]})
     assert status == 200 and len(body["embeddings"][0]) == 128
+    status, body, _ = server.request("POST", "/fill-mask", {"text": "[MASK] and [MASK]", "top_k": 17})
+    assert status == 200 and [len(m) for m in body["masks"]] == [17, 17]  # 34: inside the limit of 40
     status, info, _ = server.request("GET", "/info")
     assert status == 200
     assert "/" not in json.dumps({k: v for k, v in info.items() if k != "endpoints"}), info

@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most tokens of model work one request may ask for, bounded before tokenisation (413)",
     )
     g.add_argument(
+        "--max-fill-mask-predictions",
+        type=_positive,
+        default=d.max_fill_mask_predictions,
+        help="most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
+    )
+    g.add_argument(
         "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
     )
     g.add_argument(
@@ -111,6 +117,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         max_text_chars=args.max_text_chars,
         max_batch_size=args.max_batch_size,
         max_request_tokens=args.max_request_tokens,
+        max_fill_mask_predictions=args.max_fill_mask_predictions,
     )
     serve(
         args.model_dir,

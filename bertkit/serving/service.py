@@ -20,7 +20,15 @@ from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
 from .errors import ApiError, validation
-from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
+from .limits import (
+    Limits,
+    check_budget,
+    check_fill_mask,
+    check_text,
+    check_texts,
+    truncated_tokens,
+    windowed_tokens,
+)
 from .pairs import encode_pairs
 
 LONG_TEXT = ("truncate", "windows")
@@ -539,6 +547,7 @@ class InferenceService:
         mask = self.tokenizer.mask_token
         if mask not in text:
             raise validation(f"text must contain at least one {mask} token")
+        check_fill_mask(text.count(mask), top_k, self.limits)
         check_budget(truncated_tokens(len(text), self.max_length), self.limits)
         with self._tok_lock:
             n = len(self.tokenizer.encode(text).ids)
