@@ -112,6 +112,14 @@ MLM_CASES = [
         422,
         ["input[0]", "surrogate"],
     ),
+    (
+        "openai model surrogate",
+        "POST",
+        "/v1/embeddings",
+        with_raw(b'{"input": "a", "model": @}', SURROGATE),
+        422,
+        ["model", "surrogate"],
+    ),
     ("openai token ids", "POST", "/v1/embeddings", j({"input": [[1, 2, 3]]}), 422, ["input"]),
     ("rerank no texts", "POST", "/rerank", j({"query": "the"}), 422, ["texts"]),
     (
@@ -201,6 +209,7 @@ CLS_CASES = [
         ["pairs[0]", "surrogate"],
     ),
     ("tei three items", "POST", "/predict", j({"inputs": [["a", "b", "c"]]}), 422, ["inputs[0]"]),
+    ("tei empty inputs", "POST", "/predict", j({"inputs": []}), 422, ["inputs", "at least one"]),
     ("tei mixed", "POST", "/predict", j({"inputs": ["a", ["b", "c"]]}), 422, ["mixes"]),
     (
         "windows with pairs",

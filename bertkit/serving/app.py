@@ -14,8 +14,8 @@ from importlib import resources
 from typing import Any
 
 from ..errors import UserError
-from .errors import install_handlers, validation
-from .limits import BodyLimit, Limits
+from .errors import ApiError, install_handlers, validation
+from .limits import BodyLimit, Limits, check_text
 from .metrics import Metrics
 from .service import InferenceService
 
@@ -53,10 +53,21 @@ class _Timing:
 
 def _json(obj: Any) -> Any:
     """A JSON response written by ``json.dumps`` directly: FastAPI's default encoder walks every float of
-    an embedding in Python, which costs more than the model at high request rates."""
+    an embedding in Python, which costs more than the model at high request rates.
+
+    NaN and infinity are not JSON (``json.dumps`` would write bare ``NaN`` tokens that clients cannot
+    parse): a model that produces them answers 500 with a JSON error instead."""
     from fastapi.responses import Response
 
-    return Response(json.dumps(obj, ensure_ascii=False), media_type="application/json")
+    try:
+        body = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise ApiError(
+            500,
+            "model_output",
+            "the model produced NaN or infinity for this request; its weights may be corrupt",
+        ) from None
+    return Response(body, media_type="application/json")
 
 
 def _as_list(value: str | list[str]) -> list[str]:
@@ -217,6 +228,8 @@ def create_app(
         if req.encoding_format not in ("float", "base64"):
             raise validation(f"encoding_format must be float or base64, got {req.encoding_format!r}")
         texts = _as_list(req.input)
+        if req.model is not None:  # echoed in the answer: it must be valid Unicode
+            check_text(req.model, "model", svc.limits)
         vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
         data = []
         for i, v in enumerate(vecs):
@@ -250,12 +263,14 @@ def create_app(
         if req.inputs is None:
             if req.texts is None:
                 raise validation("give texts (and optionally pairs), or TEI's inputs")
-            return {"predictions": svc.predict(req.texts, req.pairs, long_text=req.long_text)}
+            return _json({"predictions": svc.predict(req.texts, req.pairs, long_text=req.long_text)})
         # TEI: a text, a [text, pair], or a list of those (a batch)
         single = isinstance(req.inputs, str) or (
             len(req.inputs) == 2 and all(isinstance(x, str) for x in req.inputs)
         )  # as TEI: ["a", "b"] is one pair
         items = [req.inputs] if single else list(req.inputs)
+        if not items:
+            raise validation("inputs must hold at least one text or [text, pair]")
         texts, pairs = [], []
         for k, item in enumerate(items):
             if isinstance(item, str):
@@ -278,12 +293,14 @@ def create_app(
         labels = svc.labels()
         import numpy as np
 
+        # a regression head's outputs are the scores themselves (a softmax over one logit is always 1.0)
+        raw = req.raw_scores or svc.config.problem_type == "regression" or logits.shape[1] == 1
         answers = []
         for row in logits:
-            scores = row if req.raw_scores else np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+            scores = row if raw else np.exp(row - row.max()) / np.exp(row - row.max()).sum()
             ranked = sorted(range(len(row)), key=lambda j: -scores[j])
             answers.append([{"score": float(scores[j]), "label": labels[j]} for j in ranked])
-        return answers[0] if single else answers
+        return _json(answers[0] if single else answers)
 
     @app.post("/qa")
     def qa(req: QARequest) -> Any:
