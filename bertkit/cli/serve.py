@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..serving.connections import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
 from ..serving.limits import Limits
 from ..serving.quantize import ENGINES
 from . import args as A
@@ -81,6 +82,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--window-stride", type=_positive, default=None, help="windows: tokens between window starts"
     )
+    c = p.add_argument_group("connections")
+    c.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="open client connections; more are answered 503 and closed (default %(default)s, at most the "
+        "open-file limit less 64)",
+    )
+    c.add_argument(
+        "--read-timeout",
+        type=A.positive_float,
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="S",
+        help="seconds a request's headers and body may take to arrive; slower connections are closed "
+        "(default %(default)s)",
+    )
+    c.add_argument(
+        "--keep-alive",
+        type=A.positive_float,
+        default=DEFAULT_KEEP_ALIVE,
+        metavar="S",
+        help="seconds an idle connection stays open between requests (default %(default)s)",
+    )
     b = p.add_argument_group("batching")
     b.add_argument("--max-batch-tokens", type=_positive, default=16_384, help="padded tokens per model batch")
     b.add_argument(
@@ -125,6 +149,9 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         port=args.port,
         log_level=args.log_level,
         docs=args.docs,
+        max_connections=args.max_connections,
+        read_timeout=args.read_timeout,
+        keep_alive=args.keep_alive,
         limits=limits,
         max_length=args.max_length,
         device=args.device,

@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from ..errors import UserError
+from .connections import DEFAULT_KEEP_ALIVE, DEFAULT_READ_TIMEOUT, connection_cap, protocol_class
 from .errors import ApiError, install_handlers, validation
 from .limits import BodyLimit, Limits, check_text
 from .metrics import Metrics
@@ -346,9 +347,13 @@ def serve(
     port: int = 8080,
     log_level: str = "info",
     docs: bool = False,
+    max_connections: int | None = None,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    keep_alive: float = DEFAULT_KEEP_ALIVE,
     **service_kwargs: Any,
 ) -> None:
-    """Build the app and run it with uvicorn until interrupted."""
+    """Build the app and run it with uvicorn until interrupted. ``max_connections``, ``read_timeout`` and
+    ``keep_alive`` bound what each client connection may hold (bertkit.serving.connections)."""
     require_server_deps()
     try:
         import uvicorn
@@ -356,7 +361,15 @@ def serve(
         raise UserError(INSTALL_HINT) from None
     app = create_app(model_dir, docs=docs, **service_kwargs)
     # h11's own limit on headers stays; the body limit is ours (BodyLimit)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=log_level == "debug")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        http=protocol_class(connection_cap(max_connections), read_timeout),
+        timeout_keep_alive=keep_alive,
+    )
 
 
 __all__ = ["INSTALL_HINT", "Limits", "create_app", "require_server_deps", "serve"]
