@@ -101,6 +101,7 @@ PRE = ["pretrain", "--data", D, "--preset", "tiny", "--steps", "2", "--batch-siz
        "--max-seq-length", "64"]  # fmt: skip
 PREP = ["prepare", "--corpus", "corpus.txt", "--vocab", "vocab.txt", "--quiet"]
 VOC = ["vocab", "--corpus", "corpus.txt", "--quiet"]
+SQ = ["finetune", "squad", "--model", M, "--train"]
 
 # (case id, argv, words the one error line must contain)
 CASES = [
@@ -194,10 +195,24 @@ CASES = [
                      "--out", OUT, "--quiet"], ["train.tsv", "UTF-8"]),
     ("ner-latin1", ["finetune", "ner", "--train", "ner_latin1.txt", "--dev", "ner.txt", "--model", M, "--out", OUT,
                     "--quiet"], ["ner_latin1.txt", "UTF-8"]),
+    ("classify-lr-nan", [*CLS, "--out", OUT, "--lr", "nan"], ["--lr", "finite"]),
+    ("classify-warmup-ratio-2", [*CLS, "--out", OUT, "--warmup-ratio", "2"], ["--warmup-ratio", "2"]),
+    ("classify-weight-decay-negative", [*CLS, "--out", OUT, "--weight-decay", "-1"], ["--weight-decay"]),
+    ("squad-lr-nan", [*SQ, "squad.json", "--dev", "squad.json", "--out", OUT, "--lr", "nan"], ["--lr", "finite"]),
+    ("squad-warmup-ratio-2", [*SQ, "squad.json", "--dev", "squad.json", "--out", OUT, "--warmup-ratio", "2"],
+     ["--warmup-ratio"]),
     ("squad-doc-stride-0", ["finetune", "squad", "--train", "squad.json", "--dev", "squad.json", "--model", M,
                             "--out", OUT, "--doc-stride", "0"], ["--doc-stride", "0"]),
     ("classify-resume-foreign-checkpoint", [*CLS, "--out", "foreign_run", "--resume", "--checkpoint-every", "1"],
      ["foreign_run/checkpoints", "does not fit"]),
+    # devices
+    ("embed-device-bogus", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "bogus"],
+     ["--device", "bogus"]),
+    ("embed-device-cuda-99", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "cuda:99"],
+     ["--device", "cuda:99"]),
+    ("pretrain-device-bogus", [*PRE, "--out", OUT, "--device", "bogus"], ["--device", "bogus"]),
+    ("serve-device-bogus", ["serve", M, "--device", "bogus"], ["--device", "bogus"]),
+    ("serve-device-cuda-99", ["serve", M, "--device", "cuda:99"], ["--device", "cuda:99"]),
     # convert / export
     ("convert-out-exists", ["convert", "tf", "nope_ckpt", EX], [EX, "already exists"]),
     ("export-out-exists", ["export", "onnx", M, "existing.txt"], ["existing.txt", "already exists"]),
@@ -324,3 +339,18 @@ def test_a_killed_overwrite_is_reported_and_the_old_output_kept(tmp_path, tiny_d
     backup.rmdir()
     assert main([*base, "--overwrite"]) == 0 and (old / "manifest.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d"]
+
+
+def test_a_list_of_negative_layers_is_a_value_not_a_flag(tmp_path, tiny_model):
+    """``features --layers -1,-2`` (the README's form) was parsed as an unknown flag and refused."""
+    import numpy as np
+
+    from bertkit.cli import main
+
+    (tmp_path / "t.txt").write_text("the cat\n")
+    base = ["features", str(tiny_model), "--input", str(tmp_path / "t.txt")]
+    assert main([*base, "--out", str(tmp_path / "two.jsonl"), "--layers", "-1,-2"]) == 0
+    assert main([*base, "--out", str(tmp_path / "one.jsonl"), "--layers", "-1"]) == 0
+    two = np.array(json.loads((tmp_path / "two.jsonl").read_text().splitlines()[0])["features"])
+    one = np.array(json.loads((tmp_path / "one.jsonl").read_text().splitlines()[0])["features"])
+    assert two.shape[-1] == 2 * one.shape[-1]  # two layers concatenated

@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     p.add_argument("--batch-size", type=A.positive_int, default=32)
     p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=None)
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument(
+        "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
+    )
     p.add_argument(
         "--long-text",
         choices=("truncate", "windows"),

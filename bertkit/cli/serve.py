@@ -44,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument(
+        "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
+    )
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
     p.add_argument(
