@@ -92,7 +92,27 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
     foreign = {"step": 1, "model": {"other.weight": torch.zeros(3)}, "optimizer": {}, "rng": [rng_state()]}
     save_checkpoint(w / "foreign_run", 1, foreign)  # a valid checkpoint of another model
     (w / "squad.json").write_text(json.dumps({"version": "1.1", "data": []}))
+    qa = {"id": "q1", "question": "who?", "answers": [{"text": "Ann", "answer_start": 0}]}
+    para = {"context": "Ann sat.", "qas": [qa]}
+    squad_file(w / "squad_null_question.json", [{**para, "qas": [{**qa, "question": None}]}])
+    squad_file(w / "squad_dup_ids.json", [para, {**para, "qas": [{**qa, "question": "what?"}]}])
+    glue(w / "glue_pos", "SST-2", "sentence\tlabel\ngood movie\tpos\nbad movie\t0\n")
+    glue(w / "glue_2", "SST-2", "sentence\tlabel\ngood movie\t1\nbad movie\t2\n")
+    sts = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    row = "0\tmain\tf\t2012\t0\ts\ts\ta cat\ta dog\t{}\n"
+    glue(w / "stsb_7", "STS-B", sts + row.format("3.5") + row.format("7"))
+    glue(w / "stsb_nan", "STS-B", sts + row.format("nan") + row.format("1"))
     return w
+
+
+def squad_file(path: Path, paragraphs: list) -> None:
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+
+
+def glue(root: Path, task: str, rows: str) -> None:
+    (root / task).mkdir(parents=True)
+    for split in ("train", "dev"):
+        (root / task / f"{split}.tsv").write_text(rows)
 
 
 M, D, OUT, EX = "model", "data", "new_out", "existing_out"  # paths relative to the workspace
@@ -201,6 +221,18 @@ CASES = [
     ("squad-lr-nan", [*SQ, "squad.json", "--dev", "squad.json", "--out", OUT, "--lr", "nan"], ["--lr", "finite"]),
     ("squad-warmup-ratio-2", [*SQ, "squad.json", "--dev", "squad.json", "--out", OUT, "--warmup-ratio", "2"],
      ["--warmup-ratio"]),
+    ("glue-train-label-pos", ["finetune", "glue", "--task", "SST-2", "--data-dir", "glue_pos/SST-2", "--model", M,
+                              "--out", OUT, "--quiet"], ["train.tsv", "line 2", "'pos'", "SST-2"]),
+    ("glue-train-label-2", ["finetune", "glue", "--task", "SST-2", "--data-dir", "glue_2/SST-2", "--model", M,
+                            "--out", OUT, "--quiet"], ["train.tsv", "line 3", "'2'"]),
+    ("stsb-score-over-5", ["finetune", "glue", "--task", "STS-B", "--data-dir", "stsb_7/STS-B", "--model", M,
+                           "--out", OUT, "--quiet"], ["train.tsv", "line 3", "'7'", "0-5"]),
+    ("stsb-score-nan", ["finetune", "glue", "--task", "STS-B", "--data-dir", "stsb_nan/STS-B", "--model", M,
+                        "--out", OUT, "--quiet"], ["train.tsv", "line 2", "'nan'"]),
+    ("squad-question-null", [*SQ, "squad_null_question.json", "--dev", "squad_null_question.json", "--out", OUT],
+     ["squad_null_question.json", "'q1'", "question", "string"]),
+    ("squad-duplicate-ids", [*SQ, "squad_dup_ids.json", "--dev", "squad_dup_ids.json", "--out", OUT],
+     ["squad_dup_ids.json", "'q1'", "twice"]),
     ("squad-doc-stride-0", ["finetune", "squad", "--train", "squad.json", "--dev", "squad.json", "--model", M,
                             "--out", OUT, "--doc-stride", "0"], ["--doc-stride", "0"]),
     ("classify-resume-foreign-checkpoint", [*CLS, "--out", "foreign_run", "--resume", "--checkpoint-every", "1"],
