@@ -102,6 +102,7 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
     row = "0\tmain\tf\t2012\t0\ts\ts\ta cat\ta dog\t{}\n"
     glue(w / "stsb_7", "STS-B", sts + row.format("3.5") + row.format("7"))
     glue(w / "stsb_nan", "STS-B", sts + row.format("nan") + row.format("1"))
+    damaged_indexes(w)
     return w
 
 
@@ -113,6 +114,40 @@ def glue(root: Path, task: str, rows: str) -> None:
     (root / task).mkdir(parents=True)
     for split in ("train", "dev"):
         (root / task / f"{split}.tsv").write_text(rows)
+
+
+def damaged_indexes(w: Path) -> None:
+    """A good index and copies damaged one way each (``index info``/``search`` must refuse them in one line)."""
+    import sqlite3
+
+    import numpy as np
+
+    pytest.importorskip("faiss")
+    from bertkit.index import VectorStore
+
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    np.save(w / "q4.npy", x[:1])
+    with VectorStore.create(w / "idx", 4, "flat") as store:
+        store.add(x, list(range(6)), [{"n": i} for i in range(6)])
+        store.save()
+    (w / "idx" / "writer.lock").unlink(missing_ok=True)  # what a reader finds: nothing it would create itself
+    sql = {
+        "idx_meta_not_json": "UPDATE meta SET value='{' WHERE key='store'",
+        "idx_meta_no_dim": 'UPDATE meta SET value=\'{"metric": "cosine", "backend": "flat"}\' WHERE key=\'store\'',
+        "idx_meta_backend": "UPDATE meta SET value=json_set(value, '$.backend', 'bogus') WHERE key='store'",
+        "idx_short_blob": "UPDATE items SET vector=x'0000' WHERE id=3",
+        "idx_bad_metadata": "UPDATE items SET metadata='{oops' WHERE id=1",
+    }
+    for name, statement in sql.items():
+        shutil.copytree(w / "idx", w / name)
+        with sqlite3.connect(w / name / "store.db") as con:
+            con.execute(statement)
+        con.close()
+        if name == "idx_short_blob":  # no snapshot: the backend is rebuilt from the rows
+            for snap in (w / name).glob("snapshot-*"):
+                shutil.rmtree(snap)
+    (w / "idx_garbage").mkdir()
+    (w / "idx_garbage" / "store.db").write_bytes(b"this is not a database\n" * 200)
 
 
 M, D, OUT, EX = "model", "data", "new_out", "existing_out"  # paths relative to the workspace
@@ -245,6 +280,14 @@ CASES = [
     ("pretrain-device-bogus", [*PRE, "--out", OUT, "--device", "bogus"], ["--device", "bogus"]),
     ("serve-device-bogus", ["serve", M, "--device", "bogus"], ["--device", "bogus"]),
     ("serve-device-cuda-99", ["serve", M, "--device", "cuda:99"], ["--device", "cuda:99"]),
+    # damaged indexes
+    ("index-garbage-db", ["index", "info", "idx_garbage"], ["idx_garbage/store.db", "not a bertkit index"]),
+    ("index-meta-not-json", ["index", "info", "idx_meta_not_json"], ["idx_meta_not_json/store.db", "not JSON"]),
+    ("index-meta-no-dim", ["index", "info", "idx_meta_no_dim"], ["idx_meta_no_dim/store.db", "'dim'"]),
+    ("index-meta-backend", ["index", "info", "idx_meta_backend"], ["idx_meta_backend/store.db", "'bogus'"]),
+    ("index-short-blob", ["index", "info", "idx_short_blob"], ["idx_short_blob/store.db", "row 3", "2 bytes"]),
+    ("index-bad-metadata", ["index", "search", "idx_bad_metadata", "--queries", "q4.npy", "-k", "6"],
+     ["idx_bad_metadata/store.db", "row 1", "not JSON"]),
     # convert / export
     ("convert-out-exists", ["convert", "tf", "nope_ckpt", EX], [EX, "already exists"]),
     ("export-out-exists", ["export", "onnx", M, "existing.txt"], ["existing.txt", "already exists"]),
@@ -259,7 +302,12 @@ def test_battery_has_enough_cases():
 def results(ws, tmp_path_factory):
     before = snapshot(ws)
     logs = tmp_path_factory.mktemp("bad_inputs_logs")
-    out = run_forked([{"argv": argv, "cwd": ws, "watch": ws} for _, argv, _ in CASES], logs)
+    # Opening an SQLite store in WAL mode creates and removes its -wal/-shm files, which changes the index
+    # folder's mtime: index cases watch the model folder only, and the sha256 snapshot of the whole workspace
+    # (test_no_case_wrote_or_changed_anything) is what shows that they changed no file.
+    cases = [{"argv": argv, "cwd": ws, "watch": ws / M if name.startswith("index-") else ws}
+             for name, argv, _ in CASES]  # fmt: skip
+    out = run_forked(cases, logs)
     return {"cases": dict(zip([c[0] for c in CASES], out)), "before": before, "after": snapshot(ws)}
 
 

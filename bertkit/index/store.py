@@ -71,6 +71,31 @@ def _fsync_tree(path: Path) -> None:
                 os.close(fd)
 
 
+def _checked_meta(text: Any, db: Path) -> dict[str, Any]:
+    """The store's metadata row, refused in one line unless it names a dimension, metric and backend."""
+    try:
+        meta = json.loads(text)
+    except (TypeError, ValueError):
+        raise UserError(f"{db}: the store metadata is not JSON; the index is damaged: rebuild it") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{db}: the store metadata is not a JSON object; rebuild the index")
+    dim = meta.get("dim")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise UserError(f"{db}: the store metadata has no valid 'dim' (got {dim!r}); rebuild the index")
+    if meta.get("metric") not in METRICS:
+        raise UserError(
+            f"{db}: the store metadata names metric {meta.get('metric')!r}; expected one of {', '.join(METRICS)}"
+        )
+    if meta.get("backend") not in BACKENDS:
+        raise UserError(
+            f"{db}: the store metadata names backend {meta.get('backend')!r}; expected one of "
+            f"{', '.join(BACKENDS)}"
+        )
+    if not isinstance(meta.get("params", {}), dict):
+        raise UserError(f"{db}: the store metadata's 'params' is not an object; rebuild the index")
+    return meta
+
+
 class VectorStore:
     """See the module docstring. Create with :meth:`create`, reopen with :meth:`open`."""
 
@@ -147,17 +172,24 @@ class VectorStore:
                 f"{path}: no index here (store.db missing); create one with `bertkit index build`"
             )
         fd = lock.acquire(path, lock_timeout) if write else None
+        db = path / "store.db"
+        con = None
         try:
-            con = _connect(path / "store.db")
             try:
+                con = _connect(db)
                 row = con.execute("SELECT value FROM meta WHERE key='store'").fetchone()
             except sqlite3.DatabaseError as e:
-                raise UserError(f"{path / 'store.db'}: not a bertkit index ({e})") from None
+                raise UserError(f"{db}: not a bertkit index ({e})") from None
             if row is None:
-                raise UserError(f"{path / 'store.db'}: no store metadata; rebuild the index")
-            store = cls(path, con, json.loads(row[0]), fd)
-            store._recover()
+                raise UserError(f"{db}: no store metadata; rebuild the index")
+            store = cls(path, con, _checked_meta(row[0], db), fd)
+            try:
+                store._recover()
+            except sqlite3.DatabaseError as e:  # a damaged page found while reading the rows
+                raise UserError(f"{db}: damaged ({e}); rebuild the index") from None
         except BaseException:
+            if con is not None:  # closed now: an open connection leaves WAL files behind
+                con.close()
             lock.release(fd)
             raise
         return store
@@ -236,6 +268,16 @@ class VectorStore:
             self._applied = ops[j - 1][0]
             i = j
 
+    def _vector(self, row: int, blob: Any) -> np.ndarray:
+        """One stored vector, refused in one line when the file holds something else (a damaged store)."""
+        if not isinstance(blob, bytes) or len(blob) != 4 * self.dim:
+            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
+            raise UserError(
+                f"{self.path / 'store.db'}: row {row} holds a vector of {size} bytes, expected {4 * self.dim} "
+                f"(dimension {self.dim}); the index is damaged: rebuild it"
+            )
+        return np.frombuffer(blob, dtype=np.float32)
+
     def _vectors_of(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         got_ids, vecs = [], []
         for start in range(0, len(ids), 900):  # SQLite's bound-parameter limit
@@ -243,7 +285,7 @@ class VectorStore:
             q = f"SELECT id, vector FROM items WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id"
             for i, blob in self._con.execute(q, chunk):
                 got_ids.append(i)
-                vecs.append(np.frombuffer(blob, dtype=np.float32))
+                vecs.append(self._vector(i, blob))
         if not got_ids:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         return np.asarray(got_ids, dtype=np.int64), np.stack(vecs)
@@ -260,8 +302,8 @@ class VectorStore:
             return
         nlist = int(self.params.get("nlist", 1024))
         limit = int(self.params.get("train_size", max(100_000, 50 * nlist)))
-        rows = self._con.execute("SELECT vector FROM items ORDER BY id LIMIT ?", (limit,)).fetchall()
-        sample = np.stack([np.frombuffer(r[0], np.float32) for r in rows]) if rows else first
+        rows = self._con.execute("SELECT id, vector FROM items ORDER BY id LIMIT ?", (limit,)).fetchall()
+        sample = np.stack([self._vector(i, blob) for i, blob in rows]) if rows else first
         if sample is None or len(sample) < 39 * nlist:
             n = 0 if sample is None else len(sample)
             raise UserError(
@@ -428,7 +470,13 @@ class VectorStore:
             chunk = wanted[start : start + 900]
             sql = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
             for i, key, meta in self._con.execute(sql, chunk):
-                info[i] = (json.loads(key), None if meta is None else json.loads(meta))
+                try:
+                    info[i] = (json.loads(key), None if meta is None else json.loads(meta))
+                except (TypeError, ValueError):
+                    raise UserError(
+                        f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
+                        "the index is damaged: rebuild it"
+                    ) from None
         out = []
         for s_row, r_row in zip(scores, rows):
             hits = []
