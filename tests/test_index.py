@@ -396,3 +396,90 @@ def test_replayed_add_then_delete_counts_no_phantom_entry(tmp_path, caplog):
     again = VectorStore.open(tmp_path / "i", write=False)
     assert len(again.backend) == 13 and not caplog.records
     again.close()
+
+
+def _die(store: VectorStore) -> None:
+    """What SIGKILL does to a writer: nothing saved, its connection and its flock gone."""
+    from bertkit.index import lock
+
+    store.backend.close()
+    store._con.close()
+    lock.release(store._lock_fd)
+
+
+def _check_store(path: Path, committed: dict, exact: bool) -> None:
+    """A reader sees every committed entry and nothing else, in the rows and in the backend."""
+    reader = VectorStore.open(path, write=False)
+    try:
+        keys = {json.loads(k) for (k,) in reader._con.execute("SELECT key FROM items")}
+        assert keys == set(committed) and len(reader.backend) == len(committed)
+        if committed:
+            ids = list(committed)
+            hits = reader.search(np.stack([committed[i] for i in ids]), k=len(ids))
+            assert all({h["id"] for h in row} <= keys for row in hits)
+            if exact:
+                assert [row[0]["id"] for row in hits] == ids
+    finally:
+        reader.close()
+
+
+def test_fuzz_interleaved_writers_kills_and_reopens(tmp_path):
+    """Hypothesis: two writer slots open, add, delete, save, close or die (as SIGKILL leaves them) in any
+    order, with readers in between. A second writer is refused exactly while the first holds the index;
+    every reader, and the store after the last death, holds every committed entry and nothing else."""
+    pytest.importorskip("hypothesis")
+    import itertools
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    op = st.tuples(
+        st.sampled_from(["open", "add", "delete", "save", "close", "die", "read"]),
+        st.integers(0, 1),
+        st.integers(1, 5),
+    )
+    counter = itertools.count()
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(backend=st.sampled_from(["exact", "flat", "hnsw"]), ops=st.lists(op, max_size=30))
+    def run(backend, ops):
+        path = tmp_path / f"fuzz{next(counter)}"
+        VectorStore.create(path, 4, backend, **({"M": 8} if backend == "hnsw" else {})).close()
+        rng = np.random.default_rng(len(ops))
+        committed: dict[int, np.ndarray] = {}
+        writers: list[VectorStore | None] = [None, None]
+        fresh = itertools.count()
+        try:
+            for name, w, n in ops:
+                store = writers[w]
+                if name == "open" and store is None:
+                    other_holds = writers[1 - w] is not None
+                    try:
+                        writers[w] = VectorStore.open(path, lock_timeout=0)
+                        assert not other_holds, "two writers at once"
+                    except UserError as e:
+                        assert other_holds and "another process is writing" in str(e)
+                elif name == "add" and store is not None:
+                    x = rng.standard_normal((n, 4)).astype(np.float32)
+                    keys = [next(fresh) for _ in range(n)]
+                    store.add(x, keys)
+                    committed.update(zip(keys, x))
+                elif name == "delete" and store is not None and committed:
+                    gone = list(committed)[::2][:n]
+                    assert store.delete([*gone, -1]) == [-1]
+                    for k in gone:
+                        del committed[k]
+                elif name == "save" and store is not None:
+                    store.save()
+                elif name in ("close", "die") and store is not None:
+                    store.close() if name == "close" else _die(store)
+                    writers[w] = None
+                elif name == "read":
+                    _check_store(path, committed, exact=backend != "hnsw")
+        finally:
+            for store in writers:
+                if store is not None:
+                    _die(store)
+        _check_store(path, committed, exact=backend != "hnsw")
+
+    run()
