@@ -397,6 +397,8 @@ def test_good_requests_still_work_and_info_has_no_path(servers):
     assert status == 200 and len(body["embeddings"][0]) == 128
     status, body, _ = server.request("POST", "/fill-mask", {"text": "[MASK] and [MASK]", "top_k": 17})
     assert status == 200 and [len(m) for m in body["masks"]] == [17, 17]  # 34: inside the limit of 40
+    status, body, _ = server.request("POST", "/rerank", {"query": "the", "texts": ["a cat"] * 8})
+    assert status == 200 and len(body) == 8  # exactly --max-batch-size texts: the query is not one of them
     status, info, _ = server.request("GET", "/info")
     assert status == 200
     assert "/" not in json.dumps({k: v for k, v in info.items() if k != "endpoints"}), info

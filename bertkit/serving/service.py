@@ -362,6 +362,17 @@ class InferenceService:
     ) -> tuple[np.ndarray, int]:
         """float32 [N, D] vectors and the number of tokens run."""
         check_texts(texts, field, self.limits)
+        return self._embed(texts, normalize, dimensions, truncate, long_text)
+
+    def _embed(
+        self,
+        texts: list[str],
+        normalize: bool = False,
+        dimensions: int | None = None,
+        truncate: bool = True,
+        long_text: str | None = None,
+    ) -> tuple[np.ndarray, int]:
+        """:meth:`embed` of texts the caller has already checked against the limits."""
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
             raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
         ids, _, owner = self.encode(texts, long_text=long_text, for_embedding=True, truncate=truncate)
@@ -421,7 +432,8 @@ class InferenceService:
             scores = logits if raw_scores else 1.0 / (1.0 + np.exp(-logits))
             return [float(s) for s in scores]
         check_budget(self._budget([query, *texts], None, self.long_text), self.limits)
-        vecs, _ = self.embed([query, *texts], normalize=True)
+        # the query is not one of the --max-batch-size texts: checked above on its own
+        vecs, _ = self._embed([query, *texts], normalize=True)
         return [float(s) for s in vecs[1:] @ vecs[0]]
 
     def qa(
