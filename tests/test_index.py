@@ -483,3 +483,16 @@ def test_fuzz_interleaved_writers_kills_and_reopens(tmp_path):
         _check_store(path, committed, exact=backend != "hnsw")
 
     run()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_snapshot_folders_follow_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        store = VectorStore.create(tmp_path / "i", 4, "flat")
+        store.add(np.eye(4, dtype=np.float32), [0, 1, 2, 3])
+        snap = store.save()
+        store.close()
+    finally:
+        os.umask(old)
+    assert snap.stat().st_mode & 0o777 == 0o777 & ~umask

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..io import _chmod_as_umask
 from . import lock
 from .backends import BACKENDS, Backend, make_backend
 
@@ -420,6 +421,7 @@ class VectorStore:
             snap.mkdir(exist_ok=True)
         else:
             tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", suffix=".tmp", dir=self.path))
+            _chmod_as_umask(tmp, is_dir=True)  # mkdtemp makes it 0700 whatever the umask
             try:
                 self.backend.save(tmp / "index.bin")
                 _fsync_tree(tmp)
