@@ -496,3 +496,25 @@ def test_snapshot_folders_follow_the_umask(tmp_path, umask):
     finally:
         os.umask(old)
     assert snap.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_running_ids_are_not_reused_after_a_delete(tmp_path, capsys):
+    """``index add`` of a ``.npy`` (no ids: running numbers) after a delete once started at the entry count,
+    handing out the deleted ids again (or refusing ids still present)."""
+    x = np.random.default_rng(10).standard_normal((13, 4)).astype(np.float32)
+    np.save(tmp_path / "a.npy", x[:10])
+    np.save(tmp_path / "b.npy", x[10:])
+    idx = str(tmp_path / "i")
+    assert (
+        _main(
+            capsys, "index", "build", idx, "--input", str(tmp_path / "a.npy"), "--backend", "flat"
+        ).returncode
+        == 0
+    )
+    assert _main(capsys, "index", "delete", idx, "--ids", "8", "9", "2").returncode == 0
+    r = _main(capsys, "index", "add", idx, "--input", str(tmp_path / "b.npy"))
+    assert r.returncode == 0, r.stderr
+    with VectorStore.open(idx, write=False) as store:
+        keys = {json.loads(k) for (k,) in store._con.execute("SELECT key FROM items")}
+        assert keys == {0, 1, 3, 4, 5, 6, 7, 10, 11, 12}
+        assert [h[0]["id"] for h in store.search(x[10:], 1)] == [10, 11, 12]

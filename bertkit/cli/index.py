@@ -213,7 +213,8 @@ def _add_all(store: Any, args: argparse.Namespace, embed: _Embedder) -> tuple[in
     t0 = time.perf_counter()
     added = 0
     with tqdm(desc="index add", unit="entry", file=sys.stderr, disable=None) as bar:
-        for x, ids, meta in _read_batches(args.input, args.batch_size, args.text_field, embed, len(store)):
+        start = store.next_auto_id()
+        for x, ids, meta in _read_batches(args.input, args.batch_size, args.text_field, embed, start):
             added += store.add(x, ids, meta)
             bar.update(len(ids))
     store.save()

@@ -373,6 +373,12 @@ class VectorStore:
                     raise UserError(f"id {key} is already in the index; delete it first") from None
                 rows.append(cur.lastrowid)
             con.executemany("INSERT INTO log (op, id) VALUES ('add', ?)", [(r,) for r in rows])
+            numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i >= 0]
+            if numbers:  # remembered past deletes: running numbers are never handed out twice
+                con.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('next_auto_id', ?)",
+                    (json.dumps(max(int(self._get("next_auto_id", 0)), max(numbers) + 1)),),
+                )
             seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
             con.execute("COMMIT")
         except BaseException:
@@ -381,6 +387,14 @@ class VectorStore:
         self.backend.add(np.asarray(rows, dtype=np.int64), x)
         self._applied = seq
         return len(rows)
+
+    def next_auto_id(self) -> int:
+        """The first running number (an id for inputs that bring none) above every integer id this store
+        has held, deleted ones included."""
+        present = self._con.execute(
+            "SELECT MAX(CAST(key AS INTEGER)) FROM items WHERE key GLOB '[0-9]*' AND key NOT GLOB '*[^0-9]*'"
+        ).fetchone()[0]
+        return max(int(self._get("next_auto_id", 0)), -1 if present is None else int(present) + 1, 0)
 
     def delete(self, ids: Iterable[Any]) -> list[Any]:
         """Delete entries by the user's ids; returns the ids that were not in the store."""
