@@ -518,3 +518,23 @@ def test_running_ids_are_not_reused_after_a_delete(tmp_path, capsys):
         keys = {json.loads(k) for (k,) in store._con.execute("SELECT key FROM items")}
         assert keys == {0, 1, 3, 4, 5, 6, 7, 10, 11, 12}
         assert [h[0]["id"] for h in store.search(x[10:], 1)] == [10, 11, 12]
+
+
+def test_a_failed_build_leaves_no_folder_and_a_failed_overwrite_the_old_index(tmp_path, capsys):
+    x = np.random.default_rng(11).standard_normal((20, 8)).astype(np.float32)
+    np.save(tmp_path / "v.npy", x)
+    idx = tmp_path / "i"
+    ivfpq = ["--input", str(tmp_path / "v.npy"), "--backend", "ivfpq", "--nlist", "4", "--pq-m", "2"]
+    r = _main(capsys, "index", "build", str(idx), *ivfpq)  # 20 vectors cannot train 4 cells
+    assert r.returncode == 2 and "nlist" in r.stderr and not idx.exists()
+    assert (
+        _main(
+            capsys, "index", "build", str(idx), "--input", str(tmp_path / "v.npy"), "--backend", "flat"
+        ).returncode
+        == 0
+    )
+    r = _main(capsys, "index", "build", str(idx), *ivfpq, "--overwrite")
+    assert r.returncode == 2 and "nlist" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["i", "v.npy"]  # no backup or temp left
+    with VectorStore.open(idx, write=False) as store:
+        assert len(store) == 20 and store.kind == "flat"

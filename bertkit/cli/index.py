@@ -236,29 +236,24 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         params = {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe, "refine": args.refine}
     extra = {"model": str(args.model.resolve())} if args.model else {}
     t0 = time.perf_counter()
-    store = VectorStore.create(
-        args.index_dir,
-        first[0].shape[1],
-        args.backend,
-        args.metric,
-        args.overwrite,
-        extra,
-        args.lock_timeout,
-        **params,
-    )
-    with store:
-        if args.backend == "ivfpq":  # train on the whole input (up to train_size) rather than one batch
-            rest = list(batches)
-            x = np.concatenate([first[0], *(b[0] for b in rest)])
-            ids = first[1] + [i for b in rest for i in b[1]]
-            meta = first[2] + [m for b in rest for m in b[2]]
-            store.add(x, ids, meta)
-        else:
-            store.add(*first)
-            for batch in batches:
-                store.add(*batch)
-        store.save()
-        return {**store.info(), "seconds": round(time.perf_counter() - t0, 3)}
+    # claimed as other outputs are: a failed build leaves no folder, a failed --overwrite the old index
+    with A.claim_output(args.index_dir, flag="INDEX_DIR", overwrite=args.overwrite) as out:
+        store = VectorStore.create(
+            out, first[0].shape[1], args.backend, args.metric, False, extra, args.lock_timeout, **params
+        )
+        with store:
+            if args.backend == "ivfpq":  # train on the whole input (up to train_size) rather than one batch
+                rest = list(batches)
+                x = np.concatenate([first[0], *(b[0] for b in rest)])
+                ids = first[1] + [i for b in rest for i in b[1]]
+                meta = first[2] + [m for b in rest for m in b[2]]
+                store.add(x, ids, meta)
+            else:
+                store.add(*first)
+                for batch in batches:
+                    store.add(*batch)
+            store.save()
+            return {**store.info(), "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def add(args: argparse.Namespace) -> dict[str, Any]:
