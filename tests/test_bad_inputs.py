@@ -434,3 +434,40 @@ def test_a_list_of_negative_layers_is_a_value_not_a_flag(tmp_path, tiny_model):
     two = np.array(json.loads((tmp_path / "two.jsonl").read_text().splitlines()[0])["features"])
     one = np.array(json.loads((tmp_path / "one.jsonl").read_text().splitlines()[0])["features"])
     assert two.shape[-1] == 2 * one.shape[-1]  # two layers concatenated
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file data/3: "
+            "file write failed"
+        ),  # torch.save on a full disk
+        OSError("8192 requested and 0 written"),  # numpy's tofile/save: no errno
+        __import__("sqlite3").OperationalError("database or disk is full"),  # index add
+    ],
+    ids=["torch-save", "numpy", "sqlite"],
+)
+def test_disk_full_without_an_errno_is_one_line(tmp_path, monkeypatch, capsys, error):
+    from bertkit.cli import index as index_cli
+    from bertkit.cli import main
+
+    def full(args):
+        raise error
+
+    monkeypatch.setattr(index_cli, "info", full)
+    assert main(["index", "info", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("bertkit index: error:") and "is the disk full?" in line
+
+
+def test_an_unknown_runtime_error_stays_a_traceback(tmp_path, monkeypatch):
+    from bertkit.cli import index as index_cli
+    from bertkit.cli import main
+
+    def bug(args):
+        raise RuntimeError("shape mismatch in a matmul")
+
+    monkeypatch.setattr(index_cli, "info", bug)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        main(["index", "info", str(tmp_path)])
