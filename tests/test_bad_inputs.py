@@ -103,6 +103,15 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
     glue(w / "stsb_7", "STS-B", sts + row.format("3.5") + row.format("7"))
     glue(w / "stsb_nan", "STS-B", sts + row.format("nan") + row.format("1"))
     damaged_indexes(w)
+    for name, text in (("tok_json_invalid", "{"), ("tok_json_no_vocab", '{"model": {"type": "WordPiece"}}')):
+        shutil.copytree(tiny_model, w / name)
+        (w / name / "vocab.txt").unlink()
+        (w / name / "tokenizer.json").write_text(text)
+    shutil.copytree(tiny_model, w / "tok_word_limit")
+    cfg = json.loads((w / "tok_word_limit" / "tokenizer_config.json").read_text())
+    (w / "tok_word_limit" / "tokenizer_config.json").write_text(
+        json.dumps({**cfg, "max_input_chars_per_word": -1})
+    )
     return w
 
 
@@ -272,6 +281,11 @@ CASES = [
                             "--out", OUT, "--doc-stride", "0"], ["--doc-stride", "0"]),
     ("classify-resume-foreign-checkpoint", [*CLS, "--out", "foreign_run", "--resume", "--checkpoint-every", "1"],
      ["foreign_run/checkpoints", "does not fit"]),
+    ("tokenizer-json-invalid", ["tokenize", "tok_json_invalid", "hello"], ["tok_json_invalid/tokenizer.json", "JSON"]),
+    ("tokenizer-json-no-vocab", ["tokenize", "tok_json_no_vocab", "hello"],
+     ["tok_json_no_vocab/tokenizer.json", "model.vocab"]),
+    ("tokenizer-word-limit-negative", ["tokenize", "tok_word_limit", "hello"],
+     ["tok_word_limit/tokenizer_config.json", "max_input_chars_per_word", "-1"]),
     # devices
     ("embed-device-bogus", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "bogus"],
      ["--device", "bogus"]),
