@@ -107,6 +107,10 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
         shutil.copytree(tiny_model, w / name)
         (w / name / "vocab.txt").unlink()
         (w / name / "tokenizer.json").write_text(text)
+    head = "sent1,sent2,ending0,ending1,ending2,ending3,label\n"
+    good = "A man sits.,He,stands.,runs.,sleeps.,eats.,0\n"
+    (w / "swag_short.csv").write_text(head + good + "A man sits.,He,stands.\n")
+    (w / "swag_empty_label.csv").write_text(head + good + "A man sits.,He,stands.,runs.,sleeps.,eats.,\n")
     shutil.copytree(tiny_model, w / "tok_word_limit")
     cfg = json.loads((w / "tok_word_limit" / "tokenizer_config.json").read_text())
     (w / "tok_word_limit" / "tokenizer_config.json").write_text(
@@ -166,6 +170,7 @@ PRE = ["pretrain", "--data", D, "--preset", "tiny", "--steps", "2", "--batch-siz
 PREP = ["prepare", "--corpus", "corpus.txt", "--vocab", "vocab.txt", "--quiet"]
 VOC = ["vocab", "--corpus", "corpus.txt", "--quiet"]
 SQ = ["finetune", "squad", "--model", M, "--train"]
+SWAG = ["finetune", "swag", "--model", M, "--quiet", "--train"]
 
 # (case id, argv, words the one error line must contain)
 CASES = [
@@ -286,6 +291,10 @@ CASES = [
      ["tok_json_no_vocab/tokenizer.json", "model.vocab"]),
     ("tokenizer-word-limit-negative", ["tokenize", "tok_word_limit", "hello"],
      ["tok_word_limit/tokenizer_config.json", "max_input_chars_per_word", "-1"]),
+    ("swag-short-row", [*SWAG, "swag_short.csv", "--dev", "swag_short.csv", "--out", OUT],
+     ["swag_short.csv", "row 3", "ending1", "missing"]),
+    ("swag-empty-label", [*SWAG, "swag_empty_label.csv", "--dev", "swag_empty_label.csv", "--out", OUT],
+     ["swag_empty_label.csv", "row 3", "label is empty"]),
     # devices
     ("embed-device-bogus", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "bogus"],
      ["--device", "bogus"]),
