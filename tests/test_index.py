@@ -538,3 +538,24 @@ def test_a_failed_build_leaves_no_folder_and_a_failed_overwrite_the_old_index(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["i", "v.npy"]  # no backup or temp left
     with VectorStore.open(idx, write=False) as store:
         assert len(store) == 20 and store.kind == "flat"
+
+
+def test_many_queries_are_searched_in_blocks(tmp_path, monkeypatch):
+    """``index search --queries`` of 20,000 queries once held a [queries x chunk] matrix (over 3 GB): the
+    store hands the backend at most QUERY_BLOCK queries at a time, with the same hits."""
+    from bertkit.index import store as store_module
+
+    monkeypatch.setattr(store_module, "QUERY_BLOCK", 64)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    q = rng.standard_normal((150, 8)).astype(np.float32)
+    store = VectorStore.create(tmp_path / "i", 8, "exact")
+    store.add(x, list(range(300)))
+    sizes = []
+    search = store.backend.search
+    monkeypatch.setattr(store.backend, "search", lambda qs, k: sizes.append(len(qs)) or search(qs, k))
+    hits = store.search(q, 3)
+    assert sizes == [64, 64, 22]
+    want = exact_search(unit(x), unit(q), 3)[1]
+    assert [[h["id"] for h in row] for row in hits] == want.tolist()
+    store.close()

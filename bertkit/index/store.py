@@ -47,6 +47,7 @@ from .backends import BACKENDS, Backend, make_backend
 logger = logging.getLogger("bertkit")
 
 METRICS = ("cosine", "dot")
+QUERY_BLOCK = 1024  # queries searched at a time: a backend's work memory is [block x rows of a chunk]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -479,7 +480,10 @@ class VectorStore:
         if k < 1:
             raise UserError(f"k must be >= 1, got {k}")
         q = self._prep(np.atleast_2d(queries))
-        scores, rows = self.backend.search(q, k)
+        # in blocks: 20,000 queries at once held a [queries x chunk] score matrix of over 3 GB
+        parts = [self.backend.search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
+        scores = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
+        rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
         wanted = sorted({int(r) for r in rows.ravel() if r >= 0})
         info: dict[int, tuple[Any, Any]] = {}
         for start in range(0, len(wanted), 900):
