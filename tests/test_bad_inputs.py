@@ -313,6 +313,7 @@ CASES = [
      ["idx_bad_metadata/store.db", "row 1", "not JSON"]),
     # convert / export
     ("convert-out-exists", ["convert", "tf", "nope_ckpt", EX], [EX, "already exists"]),
+    ("export-opset-1", ["export", "onnx", M, "m.onnx", "--opset", "1"], ["--opset", "1", "14"]),
     ("export-out-exists", ["export", "onnx", M, "existing.txt"], ["existing.txt", "already exists"]),
 ]  # fmt: skip
 
@@ -494,3 +495,18 @@ def test_an_unknown_runtime_error_stays_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(index_cli, "info", bug)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         main(["index", "info", str(tmp_path)])
+
+
+def test_export_without_the_onnx_package_says_what_to_install(tmp_path, tiny_model, monkeypatch, capsys):
+    import torch
+
+    from bertkit.cli import main
+
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'onnx'", name="onnx")
+
+    monkeypatch.setattr(torch.onnx, "export", missing)  # what the exporter does where onnx is not installed
+    assert main(["export", "onnx", str(tiny_model), str(tmp_path / "m.onnx")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "'onnx' package" in line and "pip install" in line
+    assert list(tmp_path.iterdir()) == []
