@@ -91,6 +91,10 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
 
     foreign = {"step": 1, "model": {"other.weight": torch.zeros(3)}, "optimizer": {}, "rng": [rng_state()]}
     save_checkpoint(w / "foreign_run", 1, foreign)  # a valid checkpoint of another model
+    from safetensors.torch import save_file
+
+    shutil.copytree(tiny_model, w / "foreign_weights")  # the tiny model's config, another model's tensors
+    save_file({"other.weight": torch.zeros(3)}, str(w / "foreign_weights" / "model.safetensors"))
     (w / "squad.json").write_text(json.dumps({"version": "1.1", "data": []}))
     qa = {"id": "q1", "question": "who?", "answers": [{"text": "Ann", "answer_start": 0}]}
     para = {"context": "Ann sat.", "qas": [qa]}
@@ -244,6 +248,8 @@ CASES = [
      ["modules.json", "leaves the folder"]),
     ("embed-modules-json-absolute", ["embed", "abs_st", "--input", "texts.txt", "--out", "e.npy"],
      ["modules.json", "leaves the folder"]),
+    ("embed-foreign-weights", ["embed", "foreign_weights", "--input", "texts.txt", "--out", "e.npy"],
+     ["foreign_weights", "none of", "other.weight"]),
     ("features-input-latin1", ["features", M, "--input", "latin1.txt", "--out", "f.jsonl"], ["latin1.txt", "UTF-8"]),
     ("features-out-exists", ["features", M, "--input", "texts.txt", "--out", "existing.txt"], ["already exists"]),
     ("predict-max-seq-length-2", ["predict", M, "--input", "texts.txt", "--out", "p.jsonl", "--max-seq-length", "2"],
