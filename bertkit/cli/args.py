@@ -267,8 +267,8 @@ def claim_output(
         yield path
     except BaseException:
         if not (kind == "dir" and has_checkpoints(path)):
-            if existed:  # an empty directory the user made: leave it empty again
-                for item in path.iterdir():
+            if existed:  # an empty directory the user made: leave it empty again (a device: leave it)
+                for item in path.iterdir() if path.is_dir() else ():
                     _remove(item)
             else:
                 _remove(path)
