@@ -46,10 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if needs_input:
             q.add_argument("--input", type=Path, required=True, metavar="F", help=".jsonl or .npy")
         q.add_argument("--model", type=Path, default=None, help="sentence encoder for text inputs")
-        q.add_argument("--text-field", default="text")
-        q.add_argument(
-            "--batch-size", type=A.positive_int, default=1000, help="entries per commit (default 1000)"
-        )
+        q.add_argument("--text-field", default="text", help="the field holding a row's text (default text)")
+        what = "entries per commit" if needs_input else "queries read and embedded at a time"
+        q.add_argument("--batch-size", type=A.positive_int, default=1000, help=f"{what} (default 1000)")
 
     b = sub.add_parser("build", help="create an index from an input file", description=__doc__)
     common(b, True)
@@ -280,7 +279,7 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
         if args.query:
             queries, labels = embed(args.query, "--query"), list(args.query)
         else:
-            parts = list(_read_batches(args.queries, 10_000, args.text_field, embed, 0))
+            parts = list(_read_batches(args.queries, args.batch_size, args.text_field, embed, 0))
             if not parts:
                 raise UserError(f"{args.queries}: no queries")
             queries, labels = np.concatenate([p[0] for p in parts]), [i for p in parts for i in p[1]]

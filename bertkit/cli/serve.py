@@ -42,8 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Every request is bounded by the limits below; over a limit -> 413/422 naming it.",
     )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port)")
     p.add_argument(
         "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
     )
