@@ -299,6 +299,14 @@ QA_CASES = [
         ["--max-request-tokens"],
     ),
     ("qa item not an object", "POST", "/qa", j({"inputs": ["who?"]}), 422, ["inputs[0]"]),
+    (
+        "qa context without tokens",
+        "POST",
+        "/qa",
+        j({"question": "who", "context": "\u200b\u200b \x07"}),
+        422,
+        ["context", "no tokens"],
+    ),
 ]
 
 NER_CASES = [

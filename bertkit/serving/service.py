@@ -484,6 +484,13 @@ class InferenceService:
             check_text(c, f"{name}.context" if name else "context", self.limits)
             if not q.strip() or not c.strip():
                 raise validation(f"{name or 'the request'}: question and context must hold some text")
+            with self._tok_lock:  # e.g. only zero-width or control characters: the model would see nothing
+                empty = [f for f, t in (("question", q), ("context", c)) if not self.tokenizer.tokenize(t)]
+            if empty:
+                raise validation(
+                    f"{name or 'the request'}: the {empty[0]} holds no tokens (only characters the tokenizer "
+                    "drops, such as zero-width or control characters)"
+                )
             fixed = min(len(q), settings.max_query_length) + 3
             budget += windowed_tokens(len(c), fixed, settings.max_seq_length, doc_stride)
         check_budget(budget, self.limits)
