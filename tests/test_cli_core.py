@@ -73,3 +73,16 @@ def test_flags_a_newcomer_reads_have_help_and_their_default(command, flags):
         assert "default" in helps[flag] or "%(default)" in helps[flag], (command, flag, helps[flag])
     if command == ["index", "search"]:
         assert "commit" not in helps["--batch-size"]  # it had build's help, about commits
+
+
+def test_serve_docs_says_its_page_needs_a_cdn():
+    """The offline rule: the /docs page's assets come from a CDN, and the flag says so."""
+    pytest.importorskip("fastapi", reason="serve extra not installed")
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    from bertkit.cli import build_parser
+
+    page = get_swagger_ui_html(openapi_url="/openapi.json", title="t").body.decode()
+    assert "https://" in page  # FastAPI's page does load its scripts from the network
+    docs = next(a for a in _subparser(build_parser(), ["serve"])._actions if "--docs" in a.option_strings)
+    assert "CDN" in docs.help and "/openapi.json" in docs.help

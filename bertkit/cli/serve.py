@@ -50,7 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
     )
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    p.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
+    p.add_argument(
+        "--docs",
+        action="store_true",
+        help="serve /docs and /openapi.json (off by default; the /docs page loads Swagger UI's scripts from "
+        "a CDN, so it needs a browser with internet access: offline, read /openapi.json)",
+    )
     p.add_argument(
         "--model-id", default=None, help="the name /info and /v1/embeddings report (default: dir name)"
     )
