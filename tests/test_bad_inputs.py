@@ -107,6 +107,7 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
     glue(w / "stsb_7", "STS-B", sts + row.format("3.5") + row.format("7"))
     glue(w / "stsb_nan", "STS-B", sts + row.format("nan") + row.format("1"))
     damaged_indexes(w)
+    bad_static_instances(w, tiny_data / "vocab.txt")
     for name, text in (("tok_json_invalid", "{"), ("tok_json_no_vocab", '{"model": {"type": "WordPiece"}}')):
         shutil.copytree(tiny_model, w / name)
         (w / name / "vocab.txt").unlink()
@@ -131,6 +132,35 @@ def glue(root: Path, task: str, rows: str) -> None:
     (root / task).mkdir(parents=True)
     for split in ("train", "dev"):
         (root / task / f"{split}.tsv").write_text(rows)
+
+
+def bad_static_instances(w: Path, vocab: Path) -> None:
+    """Static instances (as ``prepare --static`` writes them) with one value out of range in every
+    instance, each beside the vocabulary the ids refer to."""
+    import numpy as np
+
+    n_vocab = len(vocab.read_text(encoding="utf-8").splitlines())
+    rng = np.random.default_rng(0)
+    good = {
+        "input_ids": rng.integers(5, n_vocab, (4, 64)),
+        "input_mask": np.repeat((np.arange(64) < 20)[None].astype(np.int64), 4, 0),
+        "segment_ids": np.zeros((4, 64), np.int64),
+        "masked_lm_positions": np.tile(np.arange(1, 11), (4, 1)),
+        "masked_lm_ids": rng.integers(5, n_vocab, (4, 10)),
+        "masked_lm_weights": np.ones((4, 10), np.float32),
+        "next_sentence_labels": np.zeros((4, 1), np.int64),
+    }
+    for name, key, col, value in (
+        ("static_segment", "segment_ids", 3, 5),
+        ("static_nsp", "next_sentence_labels", 0, 3),
+        ("static_input_id", "input_ids", 2, n_vocab),
+        ("static_masked_id", "masked_lm_ids", 0, -7),
+    ):
+        arrays = {k: v.copy() for k, v in good.items()}
+        arrays[key][:, col] = value
+        (w / name).mkdir()
+        np.savez(w / name / "static_instances.npz", **arrays)
+        shutil.copy(vocab, w / name / "vocab.txt")
 
 
 def damaged_indexes(w: Path) -> None:
@@ -175,6 +205,7 @@ PREP = ["prepare", "--corpus", "corpus.txt", "--vocab", "vocab.txt", "--quiet"]
 VOC = ["vocab", "--corpus", "corpus.txt", "--quiet"]
 SQ = ["finetune", "squad", "--model", M, "--train"]
 SWAG = ["finetune", "swag", "--model", M, "--quiet", "--train"]
+STATIC = ["pretrain", *PRE[3:], "--out", OUT, "--data"]  # PRE with another --data
 
 # (case id, argv, words the one error line must contain)
 CASES = [
@@ -301,6 +332,10 @@ CASES = [
      ["swag_short.csv", "row 3", "ending1", "missing"]),
     ("swag-empty-label", [*SWAG, "swag_empty_label.csv", "--dev", "swag_empty_label.csv", "--out", OUT],
      ["swag_empty_label.csv", "row 3", "label is empty"]),
+    ("static-segment-id-5", [*STATIC, "static_segment"], ["static_segment", "segment ids", "5"]),
+    ("static-nsp-label-3", [*STATIC, "static_nsp"], ["static_nsp", "next_sentence_labels", "3"]),
+    ("static-input-id-over-vocab", [*STATIC, "static_input_id"], ["static_input_id", "input id", "outside"]),
+    ("static-masked-id-negative", [*STATIC, "static_masked_id"], ["static_masked_id", "masked id -7"]),
     # devices
     ("embed-device-bogus", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "bogus"],
      ["--device", "bogus"]),
