@@ -10,10 +10,12 @@ with onnxruntime when it is installed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +233,11 @@ def min_cosines(
     return out
 
 
+# Opsets the TorchScript-based exporter writes this model in: 14 brings the attention ops it uses, 20 is that
+# exporter's newest.
+MIN_OPSET, MAX_OPSET = 14, 20
+
+
 def export_onnx(
     model_dir: str | os.PathLike,
     out: str | os.PathLike,
@@ -253,6 +260,8 @@ def export_onnx(
     out = Path(out)
     if out.suffix != ".onnx":
         raise UserError(f"{out}: the output file must end in .onnx")
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise UserError(f"--opset {opset}: the exporter writes opsets {MIN_OPSET}..{MAX_OPSET}")
     model = load_model(model_dir, encoder_only=encoder_only)
     wrapper = static_graph(model).eval()
     names = wrapper.output_names()
@@ -271,7 +280,7 @@ def export_onnx(
     try:
         # The TorchScript-based exporter (dynamo=False) handles dynamic_axes without extra packages
         # (the torch.export-based one needs onnxscript); its deprecation notice is silenced here.
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), _needs_export_packages():
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(
                 wrapper,
@@ -306,6 +315,15 @@ def export_onnx(
     if verify:
         result["verify"] = verify_onnx(out, model, atol=atol, min_cosine=int8_min_cosine if int8 else None)
     return result
+
+
+@contextlib.contextmanager
+def _needs_export_packages() -> Iterator[None]:
+    """A package the exporter imports on demand (onnx, onnxscript) missing: one line saying what to install."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        raise UserError(f"export onnx needs the {e.name!r} package: pip install 'bertkit[export]'") from None
 
 
 def quantize_onnx_int8(src: str | os.PathLike, dst: str | os.PathLike) -> None:

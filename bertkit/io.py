@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +107,15 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _is_special(path: Path) -> bool:
+    """An existing file that is neither a regular file nor a directory (a device, a FIFO, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextlib.contextmanager
 def atomic_write(
     path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8", fsync: bool = True
@@ -115,10 +125,14 @@ def atomic_write(
     ``fsync=False`` skips both fsyncs (file and directory) for files whose loss in a crash is detected and
     repaired later, e.g. through checksums kept in a file that *is* fsynced."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     if "b" in mode:
         encoding = None
+    if _is_special(path):  # /dev/null, a FIFO, a terminal: write into it; a rename would replace it
+        with open(path, mode, encoding=encoding) as f:
+            yield f
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         _chmod_as_umask(tmp)
         with os.fdopen(fd, mode, encoding=encoding) as f:

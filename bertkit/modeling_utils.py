@@ -163,12 +163,15 @@ class BertPreTrainedModel(nn.Module):
         config: BertConfig | None = None,
         output_loading_info: bool = False,
         ignore_mismatched_sizes: bool = False,
+        allow_no_weights: bool = False,
         **config_overrides: Any,
     ) -> M | tuple[M, LoadingInfo]:
         """Load a model from a Hugging Face-layout directory.
 
         ``config_overrides`` change config fields before the model is built (``num_labels=3``,
-        ``hidden_dropout_prob=0.0``, ...). Missing and unexpected keys are logged as warnings.
+        ``hidden_dropout_prob=0.0``, ...). Missing and unexpected keys are logged as warnings. Weights that
+        hold none of the model's tensors are refused (the model would be all random) unless
+        ``allow_no_weights``.
         """
         model_dir = Path(model_dir)
         if config is None:
@@ -181,6 +184,13 @@ class BertPreTrainedModel(nn.Module):
         model = cls(config)
         state = load_state_dict(model_dir)
         info = model.load_checkpoint_state(state, ignore_mismatched_sizes, source=str(model_dir))
+        loaded = set(model.state_dict()) - model._tied_targets() - set(info.missing_keys)
+        if not loaded and not allow_no_weights:
+            seen = ", ".join(sorted(state)[:3]) or "no tensors at all"
+            raise UserError(
+                f"{model_dir}: the weights hold none of {cls.__name__}'s tensors (they hold {seen}); "
+                "this is not a checkpoint of this model"
+            )
         if info.missing_keys:
             logger.warning(
                 "%s: weights not in the checkpoint, freshly initialised: %s",

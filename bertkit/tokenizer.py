@@ -29,7 +29,7 @@ from tokenizers import AddedToken, Encoding, decoders, models, normalizers, pre_
 from tokenizers import Tokenizer as _RustTokenizer
 
 from .errors import UserError
-from .io import atomic_write, atomic_write_json
+from .io import atomic_write, atomic_write_json, read_text
 from .tokenizer_fast_path import (
     PlainText,
     choose_fast_path,
@@ -189,8 +189,10 @@ class Tokenizer:
                 f"{source}: the vocabulary lacks the special token(s) {', '.join(missing)}; "
                 "a BERT vocabulary needs [PAD] [UNK] [CLS] [SEP] [MASK] (bertkit vocab adds them)"
             )
-        if max_input_chars_per_word < 1:
-            raise ValueError("max_input_chars_per_word must be >= 1")
+        if not isinstance(max_input_chars_per_word, int) or max_input_chars_per_word < 1:
+            raise UserError(
+                f"{source}: max_input_chars_per_word must be an integer >= 1, got {max_input_chars_per_word!r}"
+            )
         self.vocab = vocab
         self.ids_to_tokens = list(tokens)
         self.lowercase = lowercase
@@ -288,27 +290,37 @@ class Tokenizer:
             if isinstance(cfg.get("model_max_length"), int) and cfg["model_max_length"] < 10**6:
                 settings["model_max_length"] = cfg["model_max_length"]
             if isinstance(cfg.get("max_input_chars_per_word"), int):
-                settings["max_input_chars_per_word"] = cfg["max_input_chars_per_word"]
+                settings["max_input_chars_per_word"] = _word_limit(
+                    cfg["max_input_chars_per_word"], config_file
+                )
         return settings
 
     @classmethod
     def _from_tokenizer_json(cls, path: Path, **overrides: Any) -> Tokenizer:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        model = data.get("model", {})
-        if model.get("type") == "BPE":  # byte-level BPE (ModernBERT's): run as the file describes it
+        try:
+            data = json.loads(read_text(path, "tokenizer file"))
+        except json.JSONDecodeError as e:
+            raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        model = data.get("model") if isinstance(data, dict) else None
+        if isinstance(model, dict) and model.get("type") == "BPE":  # byte-level BPE (ModernBERT's)
             from .tokenizer_bpe import BPETokenizer
 
             return BPETokenizer.from_file(path, **overrides)
-        if model.get("type") != "WordPiece":
-            raise UserError(f"{path}: not a WordPiece tokenizer (model type {model.get('type')!r})")
-        vocab = model["vocab"]
+        if not isinstance(model, dict) or model.get("type") != "WordPiece":
+            kind = model.get("type") if isinstance(model, dict) else None
+            raise UserError(f"{path}: not a WordPiece or BPE tokenizer (model type {kind!r})")
+        vocab = model.get("vocab")
+        if not isinstance(vocab, dict) or not vocab or not all(isinstance(i, int) for i in vocab.values()):
+            raise UserError(f"{path}: 'model.vocab' must be an object mapping each token to its integer id")
         tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
         norm = data.get("normalizer") or {}
+        if not isinstance(norm, dict):
+            raise UserError(f"{path}: 'normalizer' must be an object")
         settings = dict(
             lowercase=bool(norm.get("lowercase", True)),
             strip_accents=norm.get("strip_accents"),
             tokenize_chinese_chars=bool(norm.get("handle_chinese_chars", True)),
-            max_input_chars_per_word=int(model.get("max_input_chars_per_word", 100)),
+            max_input_chars_per_word=_word_limit(model.get("max_input_chars_per_word", 100), path),
         )
         settings.update(overrides)
         return cls.from_vocab(tokens, **settings)
@@ -778,3 +790,10 @@ class Tokenizer:
                 input_ids.shape
             ),
         }
+
+
+def _word_limit(value: Any, path: Path) -> int:
+    """A file's ``max_input_chars_per_word``: an integer >= 1 (-1 or 0 would turn every word into [UNK])."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UserError(f"{path}: max_input_chars_per_word must be an integer >= 1, got {value!r}")
+    return value

@@ -102,8 +102,110 @@ def ws(tmp_path_factory, tiny_data, tiny_model) -> Path:
 
     foreign = {"step": 1, "model": {"other.weight": torch.zeros(3)}, "optimizer": {}, "rng": [rng_state()]}
     save_checkpoint(w / "foreign_run", 1, foreign)  # a valid checkpoint of another model
+    from safetensors.torch import save_file
+
+    shutil.copytree(tiny_model, w / "foreign_weights")  # the tiny model's config, another model's tensors
+    save_file({"other.weight": torch.zeros(3)}, str(w / "foreign_weights" / "model.safetensors"))
     (w / "squad.json").write_text(json.dumps({"version": "1.1", "data": []}))
+    qa = {"id": "q1", "question": "who?", "answers": [{"text": "Ann", "answer_start": 0}]}
+    para = {"context": "Ann sat.", "qas": [qa]}
+    squad_file(w / "squad_null_question.json", [{**para, "qas": [{**qa, "question": None}]}])
+    squad_file(w / "squad_dup_ids.json", [para, {**para, "qas": [{**qa, "question": "what?"}]}])
+    glue(w / "glue_pos", "SST-2", "sentence\tlabel\ngood movie\tpos\nbad movie\t0\n")
+    glue(w / "glue_2", "SST-2", "sentence\tlabel\ngood movie\t1\nbad movie\t2\n")
+    sts = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"
+    row = "0\tmain\tf\t2012\t0\ts\ts\ta cat\ta dog\t{}\n"
+    glue(w / "stsb_7", "STS-B", sts + row.format("3.5") + row.format("7"))
+    glue(w / "stsb_nan", "STS-B", sts + row.format("nan") + row.format("1"))
+    damaged_indexes(w)
+    bad_static_instances(w, tiny_data / "vocab.txt")
+    for name, text in (("tok_json_invalid", "{"), ("tok_json_no_vocab", '{"model": {"type": "WordPiece"}}')):
+        shutil.copytree(tiny_model, w / name)
+        (w / name / "vocab.txt").unlink()
+        (w / name / "tokenizer.json").write_text(text)
+    head = "sent1,sent2,ending0,ending1,ending2,ending3,label\n"
+    good = "A man sits.,He,stands.,runs.,sleeps.,eats.,0\n"
+    (w / "swag_short.csv").write_text(head + good + "A man sits.,He,stands.\n")
+    (w / "swag_empty_label.csv").write_text(head + good + "A man sits.,He,stands.,runs.,sleeps.,eats.,\n")
+    shutil.copytree(tiny_model, w / "tok_word_limit")
+    cfg = json.loads((w / "tok_word_limit" / "tokenizer_config.json").read_text())
+    (w / "tok_word_limit" / "tokenizer_config.json").write_text(
+        json.dumps({**cfg, "max_input_chars_per_word": -1})
+    )
     return w
+
+
+def squad_file(path: Path, paragraphs: list) -> None:
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+
+
+def glue(root: Path, task: str, rows: str) -> None:
+    (root / task).mkdir(parents=True)
+    for split in ("train", "dev"):
+        (root / task / f"{split}.tsv").write_text(rows)
+
+
+def bad_static_instances(w: Path, vocab: Path) -> None:
+    """Static instances (as ``prepare --static`` writes them) with one value out of range in every
+    instance, each beside the vocabulary the ids refer to."""
+    import numpy as np
+
+    n_vocab = len(vocab.read_text(encoding="utf-8").splitlines())
+    rng = np.random.default_rng(0)
+    good = {
+        "input_ids": rng.integers(5, n_vocab, (4, 64)),
+        "input_mask": np.repeat((np.arange(64) < 20)[None].astype(np.int64), 4, 0),
+        "segment_ids": np.zeros((4, 64), np.int64),
+        "masked_lm_positions": np.tile(np.arange(1, 11), (4, 1)),
+        "masked_lm_ids": rng.integers(5, n_vocab, (4, 10)),
+        "masked_lm_weights": np.ones((4, 10), np.float32),
+        "next_sentence_labels": np.zeros((4, 1), np.int64),
+    }
+    for name, key, col, value in (
+        ("static_segment", "segment_ids", 3, 5),
+        ("static_nsp", "next_sentence_labels", 0, 3),
+        ("static_input_id", "input_ids", 2, n_vocab),
+        ("static_masked_id", "masked_lm_ids", 0, -7),
+    ):
+        arrays = {k: v.copy() for k, v in good.items()}
+        arrays[key][:, col] = value
+        (w / name).mkdir()
+        np.savez(w / name / "static_instances.npz", **arrays)
+        shutil.copy(vocab, w / name / "vocab.txt")
+
+
+def damaged_indexes(w: Path) -> None:
+    """A good index and copies damaged one way each (``index info``/``search`` must refuse them in one line)."""
+    import sqlite3
+
+    import numpy as np
+
+    pytest.importorskip("faiss")
+    from bertkit.index import VectorStore
+
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    np.save(w / "q4.npy", x[:1])
+    with VectorStore.create(w / "idx", 4, "flat") as store:
+        store.add(x, list(range(6)), [{"n": i} for i in range(6)])
+        store.save()
+    (w / "idx" / "writer.lock").unlink(missing_ok=True)  # what a reader finds: nothing it would create itself
+    sql = {
+        "idx_meta_not_json": "UPDATE meta SET value='{' WHERE key='store'",
+        "idx_meta_no_dim": 'UPDATE meta SET value=\'{"metric": "cosine", "backend": "flat"}\' WHERE key=\'store\'',
+        "idx_meta_backend": "UPDATE meta SET value=json_set(value, '$.backend', 'bogus') WHERE key='store'",
+        "idx_short_blob": "UPDATE items SET vector=x'0000' WHERE id=3",
+        "idx_bad_metadata": "UPDATE items SET metadata='{oops' WHERE id=1",
+    }
+    for name, statement in sql.items():
+        shutil.copytree(w / "idx", w / name)
+        with sqlite3.connect(w / name / "store.db") as con:
+            con.execute(statement)
+        con.close()
+        if name == "idx_short_blob":  # no snapshot: the backend is rebuilt from the rows
+            for snap in (w / name).glob("snapshot-*"):
+                shutil.rmtree(snap)
+    (w / "idx_garbage").mkdir()
+    (w / "idx_garbage" / "store.db").write_bytes(b"this is not a database\n" * 200)
 
 
 M, D, OUT, EX = "model", "data", "new_out", "existing_out"  # paths relative to the workspace
@@ -112,6 +214,9 @@ PRE = ["pretrain", "--data", D, "--preset", "tiny", "--steps", "2", "--batch-siz
        "--max-seq-length", "64"]  # fmt: skip
 PREP = ["prepare", "--corpus", "corpus.txt", "--vocab", "vocab.txt", "--quiet"]
 VOC = ["vocab", "--corpus", "corpus.txt", "--quiet"]
+SQ = ["finetune", "squad", "--model", M, "--train"]
+SWAG = ["finetune", "swag", "--model", M, "--quiet", "--train"]
+STATIC = ["pretrain", *PRE[3:], "--out", OUT, "--data"]  # PRE with another --data
 
 # (case id, argv, words the one error line must contain)
 CASES = [
@@ -192,6 +297,8 @@ CASES = [
      ["modules.json", "leaves the folder"]),
     ("embed-modules-json-absolute", ["embed", "abs_st", "--input", "texts.txt", "--out", "e.npy"],
      ["modules.json", "leaves the folder"]),
+    ("embed-foreign-weights", ["embed", "foreign_weights", "--input", "texts.txt", "--out", "e.npy"],
+     ["foreign_weights", "none of", "other.weight"]),
     ("features-input-latin1", ["features", M, "--input", "latin1.txt", "--out", "f.jsonl"], ["latin1.txt", "UTF-8"]),
     ("features-out-exists", ["features", M, "--input", "texts.txt", "--out", "existing.txt"], ["already exists"]),
     ("predict-max-seq-length-2", ["predict", M, "--input", "texts.txt", "--out", "p.jsonl", "--max-seq-length", "2"],
@@ -212,12 +319,60 @@ CASES = [
                      "--out", OUT, "--quiet"], ["train.tsv", "UTF-8"]),
     ("ner-latin1", ["finetune", "ner", "--train", "ner_latin1.txt", "--dev", "ner.txt", "--model", M, "--out", OUT,
                     "--quiet"], ["ner_latin1.txt", "UTF-8"]),
+    ("classify-lr-nan", [*CLS, "--out", OUT, "--lr", "nan"], ["--lr", "finite"]),
+    ("classify-warmup-ratio-2", [*CLS, "--out", OUT, "--warmup-ratio", "2"], ["--warmup-ratio", "2"]),
+    ("classify-weight-decay-negative", [*CLS, "--out", OUT, "--weight-decay", "-1"], ["--weight-decay"]),
+    ("squad-lr-nan", [*SQ, "squad.json", "--dev", "squad.json", "--out", OUT, "--lr", "nan"], ["--lr", "finite"]),
+    ("squad-warmup-ratio-2", [*SQ, "squad.json", "--dev", "squad.json", "--out", OUT, "--warmup-ratio", "2"],
+     ["--warmup-ratio"]),
+    ("glue-train-label-pos", ["finetune", "glue", "--task", "SST-2", "--data-dir", "glue_pos/SST-2", "--model", M,
+                              "--out", OUT, "--quiet"], ["train.tsv", "line 2", "'pos'", "SST-2"]),
+    ("glue-train-label-2", ["finetune", "glue", "--task", "SST-2", "--data-dir", "glue_2/SST-2", "--model", M,
+                            "--out", OUT, "--quiet"], ["train.tsv", "line 3", "'2'"]),
+    ("stsb-score-over-5", ["finetune", "glue", "--task", "STS-B", "--data-dir", "stsb_7/STS-B", "--model", M,
+                           "--out", OUT, "--quiet"], ["train.tsv", "line 3", "'7'", "0-5"]),
+    ("stsb-score-nan", ["finetune", "glue", "--task", "STS-B", "--data-dir", "stsb_nan/STS-B", "--model", M,
+                        "--out", OUT, "--quiet"], ["train.tsv", "line 2", "'nan'"]),
+    ("squad-question-null", [*SQ, "squad_null_question.json", "--dev", "squad_null_question.json", "--out", OUT],
+     ["squad_null_question.json", "'q1'", "question", "string"]),
+    ("squad-duplicate-ids", [*SQ, "squad_dup_ids.json", "--dev", "squad_dup_ids.json", "--out", OUT],
+     ["squad_dup_ids.json", "'q1'", "twice"]),
     ("squad-doc-stride-0", ["finetune", "squad", "--train", "squad.json", "--dev", "squad.json", "--model", M,
                             "--out", OUT, "--doc-stride", "0"], ["--doc-stride", "0"]),
     ("classify-resume-foreign-checkpoint", [*CLS, "--out", "foreign_run", "--resume", "--checkpoint-every", "1"],
      ["foreign_run/checkpoints", "does not fit"]),
+    ("tokenizer-json-invalid", ["tokenize", "tok_json_invalid", "hello"], ["tok_json_invalid/tokenizer.json", "JSON"]),
+    ("tokenizer-json-no-vocab", ["tokenize", "tok_json_no_vocab", "hello"],
+     ["tok_json_no_vocab/tokenizer.json", "model.vocab"]),
+    ("tokenizer-word-limit-negative", ["tokenize", "tok_word_limit", "hello"],
+     ["tok_word_limit/tokenizer_config.json", "max_input_chars_per_word", "-1"]),
+    ("swag-short-row", [*SWAG, "swag_short.csv", "--dev", "swag_short.csv", "--out", OUT],
+     ["swag_short.csv", "row 3", "ending1", "missing"]),
+    ("swag-empty-label", [*SWAG, "swag_empty_label.csv", "--dev", "swag_empty_label.csv", "--out", OUT],
+     ["swag_empty_label.csv", "row 3", "label is empty"]),
+    ("static-segment-id-5", [*STATIC, "static_segment"], ["static_segment", "segment ids", "5"]),
+    ("static-nsp-label-3", [*STATIC, "static_nsp"], ["static_nsp", "next_sentence_labels", "3"]),
+    ("static-input-id-over-vocab", [*STATIC, "static_input_id"], ["static_input_id", "input id", "outside"]),
+    ("static-masked-id-negative", [*STATIC, "static_masked_id"], ["static_masked_id", "masked id -7"]),
+    # devices
+    ("embed-device-bogus", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "bogus"],
+     ["--device", "bogus"]),
+    ("embed-device-cuda-99", ["embed", M, "--input", "texts.txt", "--out", "e.npy", "--device", "cuda:99"],
+     ["--device", "cuda:99"]),
+    ("pretrain-device-bogus", [*PRE, "--out", OUT, "--device", "bogus"], ["--device", "bogus"]),
+    ("serve-device-bogus", ["serve", M, "--device", "bogus"], ["--device", "bogus"]),
+    ("serve-device-cuda-99", ["serve", M, "--device", "cuda:99"], ["--device", "cuda:99"]),
+    # damaged indexes
+    ("index-garbage-db", ["index", "info", "idx_garbage"], ["idx_garbage/store.db", "not a bertkit index"]),
+    ("index-meta-not-json", ["index", "info", "idx_meta_not_json"], ["idx_meta_not_json/store.db", "not JSON"]),
+    ("index-meta-no-dim", ["index", "info", "idx_meta_no_dim"], ["idx_meta_no_dim/store.db", "'dim'"]),
+    ("index-meta-backend", ["index", "info", "idx_meta_backend"], ["idx_meta_backend/store.db", "'bogus'"]),
+    ("index-short-blob", ["index", "info", "idx_short_blob"], ["idx_short_blob/store.db", "row 3", "2 bytes"]),
+    ("index-bad-metadata", ["index", "search", "idx_bad_metadata", "--queries", "q4.npy", "-k", "6"],
+     ["idx_bad_metadata/store.db", "row 1", "not JSON"]),
     # convert / export
     ("convert-out-exists", ["convert", "tf", "nope_ckpt", EX], [EX, "already exists"]),
+    ("export-opset-1", ["export", "onnx", M, "m.onnx", "--opset", "1"], ["--opset", "1", "14"]),
     ("export-out-exists", ["export", "onnx", M, "existing.txt"], ["existing.txt", "already exists"]),
 ]  # fmt: skip
 
@@ -230,7 +385,12 @@ def test_battery_has_enough_cases():
 def results(ws, tmp_path_factory):
     before = snapshot(ws)
     logs = tmp_path_factory.mktemp("bad_inputs_logs")
-    out = run_forked([{"argv": argv, "cwd": ws, "watch": ws} for _, argv, _ in CASES], logs)
+    # Opening an SQLite store in WAL mode creates and removes its -wal/-shm files, which changes the index
+    # folder's mtime: index cases watch the model folder only, and the sha256 snapshot of the whole workspace
+    # (test_no_case_wrote_or_changed_anything) is what shows that they changed no file.
+    cases = [{"argv": argv, "cwd": ws, "watch": ws / M if name.startswith("index-") else ws}
+             for name, argv, _ in CASES]  # fmt: skip
+    out = run_forked(cases, logs)
     return {"cases": dict(zip([c[0] for c in CASES], out)), "before": before, "after": snapshot(ws)}
 
 
@@ -342,3 +502,70 @@ def test_a_killed_overwrite_is_reported_and_the_old_output_kept(tmp_path, tiny_d
     backup.rmdir()
     assert main([*base, "--overwrite"]) == 0 and (old / "manifest.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d"]
+
+
+def test_a_list_of_negative_layers_is_a_value_not_a_flag(tmp_path, tiny_model):
+    """``features --layers -1,-2`` (the README's form) was parsed as an unknown flag and refused."""
+    import numpy as np
+
+    from bertkit.cli import main
+
+    (tmp_path / "t.txt").write_text("the cat\n")
+    base = ["features", str(tiny_model), "--input", str(tmp_path / "t.txt")]
+    assert main([*base, "--out", str(tmp_path / "two.jsonl"), "--layers", "-1,-2"]) == 0
+    assert main([*base, "--out", str(tmp_path / "one.jsonl"), "--layers", "-1"]) == 0
+    two = np.array(json.loads((tmp_path / "two.jsonl").read_text().splitlines()[0])["features"])
+    one = np.array(json.loads((tmp_path / "one.jsonl").read_text().splitlines()[0])["features"])
+    assert two.shape[-1] == 2 * one.shape[-1]  # two layers concatenated
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError(
+            "[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file data/3: "
+            "file write failed"
+        ),  # torch.save on a full disk
+        OSError("8192 requested and 0 written"),  # numpy's tofile/save: no errno
+        __import__("sqlite3").OperationalError("database or disk is full"),  # index add
+    ],
+    ids=["torch-save", "numpy", "sqlite"],
+)
+def test_disk_full_without_an_errno_is_one_line(tmp_path, monkeypatch, capsys, error):
+    from bertkit.cli import index as index_cli
+    from bertkit.cli import main
+
+    def full(args):
+        raise error
+
+    monkeypatch.setattr(index_cli, "info", full)
+    assert main(["index", "info", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("bertkit index: error:") and "is the disk full?" in line
+
+
+def test_an_unknown_runtime_error_stays_a_traceback(tmp_path, monkeypatch):
+    from bertkit.cli import index as index_cli
+    from bertkit.cli import main
+
+    def bug(args):
+        raise RuntimeError("shape mismatch in a matmul")
+
+    monkeypatch.setattr(index_cli, "info", bug)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        main(["index", "info", str(tmp_path)])
+
+
+def test_export_without_the_onnx_package_says_what_to_install(tmp_path, tiny_model, monkeypatch, capsys):
+    import torch
+
+    from bertkit.cli import main
+
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'onnx'", name="onnx")
+
+    monkeypatch.setattr(torch.onnx, "export", missing)  # what the exporter does where onnx is not installed
+    assert main(["export", "onnx", str(tiny_model), str(tmp_path / "m.onnx")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "'onnx' package" in line and "pip install" in line
+    assert list(tmp_path.iterdir()) == []

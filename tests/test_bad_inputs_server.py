@@ -25,7 +25,7 @@ from bertkit.heads.finetune import (  # noqa: E402
 from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
 
 LIMITS = ["--max-body-bytes", "65536", "--max-text-chars", "2000", "--max-batch-size", "8"]
-LIMITS += ["--max-request-tokens", "200"]
+LIMITS += ["--max-request-tokens", "200", "--max-fill-mask-predictions", "40"]
 SURROGATE = b'"the \\ud800 cat"'  # valid JSON, not valid Unicode
 
 
@@ -112,6 +112,14 @@ MLM_CASES = [
         422,
         ["input[0]", "surrogate"],
     ),
+    (
+        "openai model surrogate",
+        "POST",
+        "/v1/embeddings",
+        with_raw(b'{"input": "a", "model": @}', SURROGATE),
+        422,
+        ["model", "surrogate"],
+    ),
     ("openai token ids", "POST", "/v1/embeddings", j({"input": [[1, 2, 3]]}), 422, ["input"]),
     ("rerank no texts", "POST", "/rerank", j({"query": "the"}), 422, ["texts"]),
     (
@@ -151,7 +159,22 @@ MLM_CASES = [
         422,
         ["text", "surrogate"],
     ),
-    ("fill-mask too long", "POST", "/fill-mask", j({"text": "the [MASK] " * 20}), 413, ["tokens", "32"]),
+    (
+        "fill-mask masks x top_k",
+        "POST",
+        "/fill-mask",
+        j({"text": "[MASK] [MASK] [MASK]", "top_k": 17}),
+        413,
+        ["3 masks", "51", "--max-fill-mask-predictions", "40"],
+    ),
+    (
+        "fill-mask too long",
+        "POST",
+        "/fill-mask",
+        j({"text": "the cat " * 20 + "[MASK]"}),
+        413,
+        ["tokens", "32"],
+    ),
     ("tokenize too long", "POST", "/tokenize", j({"text": "a" * 2001}), 413, ["--max-text-chars"]),
     (
         "tokenize pair surrogate",
@@ -186,6 +209,7 @@ CLS_CASES = [
         ["pairs[0]", "surrogate"],
     ),
     ("tei three items", "POST", "/predict", j({"inputs": [["a", "b", "c"]]}), 422, ["inputs[0]"]),
+    ("tei empty inputs", "POST", "/predict", j({"inputs": []}), 422, ["inputs", "at least one"]),
     ("tei mixed", "POST", "/predict", j({"inputs": ["a", ["b", "c"]]}), 422, ["mixes"]),
     (
         "windows with pairs",
@@ -275,6 +299,14 @@ QA_CASES = [
         ["--max-request-tokens"],
     ),
     ("qa item not an object", "POST", "/qa", j({"inputs": ["who?"]}), 422, ["inputs[0]"]),
+    (
+        "qa context without tokens",
+        "POST",
+        "/qa",
+        j({"question": "who", "context": "\u200b\u200b \x07"}),
+        422,
+        ["context", "no tokens"],
+    ),
 ]
 
 NER_CASES = [
@@ -371,6 +403,10 @@ def test_good_requests_still_work_and_info_has_no_path(servers):
     server = servers["mlm"]
     status, body, _ = server.request("POST", "/embed", {"texts": ["the cat sat"]})
     assert status == 200 and len(body["embeddings"][0]) == 128
+    status, body, _ = server.request("POST", "/fill-mask", {"text": "[MASK] and [MASK]", "top_k": 17})
+    assert status == 200 and [len(m) for m in body["masks"]] == [17, 17]  # 34: inside the limit of 40
+    status, body, _ = server.request("POST", "/rerank", {"query": "the", "texts": ["a cat"] * 8})
+    assert status == 200 and len(body) == 8  # exactly --max-batch-size texts: the query is not one of them
     status, info, _ = server.request("GET", "/info")
     assert status == 200
     assert "/" not in json.dumps({k: v for k, v in info.items() if k != "endpoints"}), info
@@ -387,3 +423,70 @@ def test_good_requests_still_work_and_info_has_no_path(servers):
         "bertkit_queue_depth 0.0",
     ):
         assert name in text, name
+
+
+def _closed_by_server(sock, wait: float = 15.0) -> bytes:
+    """Read until the server closes the connection (at most ``wait`` seconds); returns what it sent."""
+    import time
+
+    got = b""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        sock.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            break
+        except ConnectionResetError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+    raise AssertionError(f"the server kept the connection open for {wait} s (sent {got[:200]!r})")
+
+
+def test_stalled_and_surplus_connections_are_closed(tmp_path):
+    """Slow-loris clients: connections over --max-connections get a 503 and are closed at once; requests
+    whose headers or body stall past --read-timeout, and idle keep-alive connections, are closed; the
+    server answers /health throughout."""
+    import socket
+
+    model = tiny_dir(BertForMaskedLM, tmp_path / "mlm")
+    flags = ["--max-connections", "6", "--read-timeout", "1", "--keep-alive", "1"]
+    # a batch waits 1.5 s to fill: longer than the read deadline, which must not count the model's time
+    server = Server(model, tmp_path, *flags, "--max-wait-ms", "1500")
+    socks = []
+    try:
+
+        def connect(first: bytes = b""):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=15)
+            socks.append(s)
+            if first:
+                s.sendall(first)
+            return s
+
+        half_headers = [connect(b"POST /embed HTTP/1.1\r\nHost: x\r\n") for _ in range(3)]
+        half_body = [
+            connect(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b'{"texts": ')
+            for _ in range(2)
+        ]
+        silent = connect()  # six open: the limit
+        surplus = connect()
+        answer = _closed_by_server(surplus, wait=5)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503") and "--max-connections" in json.loads(body)["error"]
+        for s in [*half_headers, *half_body, silent]:
+            _closed_by_server(s)  # each closed by the read deadline, not left open
+        assert server.request("GET", "/health")[0] == 200
+        status, body, _ = server.request("POST", "/embed", {"texts": ["the cat"]})
+        assert status == 200 and len(body["embeddings"]) == 1
+        idle = connect(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _closed_by_server(idle).startswith(b"HTTP/1.1 200")  # answered, then closed once idle
+        for _ in range(5):
+            connect()  # five open again, and the sixth below is served: the closed ones freed their slots
+        assert server.request("GET", "/health")[0] == 200
+    finally:
+        for s in socks:
+            s.close()
+        server.stop()
+    assert "Traceback" not in server.output() and "Too many open files" not in server.output()

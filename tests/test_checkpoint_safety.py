@@ -146,3 +146,38 @@ def test_finetune_resume_refuses_a_planted_checkpoint(tmp_path, tiny_model):
                  "--checkpoint-every", 1, "--resume"])  # fmt: skip
     assert_refused(p, str(planted), "not a readable bertkit training checkpoint")
     assert not marker.exists()
+
+
+def test_atomic_write_to_a_device_writes_into_it_and_leaves_it_a_device(tmp_path):
+    """``--out /dev/null`` (any non-regular file) was replaced by a regular file through the temp+rename.
+    A null device made here (root only) stands in for /dev/null."""
+    import stat
+
+    node = tmp_path / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    with atomic_write(node) as f:
+        f.write("discarded\n")
+    with atomic_write(node, "wb") as f:
+        f.write(b"\x00" * 10)
+    assert stat.S_ISCHR(node.stat().st_mode) and sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_a_failed_command_leaves_an_output_device_alone(tmp_path):
+    import stat
+
+    from bertkit.cli.args import claim_output
+
+    node = tmp_path / "null.npy"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    with pytest.raises(UserError, match="failed late"):
+        with claim_output(node, kind="file") as out:
+            with atomic_write(out, "wb") as f:
+                f.write(b"x")
+            raise UserError("failed late")
+    assert stat.S_ISCHR(node.stat().st_mode)

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from bertkit.cli import main
 
 
@@ -40,3 +42,47 @@ def test_tokenize_pair(minilm_dir, capsys):
 def test_bad_directory_exits_2_with_message(tmp_path, capsys):
     assert main(["info", str(tmp_path / "nope")]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def _subparser(parser, names):
+    import argparse
+
+    for name in names:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return parser
+
+
+@pytest.mark.parametrize(
+    "command,flags",
+    [
+        (["serve"], ["--host", "--port", "--max-connections", "--read-timeout", "--keep-alive"]),
+        (["serve"], ["--max-fill-mask-predictions"]),
+        (["train-embed"], ["--epochs", "--batch-size", "--lr", "--warmup-ratio", "--seed"]),
+        (["prepare"], ["--workers"]),
+        (["index", "search"], ["--batch-size", "--text-field"]),
+        (["index", "add"], ["--batch-size", "--lock-timeout"]),
+    ],
+)
+def test_flags_a_newcomer_reads_have_help_and_their_default(command, flags):
+    from bertkit.cli import build_parser
+
+    parser = _subparser(build_parser(), command)
+    helps = {s: a.help or "" for a in parser._actions for s in a.option_strings}
+    for flag in flags:
+        assert "default" in helps[flag] or "%(default)" in helps[flag], (command, flag, helps[flag])
+    if command == ["index", "search"]:
+        assert "commit" not in helps["--batch-size"]  # it had build's help, about commits
+
+
+def test_serve_docs_says_its_page_needs_a_cdn():
+    """The offline rule: the /docs page's assets come from a CDN, and the flag says so."""
+    pytest.importorskip("fastapi", reason="serve extra not installed")
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    from bertkit.cli import build_parser
+
+    page = get_swagger_ui_html(openapi_url="/openapi.json", title="t").body.decode()
+    assert "https://" in page  # FastAPI's page does load its scripts from the network
+    docs = next(a for a in _subparser(build_parser(), ["serve"])._actions if "--docs" in a.option_strings)
+    assert "CDN" in docs.help and "/openapi.json" in docs.help

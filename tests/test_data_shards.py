@@ -405,3 +405,81 @@ def test_prepare_paragraphs_format_keeps_the_tokens_in_more_sentences(tmp_path):
     assert res["paragraphs"]["documents"] == res["lines"]["documents"] == 10
     assert res["paragraphs"]["sentences"] == 3 * res["lines"]["sentences"]
     assert res["paragraphs"]["tokens"] == res["lines"]["tokens"]
+
+
+def test_prepare_clamps_workers_to_cpus_and_shards(corpus_and_vocab, tmp_path, monkeypatch, caplog):
+    """``--workers 100000`` once forked 4,265 processes: the pool gets at most the usable CPUs and the
+    shards, and the log says so."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from bertkit import workers
+    from bertkit.data import shards as shards_module
+
+    corpus, vocab, _ = corpus_and_vocab
+    sizes = []
+
+    def recording_pool(n, **kw):
+        sizes.append(n)
+        return ProcessPoolExecutor(min(n, 4), **kw)  # never thousands, even where the clamp is missing
+
+    monkeypatch.setattr(shards_module, "ProcessPoolExecutor", recording_pool)
+    monkeypatch.setattr(workers, "usable_cpus", lambda: 2)
+    caplog.set_level("WARNING", logger="bertkit")
+    serial = prepare([corpus], vocab, tmp_path / "s", shard_size_mb=0.0005, progress=False)
+    many = prepare([corpus], vocab, tmp_path / "m", shard_size_mb=0.0005, workers=100_000, progress=False)
+    assert sizes == [2] and many["tokens"] == serial["tokens"] and serial["num_shards"] > 2
+    assert any("--workers 100000: using 2 worker processes" in r.getMessage() for r in caplog.records)
+    size = corpus.stat().st_size  # one shard's worth of text: one task, so no pool at all
+    one = prepare([corpus], vocab, tmp_path / "o", shard_size_mb=size / 2**20, workers=8, progress=False)
+    assert sizes == [2] and one["num_shards"] == 1
+
+
+_ORPHAN = r"""
+import os, sys, time
+from bertkit import workers
+from bertkit.data import shards
+
+def slow(task):  # a worker that would run for ten minutes
+    os.write(1, f"{os.getpid()}\n".encode())  # one write: the two workers' lines cannot interleave
+    time.sleep(600)
+
+workers.usable_cpus = lambda: 2  # two workers even on a one-CPU machine
+shards._build_shard = slow
+shards.prepare([sys.argv[1]], sys.argv[2], sys.argv[3], shard_size_mb=0.0005, workers=2, progress=False)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_prepare_workers_die_with_their_parent(corpus_and_vocab, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from children import child_env
+
+    corpus, vocab, _ = corpus_and_vocab
+    argv = [sys.executable, "-c", _ORPHAN, str(corpus), str(vocab), str(tmp_path / "d")]
+    parent = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, text=True)
+    pids = []
+    try:
+        pids = [int(parent.stdout.readline()) for _ in range(2)]  # both workers are busy
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(_alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(_alive, pids)), "a worker outlived its killed parent"
+    finally:
+        parent.kill()
+        for pid in filter(_alive, pids):  # only on failure: the orphans this test started
+            os.kill(pid, signal.SIGKILL)

@@ -286,3 +286,276 @@ def test_index_benchmark_small_version():
         assert 0.0 <= r["recall@10"] <= 1.0 and r["ours"] > 0
     hnsw = [r for r in rows if "hnsw" in r["name"]]
     assert max(r["recall@10"] for r in hnsw) >= 0.95
+
+
+def _jsonl(path: Path, x: np.ndarray, prefix: str) -> None:
+    with open(path, "w") as f:
+        for i, v in enumerate(x):
+            f.write(json.dumps({"id": f"{prefix}{i}", "vector": v.tolist()}) + "\n")
+
+
+def test_concurrent_index_adds_keep_every_row_of_both(tmp_path, caplog):
+    """Two ``bertkit index add`` processes started together: after both exit 0, a reopened index holds
+    every row of both in its backend (before writers took turns, each one's snapshot dropped the other's)."""
+    rng = np.random.default_rng(6)
+    dim, n = 16, 20_000  # 2,000 commits each: seconds of overlap, whatever the start-up times
+    x = clustered(2 * n, dim, rng)
+    np.save(tmp_path / "seed.npy", clustered(4, dim, rng))
+    _jsonl(tmp_path / "a.jsonl", x[:n], "a")
+    _jsonl(tmp_path / "b.jsonl", x[n:], "b")
+    idx = tmp_path / "idx"
+    r = _cli("index", "build", str(idx), "--input", str(tmp_path / "seed.npy"), "--backend", "flat")
+    assert r.returncode == 0, r.stderr
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    add = [sys.executable, "-m", "bertkit", "index", "add", str(idx), "--batch-size", "10", "--input"]
+    procs = [
+        subprocess.Popen([*add, str(tmp_path / f"{w}.jsonl")], env=env, stderr=subprocess.PIPE, text=True)
+        for w in "ab"
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err[-2000:]
+    caplog.set_level("WARNING", logger="bertkit")
+    store = VectorStore.open(idx)
+    assert len(store) == 2 * n + 4 and len(store.backend) == 2 * n + 4
+    assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]  # no repair was needed
+    probe = [0, n // 2, n - 1, n, n + n // 2, 2 * n - 1]
+    assert [h[0]["id"] for h in store.search(x[probe], 1)] == [
+        f"a{p}" if p < n else f"b{p - n}" for p in probe
+    ]
+    store.close()
+
+
+def test_a_second_writer_waits_then_refuses_in_one_line_and_readers_go_on(tmp_path, capsys):
+    from bertkit.index import lock
+
+    rng = np.random.default_rng(7)
+    x = clustered(20, 8, rng)
+    store = VectorStore.create(tmp_path / "i", 8, "flat")
+    store.add(x[:10], list(range(10)))
+    store.save()
+    with pytest.raises(UserError, match="another process is writing"):
+        VectorStore.open(tmp_path / "i", lock_timeout=0)  # this store still holds the lock
+    store.close()
+    _jsonl(tmp_path / "more.jsonl", x[10:], "m")
+    held = lock.acquire(tmp_path / "i", 0)  # a writer in another process, as far as flock is concerned
+    try:
+        t0 = time.monotonic()
+        r = _main(capsys, "index", "add", str(tmp_path / "i"), "--input", str(tmp_path / "more.jsonl"),
+                  "--lock-timeout", "0.3")  # fmt: skip
+        assert r.returncode == 2 and time.monotonic() - t0 >= 0.3
+        (line,) = r.stderr.strip().splitlines()
+        assert "another process is writing" in line and "--lock-timeout" in line
+        r = _main(capsys, "index", "delete", str(tmp_path / "i"), "--ids", "1", "--lock-timeout", "0")
+        assert r.returncode == 2 and "another process is writing" in r.stderr
+        r = _main(capsys, "index", "info", str(tmp_path / "i"))  # readers take no lock
+        assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 10
+        reader = VectorStore.open(tmp_path / "i", write=False)
+        with pytest.raises(UserError, match="read-only"):
+            reader.add(x[10:11], ["m0"])
+        reader.close()
+    finally:
+        lock.release(held)
+    r = _main(capsys, "index", "add", str(tmp_path / "i"), "--input", str(tmp_path / "more.jsonl"))
+    assert r.returncode == 0 and json.loads(r.stdout)["entries"] == 20
+
+
+def test_reopen_repairs_a_backend_that_lost_rows(tmp_path, caplog):
+    """An index written before writers took turns: rows in ``items`` that neither the snapshot nor the log
+    holds. Opening notices the count differs and rebuilds them into the backend."""
+    rng = np.random.default_rng(8)
+    x = clustered(30, 8, rng)
+    store = VectorStore.create(tmp_path / "i", 8, "flat")
+    store.add(x[:20], list(range(20)))
+    store.save()
+    store.close()
+    with sqlite3.connect(tmp_path / "i" / "store.db") as con:  # what the lost writer left: rows, no log
+        con.executemany(
+            "INSERT INTO items (key, vector, metadata) VALUES (?, ?, NULL)",
+            [(json.dumps(20 + i), unit(x[20 + i : 21 + i])[0].tobytes()) for i in range(10)],
+        )
+    caplog.set_level("WARNING", logger="bertkit")
+    again = VectorStore.open(tmp_path / "i")
+    assert len(again.backend) == 30 and again.search(x[25:26], 1)[0][0]["id"] == 25
+    assert any("rebuilding" in r.getMessage() for r in caplog.records)
+    again.close()
+
+
+def test_replayed_add_then_delete_counts_no_phantom_entry(tmp_path, caplog):
+    """Log after the snapshot: add 5 rows, delete 2 of them. Reopening must not count tombstones for rows
+    the backend never held (which would make the entry check rebuild on every open)."""
+    rng = np.random.default_rng(9)
+    x = clustered(15, 8, rng)
+    store = VectorStore.create(tmp_path / "i", 8, "hnsw", M=8)
+    store.add(x[:10], list(range(10)))
+    store.save()
+    store.add(x[10:], list(range(10, 15)))
+    store.delete([11, 12])
+    store.close()
+    caplog.set_level("WARNING", logger="bertkit")
+    again = VectorStore.open(tmp_path / "i", write=False)
+    assert len(again.backend) == 13 and not caplog.records
+    again.close()
+
+
+def _die(store: VectorStore) -> None:
+    """What SIGKILL does to a writer: nothing saved, its connection and its flock gone."""
+    from bertkit.index import lock
+
+    store.backend.close()
+    store._con.close()
+    lock.release(store._lock_fd)
+
+
+def _check_store(path: Path, committed: dict, exact: bool) -> None:
+    """A reader sees every committed entry and nothing else, in the rows and in the backend."""
+    reader = VectorStore.open(path, write=False)
+    try:
+        keys = {json.loads(k) for (k,) in reader._con.execute("SELECT key FROM items")}
+        assert keys == set(committed) and len(reader.backend) == len(committed)
+        if committed:
+            ids = list(committed)
+            hits = reader.search(np.stack([committed[i] for i in ids]), k=len(ids))
+            assert all({h["id"] for h in row} <= keys for row in hits)
+            if exact:
+                assert [row[0]["id"] for row in hits] == ids
+    finally:
+        reader.close()
+
+
+def test_fuzz_interleaved_writers_kills_and_reopens(tmp_path):
+    """Hypothesis: two writer slots open, add, delete, save, close or die (as SIGKILL leaves them) in any
+    order, with readers in between. A second writer is refused exactly while the first holds the index;
+    every reader, and the store after the last death, holds every committed entry and nothing else."""
+    pytest.importorskip("hypothesis")
+    import itertools
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    op = st.tuples(
+        st.sampled_from(["open", "add", "delete", "save", "close", "die", "read"]),
+        st.integers(0, 1),
+        st.integers(1, 5),
+    )
+    counter = itertools.count()
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(backend=st.sampled_from(["exact", "flat", "hnsw"]), ops=st.lists(op, max_size=30))
+    def run(backend, ops):
+        path = tmp_path / f"fuzz{next(counter)}"
+        VectorStore.create(path, 4, backend, **({"M": 8} if backend == "hnsw" else {})).close()
+        rng = np.random.default_rng(len(ops))
+        committed: dict[int, np.ndarray] = {}
+        writers: list[VectorStore | None] = [None, None]
+        fresh = itertools.count()
+        try:
+            for name, w, n in ops:
+                store = writers[w]
+                if name == "open" and store is None:
+                    other_holds = writers[1 - w] is not None
+                    try:
+                        writers[w] = VectorStore.open(path, lock_timeout=0)
+                        assert not other_holds, "two writers at once"
+                    except UserError as e:
+                        assert other_holds and "another process is writing" in str(e)
+                elif name == "add" and store is not None:
+                    x = rng.standard_normal((n, 4)).astype(np.float32)
+                    keys = [next(fresh) for _ in range(n)]
+                    store.add(x, keys)
+                    committed.update(zip(keys, x))
+                elif name == "delete" and store is not None and committed:
+                    gone = list(committed)[::2][:n]
+                    assert store.delete([*gone, -1]) == [-1]
+                    for k in gone:
+                        del committed[k]
+                elif name == "save" and store is not None:
+                    store.save()
+                elif name in ("close", "die") and store is not None:
+                    store.close() if name == "close" else _die(store)
+                    writers[w] = None
+                elif name == "read":
+                    _check_store(path, committed, exact=backend != "hnsw")
+        finally:
+            for store in writers:
+                if store is not None:
+                    _die(store)
+        _check_store(path, committed, exact=backend != "hnsw")
+
+    run()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_snapshot_folders_follow_the_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        store = VectorStore.create(tmp_path / "i", 4, "flat")
+        store.add(np.eye(4, dtype=np.float32), [0, 1, 2, 3])
+        snap = store.save()
+        store.close()
+    finally:
+        os.umask(old)
+    assert snap.stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_running_ids_are_not_reused_after_a_delete(tmp_path, capsys):
+    """``index add`` of a ``.npy`` (no ids: running numbers) after a delete once started at the entry count,
+    handing out the deleted ids again (or refusing ids still present)."""
+    x = np.random.default_rng(10).standard_normal((13, 4)).astype(np.float32)
+    np.save(tmp_path / "a.npy", x[:10])
+    np.save(tmp_path / "b.npy", x[10:])
+    idx = str(tmp_path / "i")
+    assert (
+        _main(
+            capsys, "index", "build", idx, "--input", str(tmp_path / "a.npy"), "--backend", "flat"
+        ).returncode
+        == 0
+    )
+    assert _main(capsys, "index", "delete", idx, "--ids", "8", "9", "2").returncode == 0
+    r = _main(capsys, "index", "add", idx, "--input", str(tmp_path / "b.npy"))
+    assert r.returncode == 0, r.stderr
+    with VectorStore.open(idx, write=False) as store:
+        keys = {json.loads(k) for (k,) in store._con.execute("SELECT key FROM items")}
+        assert keys == {0, 1, 3, 4, 5, 6, 7, 10, 11, 12}
+        assert [h[0]["id"] for h in store.search(x[10:], 1)] == [10, 11, 12]
+
+
+def test_a_failed_build_leaves_no_folder_and_a_failed_overwrite_the_old_index(tmp_path, capsys):
+    x = np.random.default_rng(11).standard_normal((20, 8)).astype(np.float32)
+    np.save(tmp_path / "v.npy", x)
+    idx = tmp_path / "i"
+    ivfpq = ["--input", str(tmp_path / "v.npy"), "--backend", "ivfpq", "--nlist", "4", "--pq-m", "2"]
+    r = _main(capsys, "index", "build", str(idx), *ivfpq)  # 20 vectors cannot train 4 cells
+    assert r.returncode == 2 and "nlist" in r.stderr and not idx.exists()
+    assert (
+        _main(
+            capsys, "index", "build", str(idx), "--input", str(tmp_path / "v.npy"), "--backend", "flat"
+        ).returncode
+        == 0
+    )
+    r = _main(capsys, "index", "build", str(idx), *ivfpq, "--overwrite")
+    assert r.returncode == 2 and "nlist" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["i", "v.npy"]  # no backup or temp left
+    with VectorStore.open(idx, write=False) as store:
+        assert len(store) == 20 and store.kind == "flat"
+
+
+def test_many_queries_are_searched_in_blocks(tmp_path, monkeypatch):
+    """``index search --queries`` of 20,000 queries once held a [queries x chunk] matrix (over 3 GB): the
+    store hands the backend at most QUERY_BLOCK queries at a time, with the same hits."""
+    from bertkit.index import store as store_module
+
+    monkeypatch.setattr(store_module, "QUERY_BLOCK", 64)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    q = rng.standard_normal((150, 8)).astype(np.float32)
+    store = VectorStore.create(tmp_path / "i", 8, "exact")
+    store.add(x, list(range(300)))
+    sizes = []
+    search = store.backend.search
+    monkeypatch.setattr(store.backend, "search", lambda qs, k: sizes.append(len(qs)) or search(qs, k))
+    hits = store.search(q, 3)
+    assert sizes == [64, 64, 22]
+    want = exact_search(unit(x), unit(q), 3)[1]
+    assert [[h["id"] for h in row] for row in hits] == want.tolist()
+    store.close()

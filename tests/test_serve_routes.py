@@ -255,6 +255,11 @@ def test_cross_encoder_rerank_and_tei_predict(tiny):
     np.testing.assert_allclose(sorted(x["score"] for x in r), sorted(logits), atol=1e-5)
     sig = ce.post("/rerank", json={"query": "the cat", "texts": ["a dog"]}).json()[0]["score"]
     assert sig == pytest.approx(1 / (1 + np.exp(-logits[0])), abs=1e-5)
+    # a one-output (regression) head: TEI's shape gives the raw score, as bertkit's own shape does
+    tei = ce.post("/predict", json={"inputs": [["the cat", "a dog"], ["the cat", "the mat"]]}).json()
+    own = ce.post("/predict", json={"texts": ["the cat"] * 2, "pairs": ["a dog", "the mat"]}).json()
+    np.testing.assert_allclose([t[0]["score"] for t in tei], logits[:2], atol=1e-5)
+    assert [t[0]["score"] for t in tei] == [p["score"] for p in own["predictions"]]
 
     cls = TestClient(create_app(tiny["cls"]))
     pair = cls.post("/predict", json={"inputs": ["the cat", "a dog"]}).json()  # TEI: one pair
@@ -421,3 +426,34 @@ def test_embed_applies_the_folders_dense_module(tmp_path):
     client = TestClient(create_app(tmp_path / "st"))
     got = np.array(client.post("/embed", json={"texts": TEXTS}).json()["embeddings"])
     np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def _strict_json(text: str):
+    """``json.loads`` that refuses the NaN/Infinity tokens Python's encoder writes (they are not JSON)."""
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_nan_weights_answer_a_json_error_not_invalid_json(tiny, tmp_path):
+    nan_dir = tmp_path / "nan"
+    for kind, cls in (("enc", BertModel), ("cls", BertForSequenceClassification)):
+        model = cls.from_pretrained(tiny[kind])
+        with torch.no_grad():
+            next(model.parameters()).fill_(float("nan"))  # the word embeddings
+        model.save_pretrained(nan_dir / kind)
+        Tokenizer.from_pretrained(tiny[kind]).save_pretrained(nan_dir / kind)
+    enc, cls_client = TestClient(create_app(nan_dir / "enc")), TestClient(create_app(nan_dir / "cls"))
+    for client, path, body in (
+        (enc, "/embed", {"texts": ["the cat"]}),
+        (enc, "/embed", {"inputs": "the cat", "normalize": False}),
+        (enc, "/v1/embeddings", {"input": "the cat"}),
+        (cls_client, "/predict", {"texts": ["the cat"]}),
+        (cls_client, "/predict", {"inputs": "the cat", "raw_scores": True}),
+    ):
+        r = client.post(path, json=body)
+        got = _strict_json(r.text)
+        assert r.status_code == 500 and got["error_type"] == "model_output", (path, body, r.text[:200])
+        assert "NaN" in got["error"]

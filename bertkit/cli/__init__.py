@@ -12,6 +12,7 @@ import importlib
 import io
 import json
 import logging
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,6 +40,21 @@ _USER_ERRNOS = {
     errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR,
     errno.ENOTDIR, errno.EEXIST, errno.EFBIG, errno.ENAMETOOLONG, errno.ENOTEMPTY,
 }  # fmt: skip
+
+
+# Failed writes that libraries report without an errno (a full disk, mostly): torch.save's stream writer raises
+# RuntimeError, numpy's writers an errno-less OSError, SQLite its OperationalError.
+_WRITE_FAILURES = ("file write failed", "failed writing file", "requested and", "database or disk is full")
+
+
+def _write_failure(e: BaseException) -> str | None:
+    """One line for a failed write reported without an errno, None for anything else (a bug: re-raised)."""
+    text = " ".join(str(e).split())
+    if not any(marker in text for marker in _WRITE_FAILURES):
+        return None
+    name = _file_in_traceback(e.__traceback__)
+    reason = text.rsplit("] ", 1)[-1][-160:]  # torch prefixes the C++ source location
+    return f"{name + ': ' if name else ''}writing failed ({reason}); is the disk full?"
 
 
 def _fail(command: str | None, message: str) -> int:
@@ -120,10 +136,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{name or 'input'}: not UTF-8 (byte {e.object[e.start]:#04x}); re-encode it as UTF-8",
         )
     except OSError as e:
+        if e.errno is None and _write_failure(e):
+            return _fail(args.command, _write_failure(e))
         if e.errno not in _USER_ERRNOS:
             raise
         where = f"{e.filename}: " if e.filename else ""
         return _fail(args.command, f"{where}{e.strerror or e}")
+    except (RuntimeError, sqlite3.OperationalError) as e:
+        if _write_failure(e) is None:
+            raise
+        return _fail(args.command, _write_failure(e))
     except KeyboardInterrupt:
         print(f"bertkit {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -33,7 +34,14 @@ from ..io import TEMP_SUFFIX
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (``bertkit CMD: error: ...``) with exit status 2."""
+    """An ArgumentParser whose errors are one line (``bertkit CMD: error: ...``) with exit status 2.
+
+    A value that is a comma-separated list of negative numbers (``--layers -1,-2,-3,-4``) is a value, not an
+    option: argparse only takes a single number such as ``-1`` for one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\d+(,-?\d+)*$|^-\d*\.\d+$")
 
     def error(self, message: str) -> NoReturn:
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
@@ -63,6 +71,28 @@ open_probability = _argtype(validate.open_probability, "open_probability")
 def int_range(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: an integer in ``low..high`` (inclusive)."""
     return _argtype(lambda v, n: validate.int_in(v, n, low, high), f"int_{low}_{high}")
+
+
+def device(text: str) -> str:
+    """An argparse type: a torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); checked at
+    parse time so that a typo or a missing GPU is one line, not a traceback from deep inside the run."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise argparse.ArgumentTypeError(f"{text}: CUDA is not available on this machine; use cpu")
+        if dev.index is not None and dev.index >= count:
+            raise argparse.ArgumentTypeError(f"{text}: this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"{text}: MPS is not available on this machine; use cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise argparse.ArgumentTypeError(f"{text}: unsupported device type; use cpu, cuda or cuda:N")
+    return text
 
 
 def existing_file(text: str) -> Path:
@@ -237,8 +267,8 @@ def claim_output(
         yield path
     except BaseException:
         if not (kind == "dir" and has_checkpoints(path)):
-            if existed:  # an empty directory the user made: leave it empty again
-                for item in path.iterdir():
+            if existed:  # an empty directory the user made: leave it empty again (a device: leave it)
+                for item in path.iterdir() if path.is_dir() else ():
                     _remove(item)
             else:
                 _remove(path)

@@ -63,7 +63,12 @@ def register(subparsers) -> None:
         help="continue an interrupted prepare in --out (finished shards are kept)",
     )
     p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=128)
-    p.add_argument("--workers", type=A.positive_int, default=1)
+    p.add_argument(
+        "--workers",
+        type=A.positive_int,
+        default=1,
+        help="worker processes (default 1; at most the usable CPUs and the shards)",
+    )
     p.add_argument(
         "--shard-size-mb", type=A.positive_float, default=4.0, help="text per shard (memory ~ workers x this)"
     )

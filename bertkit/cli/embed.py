@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
     p.add_argument("--batch-size", type=A.positive_int, default=32)
     p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=None)
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument(
+        "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
+    )
     p.add_argument(
         "--long-text",
         choices=("truncate", "windows"),
@@ -69,7 +71,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     o.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     A.add_output(o, "out", kind="file", type=Path, metavar="OUT.onnx")
-    o.add_argument("--opset", type=int, default=17)
+    o.add_argument(
+        "--opset",
+        type=A.int_range(14, 20),  # bertkit.export's MIN_OPSET..MAX_OPSET (imported lazily: torch)
+        default=17,
+        help="ONNX opset, 14..20 (default 17)",
+    )
     o.add_argument(
         "--head", choices=("auto", "encoder"), default="auto", help="encoder: export only BertModel"
     )

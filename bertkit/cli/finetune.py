@@ -21,14 +21,17 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
     p.add_argument("--epochs", type=float, default=3.0, help="training epochs (paper: 2, 3 or 4; default 3)")
     p.add_argument("--batch-size", type=int, default=32, help="paper: 16 or 32 (default 32)")
     p.add_argument(
-        "--lr", type=float, default=lr, help=f"peak learning rate (paper: 5e-5, 3e-5, 2e-5; default {lr:g})"
+        "--lr",
+        type=A.positive_float,
+        default=lr,
+        help=f"peak learning rate (paper: 5e-5, 3e-5, 2e-5; default {lr:g})",
     )
     p.add_argument("--max-seq-length", type=int, default=max_seq_length)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument(
-        "--warmup-ratio", type=float, default=0.1, help="fraction of steps of linear warm-up (0.1)"
+        "--warmup-ratio", type=A.probability, default=0.1, help="fraction of steps of linear warm-up (0.1)"
     )
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--weight-decay", type=A.non_negative_float, default=0.01)
     p.add_argument(
         "--search",
         action="store_true",
@@ -217,7 +220,10 @@ def register(subparsers) -> None:
     p.add_argument("--test", default=None, help="also evaluate on this file (reported under 'test')")
     p.add_argument("--crf", action="store_true", help="a CRF layer over the token classifier")
     p.add_argument(
-        "--crf-lr", type=float, default=5e-3, help="learning rate of the CRF transitions (default 5e-3)"
+        "--crf-lr",
+        type=A.positive_float,
+        default=5e-3,
+        help="learning rate of the CRF transitions (default 5e-3)",
     )
     p.add_argument(
         "--feature-based",

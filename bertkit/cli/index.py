@@ -32,15 +32,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
+    def lock_timeout(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--lock-timeout",
+            type=A.non_negative_float,
+            default=60.0,
+            metavar="S",
+            help="seconds to wait while another process writes to the index (default 60)",
+        )
+
     def common(q: argparse.ArgumentParser, needs_input: bool) -> None:
         q.add_argument("index_dir", type=Path, metavar="INDEX_DIR")
         if needs_input:
             q.add_argument("--input", type=Path, required=True, metavar="F", help=".jsonl or .npy")
         q.add_argument("--model", type=Path, default=None, help="sentence encoder for text inputs")
-        q.add_argument("--text-field", default="text")
-        q.add_argument(
-            "--batch-size", type=A.positive_int, default=1000, help="entries per commit (default 1000)"
-        )
+        q.add_argument("--text-field", default="text", help="the field holding a row's text (default text)")
+        what = "entries per commit" if needs_input else "queries read and embedded at a time"
+        q.add_argument("--batch-size", type=A.positive_int, default=1000, help=f"{what} (default 1000)")
 
     b = sub.add_parser("build", help="create an index from an input file", description=__doc__)
     common(b, True)
@@ -58,10 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--refine", type=A.non_negative_float, default=4.0, help="ivfpq: re-score refine*k exactly (0: off)"
     )
     b.add_argument("--overwrite", action="store_true", help="replace an existing index")
+    lock_timeout(b)
     b.set_defaults(func=build)
 
     a = sub.add_parser("add", help="add entries (committed batch by batch)")
     common(a, True)
+    lock_timeout(a)
     a.set_defaults(func=add)
 
     s = sub.add_parser("search", help="nearest entries of each query")
@@ -85,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = sub.add_parser("delete", help="delete entries by id")
     d.add_argument("index_dir", type=Path, metavar="INDEX_DIR")
     d.add_argument("--ids", nargs="+", required=True, help='ids (parsed as JSON when they parse: 7, "a")')
+    lock_timeout(d)
     d.set_defaults(func=delete)
 
     i = sub.add_parser("info", help="entries, dimension, backend and parameters")
@@ -201,7 +212,8 @@ def _add_all(store: Any, args: argparse.Namespace, embed: _Embedder) -> tuple[in
     t0 = time.perf_counter()
     added = 0
     with tqdm(desc="index add", unit="entry", file=sys.stderr, disable=None) as bar:
-        for x, ids, meta in _read_batches(args.input, args.batch_size, args.text_field, embed, len(store)):
+        start = store.next_auto_id()
+        for x, ids, meta in _read_batches(args.input, args.batch_size, args.text_field, embed, start):
             added += store.add(x, ids, meta)
             bar.update(len(ids))
     store.save()
@@ -223,28 +235,30 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         params = {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe, "refine": args.refine}
     extra = {"model": str(args.model.resolve())} if args.model else {}
     t0 = time.perf_counter()
-    store = VectorStore.create(
-        args.index_dir, first[0].shape[1], args.backend, args.metric, args.overwrite, extra, **params
-    )
-    with store:
-        if args.backend == "ivfpq":  # train on the whole input (up to train_size) rather than one batch
-            rest = list(batches)
-            x = np.concatenate([first[0], *(b[0] for b in rest)])
-            ids = first[1] + [i for b in rest for i in b[1]]
-            meta = first[2] + [m for b in rest for m in b[2]]
-            store.add(x, ids, meta)
-        else:
-            store.add(*first)
-            for batch in batches:
-                store.add(*batch)
-        store.save()
-        return {**store.info(), "seconds": round(time.perf_counter() - t0, 3)}
+    # claimed as other outputs are: a failed build leaves no folder, a failed --overwrite the old index
+    with A.claim_output(args.index_dir, flag="INDEX_DIR", overwrite=args.overwrite) as out:
+        store = VectorStore.create(
+            out, first[0].shape[1], args.backend, args.metric, False, extra, args.lock_timeout, **params
+        )
+        with store:
+            if args.backend == "ivfpq":  # train on the whole input (up to train_size) rather than one batch
+                rest = list(batches)
+                x = np.concatenate([first[0], *(b[0] for b in rest)])
+                ids = first[1] + [i for b in rest for i in b[1]]
+                meta = first[2] + [m for b in rest for m in b[2]]
+                store.add(x, ids, meta)
+            else:
+                store.add(*first)
+                for batch in batches:
+                    store.add(*batch)
+            store.save()
+            return {**store.info(), "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def add(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, lock_timeout=args.lock_timeout) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
         added, seconds = _add_all(store, args, _Embedder(model))
         return {
@@ -259,13 +273,13 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
     from ..io import atomic_write
 
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, write=False) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
         embed = _Embedder(model)
         if args.query:
             queries, labels = embed(args.query, "--query"), list(args.query)
         else:
-            parts = list(_read_batches(args.queries, 10_000, args.text_field, embed, 0))
+            parts = list(_read_batches(args.queries, args.batch_size, args.text_field, embed, 0))
             if not parts:
                 raise UserError(f"{args.queries}: no queries")
             queries, labels = np.concatenate([p[0] for p in parts]), [i for p in parts for i in p[1]]
@@ -289,7 +303,7 @@ def delete(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
     ids = [_parse_id(i) for i in args.ids]
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, lock_timeout=args.lock_timeout) as store:
         missing = store.delete(ids)
         store.save()
         return {
@@ -303,5 +317,5 @@ def delete(args: argparse.Namespace) -> dict[str, Any]:
 def info(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
-    with VectorStore.open(args.index_dir) as store:
+    with VectorStore.open(args.index_dir, write=False) as store:
         return store.info()

@@ -108,7 +108,7 @@ def register(subparsers) -> None:
     p.add_argument("--eval-every", type=A.non_negative_int)
     p.add_argument("--eval-batches", type=A.non_negative_int)
     p.add_argument("--valid-documents", type=A.non_negative_int)
-    p.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--device", type=A.device, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--distributed", choices=["ddp", "fsdp"], help="wrapper under torchrun (default ddp)")
     p.add_argument("--num-threads", type=A.positive_int, help="torch CPU threads")
     p.add_argument("--tensorboard", action="store_true", default=None, help="also log to RUN_DIR/tb")

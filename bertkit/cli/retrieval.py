@@ -22,11 +22,18 @@ def _training_args(p: argparse.ArgumentParser) -> None:
         metavar="F",
         help="corpus .jsonl ({id, text}) for negatives",
     )
-    p.add_argument("--epochs", type=A.positive_float, default=1.0)
-    p.add_argument("--batch-size", type=A.positive_int, default=32)
-    p.add_argument("--lr", type=A.positive_float, default=2e-5)
-    p.add_argument("--warmup-ratio", type=A.probability, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epochs", type=A.positive_float, default=1.0, help="passes over the pairs (default 1)")
+    p.add_argument(
+        "--batch-size",
+        type=A.positive_int,
+        default=32,
+        help="pairs per step; in-batch negatives (default 32)",
+    )
+    p.add_argument("--lr", type=A.positive_float, default=2e-5, help="peak learning rate (default 2e-5)")
+    p.add_argument(
+        "--warmup-ratio", type=A.probability, default=0.1, help="fraction of steps of warm-up (default 0.1)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="shuffling and initialisation (default 0)")
     p.add_argument(
         "--precision",
         choices=("fp32", "bf16", "fp16", "auto"),

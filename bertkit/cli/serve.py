@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..serving.connections import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
 from ..serving.limits import Limits
 from ..serving.quantize import ENGINES
 from . import args as A
@@ -41,11 +42,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Every request is bounded by the limits below; over a limit -> 413/422 naming it.",
     )
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda if available)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
+    )
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port)")
+    p.add_argument(
+        "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
+    )
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    p.add_argument("--docs", action="store_true", help="serve /docs and /openapi.json (off by default)")
+    p.add_argument(
+        "--docs",
+        action="store_true",
+        help="serve /docs and /openapi.json (off by default; the /docs page loads Swagger UI's scripts from "
+        "a CDN, so it needs a browser with internet access: offline, read /openapi.json)",
+    )
     p.add_argument(
         "--model-id", default=None, help="the name /info and /v1/embeddings report (default: dir name)"
     )
@@ -64,6 +74,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most tokens of model work one request may ask for, bounded before tokenisation (413)",
     )
     g.add_argument(
+        "--max-fill-mask-predictions",
+        type=_positive,
+        default=d.max_fill_mask_predictions,
+        help="most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
+    )
+    g.add_argument(
         "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
     )
     g.add_argument(
@@ -74,6 +90,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--window-stride", type=_positive, default=None, help="windows: tokens between window starts"
+    )
+    c = p.add_argument_group("connections")
+    c.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="open client connections; more are answered 503 and closed (default %(default)s, at most the "
+        "open-file limit less 64)",
+    )
+    c.add_argument(
+        "--read-timeout",
+        type=A.positive_float,
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="S",
+        help="seconds a request's headers and body may take to arrive; slower connections are closed "
+        "(default %(default)s)",
+    )
+    c.add_argument(
+        "--keep-alive",
+        type=A.positive_float,
+        default=DEFAULT_KEEP_ALIVE,
+        metavar="S",
+        help="seconds an idle connection stays open between requests (default %(default)s)",
     )
     b = p.add_argument_group("batching")
     b.add_argument("--max-batch-tokens", type=_positive, default=16_384, help="padded tokens per model batch")
@@ -111,6 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         max_text_chars=args.max_text_chars,
         max_batch_size=args.max_batch_size,
         max_request_tokens=args.max_request_tokens,
+        max_fill_mask_predictions=args.max_fill_mask_predictions,
     )
     serve(
         args.model_dir,
@@ -118,6 +158,9 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         port=args.port,
         log_level=args.log_level,
         docs=args.docs,
+        max_connections=args.max_connections,
+        read_timeout=args.read_timeout,
+        keep_alive=args.keep_alive,
         limits=limits,
         max_length=args.max_length,
         device=args.device,

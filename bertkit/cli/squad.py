@@ -44,7 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eval-batch-size", type=int, default=64, help="windows per evaluation batch (default 64)"
     )
     parser.add_argument(
-        "--warmup-ratio", type=float, default=0.1, help="fraction of steps for linear warm-up (default 0.1)"
+        "--warmup-ratio",
+        type=A.probability,
+        default=0.1,
+        help="fraction of steps for linear warm-up (default 0.1)",
     )
     # Left unset here so run() can apply the paper's SQuAD values (a caller's explicit default still wins).
     parser.set_defaults(max_seq_length=None, epochs=None, lr=None, batch_size=None)  # fmt: skip
@@ -61,11 +64,11 @@ def register_squad(sub) -> None:
     A.add_output(p, "--out", resumable=True, help="output directory (metrics.json, predictions.json, model/)")
     p.add_argument("--epochs", type=float, default=None, help="default: 3 for v1.1, 2 for v2.0 (the paper)")
     p.add_argument("--batch-size", type=int, default=None, help="default 32")
-    p.add_argument("--lr", type=float, default=None, help="default 5e-5")
+    p.add_argument("--lr", type=A.positive_float, default=None, help="default 5e-5")
     p.add_argument("--max-seq-length", type=int, default=None, help="default 384")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--warmup-ratio", type=float, default=0.1)
-    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--warmup-ratio", type=A.probability, default=0.1)
+    p.add_argument("--weight-decay", type=A.non_negative_float, default=0.01)
     p.add_argument("--freeze-encoder", action="store_true", help="train only qa_outputs (BERT frozen)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -36,6 +36,7 @@ import numpy as np
 from bertkit.data.corpus import CorpusStats, expand_paths, iter_documents
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json, path_inside, read_text
+from bertkit.workers import clamp_workers, die_with_parent
 
 __all__ = [
     "prepare",
@@ -84,7 +85,9 @@ def _read_vocab(vocab_file: Path) -> list[str]:
 _WORKER: dict = {}
 
 
-def _init_worker(vocab_file: str, lowercase: bool, pooled: bool = False) -> None:
+def _init_worker(vocab_file: str, lowercase: bool, pooled: bool = False, parent: int | None = None) -> None:
+    if parent is not None:
+        die_with_parent(parent)
     if pooled:  # one tokenizer thread per worker process: the processes are the parallelism
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # A forked worker inherits the parent's tokenizer (building one costs ~0.1-0.2 s per worker, on the
@@ -272,7 +275,10 @@ def _prepare_in_pool(
     ctx = mp.get_context("spawn" if os.name == "nt" else "fork")
     _WORKER["inherited"] = tokenizer  # (forked workers pick it up in _init_worker)
     pool = ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=(str(vocab_file), lowercase, True)
+        workers,
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(str(vocab_file), lowercase, True, os.getpid()),
     )
     try:
         pending: deque = deque()
@@ -328,6 +334,8 @@ def prepare(
     records: list[dict] = []
     skipped = 0
     total_bytes = sum(p.stat().st_size for p in expand_paths(corpus))  # for the ETA
+    if workers > 1:  # the pool starts every worker at once: no more than the CPUs and the shards can use
+        workers = clamp_workers(workers, -(-total_bytes // max(1, int(shard_size_mb * 2**20))))
     bar = tqdm(
         total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1
     )

@@ -55,11 +55,15 @@ def find_tfrecords(path: str | os.PathLike) -> list[Path]:
 class StaticPretrainingDataset(torch.utils.data.Dataset):
     """Fixed masked-LM / next-sentence instances; ``ds[i]`` is a dict of numpy int64 arrays (unpadded)."""
 
-    def __init__(self, source, name: str, no_nsp: bool = False, pad_id: int = 0):
-        """``source``: a dict of the feature arrays, or a list of :class:`~bertkit.data.tfrecord.TFRecordFile`."""
+    def __init__(
+        self, source, name: str, no_nsp: bool = False, pad_id: int = 0, vocab_size: int | None = None
+    ):
+        """``source``: a dict of the feature arrays, or a list of :class:`~bertkit.data.tfrecord.TFRecordFile`.
+        ``vocab_size``: when known, token ids at or above it are refused (else only negative ones)."""
         self.name = name
         self.no_nsp = no_nsp
         self.pad_id = pad_id
+        self.vocab_size = vocab_size
         if isinstance(source, dict):
             missing = [k for k in FEATURES if k not in source]
             if missing:
@@ -140,7 +144,27 @@ class StaticPretrainingDataset(torch.utils.data.Dataset):
         }
         if not self.no_nsp:
             item["next_sentence_label"] = np.int64(np.asarray(r["next_sentence_labels"]).reshape(-1)[0])
+        self._check_ranges(i, item)
         return item
+
+    def _check_ranges(self, i: int, item: dict[str, np.ndarray]) -> None:
+        """Values the model would index with: out of range they fail deep in an embedding lookup or the loss
+        (a file can have valid checksums and still hold them)."""
+        top = self.vocab_size
+        for what, ids in (
+            ("input id", item["input_ids"]),
+            ("masked id", item["labels"][item["labels"] != -100]),
+        ):
+            bad = ids[(ids < 0) | (ids >= top)] if top is not None else ids[ids < 0]
+            if bad.size:
+                limit = f"0..{top - 1}" if top is not None else ">= 0"
+                raise UserError(f"{self.name}: instance {i}: {what} {int(bad[0])} is outside {limit}")
+        seg = item["token_type_ids"]
+        if seg.size and (seg.min() < 0 or seg.max() > 1):
+            raise UserError(f"{self.name}: instance {i}: segment ids must be 0 or 1, found {int(seg.max())}")
+        nsp = item.get("next_sentence_label")
+        if nsp is not None and nsp not in (0, 1):
+            raise UserError(f"{self.name}: instance {i}: next_sentence_labels must be 0 or 1, got {int(nsp)}")
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, np.ndarray]]:
         return [self[int(i)] for i in indices]
@@ -176,8 +200,10 @@ def detect_format(path: str | os.PathLike, requested: str = "auto") -> str:
 def open_static(path: str | os.PathLike, fmt: str, no_nsp: bool, pad_id: int) -> StaticPretrainingDataset:
     """The fixed instances at ``path`` (``fmt`` ``static`` or ``tfrecord``)."""
     p = Path(path)
+    vocab = (p if p.is_dir() else p.parent) / "vocab.txt"  # the vocabulary the ids refer to, when beside them
+    size = sum(1 for _ in vocab.open(encoding="utf-8", errors="replace")) if vocab.is_file() else None
     if fmt == "static":
         return StaticPretrainingDataset.from_npz(
-            p / STATIC_FILE if p.is_dir() else p, no_nsp=no_nsp, pad_id=pad_id
+            p / STATIC_FILE if p.is_dir() else p, no_nsp=no_nsp, pad_id=pad_id, vocab_size=size
         )
-    return StaticPretrainingDataset.from_tfrecords(p, no_nsp=no_nsp, pad_id=pad_id)
+    return StaticPretrainingDataset.from_tfrecords(p, no_nsp=no_nsp, pad_id=pad_id, vocab_size=size)

@@ -8,12 +8,20 @@ Layout of an index directory::
                           log(seq, op, id)                       every add/delete since the last snapshot
     snapshot-<seq>/     the backend saved after log entry <seq> (a cache; written to a temp dir, then renamed)
     qdrant/             the qdrant backend's own storage
+    writer.lock         held (``flock``) by the one process that may write (bertkit.index.lock)
 
 Why it survives a SIGKILL: an ``add`` or ``delete`` is one SQLite transaction that writes the rows and their
 log entries together; once it commits it is on disk (WAL + fsync). Opening the store loads the newest
 snapshot that reads back and replays the log entries after it; with no usable snapshot it rebuilds the
 backend from ``items``. A kill can therefore only lose the batch whose transaction had not committed, and a
 half-written snapshot is a temp directory that is ignored (and removed) on the next open.
+
+Why writers take turns: a writer's backend lives in its memory, and its snapshot drops the log entries it
+covers, so a second writer's batches committed in between would be in neither. A store opened for writing
+holds the folder's writer lock until it is closed; one opened read-only takes no lock and writes nothing.
+Opening reads the snapshot position, the log and the rows in one SQLite read transaction (a consistent view
+even while a writer commits), and checks that the backend holds as many entries as ``items``; if not (an
+index written before writers took turns) it rebuilds the backend from ``items``.
 """
 
 from __future__ import annotations
@@ -32,11 +40,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..io import _chmod_as_umask
+from . import lock
 from .backends import BACKENDS, Backend, make_backend
 
 logger = logging.getLogger("bertkit")
 
 METRICS = ("cosine", "dot")
+QUERY_BLOCK = 1024  # queries searched at a time: a backend's work memory is [block x rows of a chunk]
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -62,12 +73,40 @@ def _fsync_tree(path: Path) -> None:
                 os.close(fd)
 
 
+def _checked_meta(text: Any, db: Path) -> dict[str, Any]:
+    """The store's metadata row, refused in one line unless it names a dimension, metric and backend."""
+    try:
+        meta = json.loads(text)
+    except (TypeError, ValueError):
+        raise UserError(f"{db}: the store metadata is not JSON; the index is damaged: rebuild it") from None
+    if not isinstance(meta, dict):
+        raise UserError(f"{db}: the store metadata is not a JSON object; rebuild the index")
+    dim = meta.get("dim")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise UserError(f"{db}: the store metadata has no valid 'dim' (got {dim!r}); rebuild the index")
+    if meta.get("metric") not in METRICS:
+        raise UserError(
+            f"{db}: the store metadata names metric {meta.get('metric')!r}; expected one of {', '.join(METRICS)}"
+        )
+    if meta.get("backend") not in BACKENDS:
+        raise UserError(
+            f"{db}: the store metadata names backend {meta.get('backend')!r}; expected one of "
+            f"{', '.join(BACKENDS)}"
+        )
+    if not isinstance(meta.get("params", {}), dict):
+        raise UserError(f"{db}: the store metadata's 'params' is not an object; rebuild the index")
+    return meta
+
+
 class VectorStore:
     """See the module docstring. Create with :meth:`create`, reopen with :meth:`open`."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection, meta: dict[str, Any]) -> None:
+    def __init__(
+        self, path: Path, con: sqlite3.Connection, meta: dict[str, Any], lock_fd: int | None = None
+    ) -> None:
         self.path = path
         self._con = con
+        self._lock_fd = lock_fd  # None: opened read-only
         self.meta = meta
         self.dim = int(meta["dim"])
         self.metric = meta["metric"]
@@ -75,6 +114,14 @@ class VectorStore:
         self.params: dict[str, Any] = meta.get("params", {})
         self.backend: Backend = self._new_backend()
         self._applied = 0  # the last log seq the in-memory backend reflects
+
+    @property
+    def writable(self) -> bool:
+        return self._lock_fd is not None
+
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise UserError(f"{self.path}: the index was opened read-only")
 
     # -- creating and opening ---------------------------------------------------------------------------
     @classmethod
@@ -86,6 +133,7 @@ class VectorStore:
         metric: str = "cosine",
         overwrite: bool = False,
         extra: dict[str, Any] | None = None,
+        lock_timeout: float = 60.0,
         **params: Any,
     ) -> VectorStore:
         """A new empty store at ``path`` (refused if one exists there, unless ``overwrite``).
@@ -108,28 +156,44 @@ class VectorStore:
         meta.update(extra or {})
         make_backend(backend, dim, path / "qdrant", **params).close()  # validate the parameters early
         shutil.rmtree(path / "qdrant", ignore_errors=True)
+        fd = lock.acquire(path, lock_timeout)
         con = _connect(path / "store.db")
         con.executescript(_SCHEMA)
         con.execute("INSERT INTO meta VALUES ('store', ?)", (json.dumps(meta),))
-        return cls(path, con, meta)
+        return cls(path, con, meta, fd)
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> VectorStore:
-        """Reopen a store: newest readable snapshot + the log after it (or a rebuild from the rows)."""
+    def open(cls, path: str | os.PathLike, write: bool = True, lock_timeout: float = 60.0) -> VectorStore:
+        """Reopen a store: newest readable snapshot + the log after it (or a rebuild from the rows).
+
+        ``write``: hold the writer lock (waiting up to ``lock_timeout`` seconds for another writer) so that
+        :meth:`add`, :meth:`delete` and :meth:`save` are allowed; without it the store only searches."""
         path = Path(path)
         if not (path / "store.db").is_file():
             raise UserError(
                 f"{path}: no index here (store.db missing); create one with `bertkit index build`"
             )
-        con = _connect(path / "store.db")
+        fd = lock.acquire(path, lock_timeout) if write else None
+        db = path / "store.db"
+        con = None
         try:
-            row = con.execute("SELECT value FROM meta WHERE key='store'").fetchone()
-        except sqlite3.DatabaseError as e:
-            raise UserError(f"{path / 'store.db'}: not a bertkit index ({e})") from None
-        if row is None:
-            raise UserError(f"{path / 'store.db'}: no store metadata; rebuild the index")
-        store = cls(path, con, json.loads(row[0]))
-        store._recover()
+            try:
+                con = _connect(db)
+                row = con.execute("SELECT value FROM meta WHERE key='store'").fetchone()
+            except sqlite3.DatabaseError as e:
+                raise UserError(f"{db}: not a bertkit index ({e})") from None
+            if row is None:
+                raise UserError(f"{db}: no store metadata; rebuild the index")
+            store = cls(path, con, _checked_meta(row[0], db), fd)
+            try:
+                store._recover()
+            except sqlite3.DatabaseError as e:  # a damaged page found while reading the rows
+                raise UserError(f"{db}: damaged ({e}); rebuild the index") from None
+        except BaseException:
+            if con is not None:  # closed now: an open connection leaves WAL files behind
+                con.close()
+            lock.release(fd)
+            raise
         return store
 
     def _new_backend(self) -> Backend:
@@ -143,8 +207,29 @@ class VectorStore:
         return sorted(found, reverse=True)
 
     def _recover(self) -> None:
-        for tmp in self.path.glob(".snapshot-*.tmp"):  # a snapshot a crash left half-written
-            shutil.rmtree(tmp, ignore_errors=True)
+        if self.writable:  # a snapshot a crashed writer left half-written (a reader leaves them alone)
+            for tmp in self.path.glob(".snapshot-*.tmp"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._con.execute("BEGIN")  # one consistent view of meta, log and items while a writer commits
+        try:
+            rebuilt = self._load_newest()
+            rows = len(self)
+            if not rebuilt and len(self.backend) != rows:
+                logger.warning(
+                    "%s: the backend holds %d entries but the store %d; rebuilding it from the store",
+                    self.path,
+                    len(self.backend),
+                    rows,
+                )
+                self.rebuild(save=False)
+                rebuilt = True
+        finally:
+            self._con.execute("COMMIT")
+        if rebuilt and self.writable and rows:
+            self.save()
+
+    def _load_newest(self) -> bool:
+        """The newest usable snapshot plus the log after it; False, or True when it had to rebuild."""
         truncated_to = int(self._get("log_truncated_to", 0))
         for seq, snap in self._snapshots():
             if seq < truncated_to:  # entries after this snapshot were dropped from the log: unusable
@@ -158,11 +243,13 @@ class VectorStore:
                 continue
             self._applied = seq
             self._replay(seq)
-            return
-        self.rebuild()
+            return False
+        self.rebuild(save=False)
+        return True
 
     def _replay(self, after: int) -> None:
         ops = self._con.execute("SELECT seq, op, id FROM log WHERE seq > ? ORDER BY seq", (after,)).fetchall()
+        never_added: set[int] = set()  # added then deleted after the snapshot: the backend never held them
         i = 0
         while i < len(ops):  # consecutive adds go to the backend as one batch
             j = i
@@ -171,13 +258,27 @@ class VectorStore:
             ids = [r[2] for r in ops[i:j]]
             if ops[i][1] == "add":
                 got_ids, vecs = self._vectors_of(ids)
+                never_added.update(set(ids) - set(got_ids.tolist()))
                 if len(got_ids):
                     self._ensure_trained()
                     self.backend.add(got_ids, vecs)
             else:
-                self.backend.remove(np.asarray(ids, dtype=np.int64))
+                # removing an id the backend never held would count a tombstone for nothing
+                gone = [r for r in ids if r not in never_added]
+                if gone:
+                    self.backend.remove(np.asarray(gone, dtype=np.int64))
             self._applied = ops[j - 1][0]
             i = j
+
+    def _vector(self, row: int, blob: Any) -> np.ndarray:
+        """One stored vector, refused in one line when the file holds something else (a damaged store)."""
+        if not isinstance(blob, bytes) or len(blob) != 4 * self.dim:
+            size = len(blob) if isinstance(blob, bytes) else type(blob).__name__
+            raise UserError(
+                f"{self.path / 'store.db'}: row {row} holds a vector of {size} bytes, expected {4 * self.dim} "
+                f"(dimension {self.dim}); the index is damaged: rebuild it"
+            )
+        return np.frombuffer(blob, dtype=np.float32)
 
     def _vectors_of(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         got_ids, vecs = [], []
@@ -186,7 +287,7 @@ class VectorStore:
             q = f"SELECT id, vector FROM items WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id"
             for i, blob in self._con.execute(q, chunk):
                 got_ids.append(i)
-                vecs.append(np.frombuffer(blob, dtype=np.float32))
+                vecs.append(self._vector(i, blob))
         if not got_ids:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         return np.asarray(got_ids, dtype=np.int64), np.stack(vecs)
@@ -203,8 +304,8 @@ class VectorStore:
             return
         nlist = int(self.params.get("nlist", 1024))
         limit = int(self.params.get("train_size", max(100_000, 50 * nlist)))
-        rows = self._con.execute("SELECT vector FROM items ORDER BY id LIMIT ?", (limit,)).fetchall()
-        sample = np.stack([np.frombuffer(r[0], np.float32) for r in rows]) if rows else first
+        rows = self._con.execute("SELECT id, vector FROM items ORDER BY id LIMIT ?", (limit,)).fetchall()
+        sample = np.stack([self._vector(i, blob) for i, blob in rows]) if rows else first
         if sample is None or len(sample) < 39 * nlist:
             n = 0 if sample is None else len(sample)
             raise UserError(
@@ -213,8 +314,9 @@ class VectorStore:
             )
         self.backend.train(sample[:limit])
 
-    def rebuild(self) -> None:
-        """A fresh backend filled from ``items`` (the tombstones are gone afterwards), then a snapshot."""
+    def rebuild(self, save: bool = True) -> None:
+        """A fresh backend filled from ``items`` (the tombstones are gone afterwards), then a snapshot
+        (``save``, and only when opened for writing)."""
         if self.backend.persistent:
             self.backend.close()
             shutil.rmtree(self.path / "qdrant", ignore_errors=True)
@@ -228,7 +330,7 @@ class VectorStore:
             got, vecs = self._vectors_of(ids[start : start + 50_000])
             self.backend.add(got, vecs)
         self._applied = last
-        if ids:
+        if ids and save and self.writable:
             self.save()
 
     compact = rebuild
@@ -247,6 +349,7 @@ class VectorStore:
     def add(self, vectors: np.ndarray, ids: Sequence[Any], metadata: Sequence[Any] | None = None) -> int:
         """Add entries ``ids[i]`` (any JSON value, unique in the store) with ``vectors[i]`` [N, D] and
         ``metadata[i]`` (any JSON value). All or nothing: one transaction. Returns the number added."""
+        self._check_writable()
         x = self._prep(vectors)
         if len(ids) != len(x) or (metadata is not None and len(metadata) != len(x)):
             raise UserError(f"got {len(x)} vectors, {len(ids)} ids and {len(metadata or ids)} metadata")
@@ -271,6 +374,12 @@ class VectorStore:
                     raise UserError(f"id {key} is already in the index; delete it first") from None
                 rows.append(cur.lastrowid)
             con.executemany("INSERT INTO log (op, id) VALUES ('add', ?)", [(r,) for r in rows])
+            numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i >= 0]
+            if numbers:  # remembered past deletes: running numbers are never handed out twice
+                con.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('next_auto_id', ?)",
+                    (json.dumps(max(int(self._get("next_auto_id", 0)), max(numbers) + 1)),),
+                )
             seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
             con.execute("COMMIT")
         except BaseException:
@@ -280,8 +389,17 @@ class VectorStore:
         self._applied = seq
         return len(rows)
 
+    def next_auto_id(self) -> int:
+        """The first running number (an id for inputs that bring none) above every integer id this store
+        has held, deleted ones included."""
+        present = self._con.execute(
+            "SELECT MAX(CAST(key AS INTEGER)) FROM items WHERE key GLOB '[0-9]*' AND key NOT GLOB '*[^0-9]*'"
+        ).fetchone()[0]
+        return max(int(self._get("next_auto_id", 0)), -1 if present is None else int(present) + 1, 0)
+
     def delete(self, ids: Iterable[Any]) -> list[Any]:
         """Delete entries by the user's ids; returns the ids that were not in the store."""
+        self._check_writable()
         ids = list(ids)
         con = self._con
         con.execute("BEGIN IMMEDIATE")
@@ -312,11 +430,13 @@ class VectorStore:
 
     def save(self) -> Path | None:
         """Snapshot the backend at the current log position and drop the log entries it covers."""
+        self._check_writable()
         if self.backend.persistent:
             snap = self.path / f"snapshot-{self._applied}"
             snap.mkdir(exist_ok=True)
         else:
             tmp = Path(tempfile.mkdtemp(prefix=".snapshot-", suffix=".tmp", dir=self.path))
+            _chmod_as_umask(tmp, is_dir=True)  # mkdtemp makes it 0700 whatever the umask
             try:
                 self.backend.save(tmp / "index.bin")
                 _fsync_tree(tmp)
@@ -342,6 +462,8 @@ class VectorStore:
     def close(self) -> None:
         self.backend.close()
         self._con.close()
+        lock.release(self._lock_fd)
+        self._lock_fd = None
 
     def __enter__(self) -> VectorStore:
         return self
@@ -358,14 +480,23 @@ class VectorStore:
         if k < 1:
             raise UserError(f"k must be >= 1, got {k}")
         q = self._prep(np.atleast_2d(queries))
-        scores, rows = self.backend.search(q, k)
+        # in blocks: 20,000 queries at once held a [queries x chunk] score matrix of over 3 GB
+        parts = [self.backend.search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
+        scores = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
+        rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
         wanted = sorted({int(r) for r in rows.ravel() if r >= 0})
         info: dict[int, tuple[Any, Any]] = {}
         for start in range(0, len(wanted), 900):
             chunk = wanted[start : start + 900]
             sql = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
             for i, key, meta in self._con.execute(sql, chunk):
-                info[i] = (json.loads(key), None if meta is None else json.loads(meta))
+                try:
+                    info[i] = (json.loads(key), None if meta is None else json.loads(meta))
+                except (TypeError, ValueError):
+                    raise UserError(
+                        f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
+                        "the index is damaged: rebuild it"
+                    ) from None
         out = []
         for s_row, r_row in zip(scores, rows):
             hits = []

@@ -14,8 +14,9 @@ from importlib import resources
 from typing import Any
 
 from ..errors import UserError
-from .errors import install_handlers, validation
-from .limits import BodyLimit, Limits
+from .connections import DEFAULT_KEEP_ALIVE, DEFAULT_READ_TIMEOUT, connection_cap, protocol_class
+from .errors import ApiError, install_handlers, validation
+from .limits import BodyLimit, Limits, check_text
 from .metrics import Metrics
 from .service import InferenceService
 
@@ -53,10 +54,21 @@ class _Timing:
 
 def _json(obj: Any) -> Any:
     """A JSON response written by ``json.dumps`` directly: FastAPI's default encoder walks every float of
-    an embedding in Python, which costs more than the model at high request rates."""
+    an embedding in Python, which costs more than the model at high request rates.
+
+    NaN and infinity are not JSON (``json.dumps`` would write bare ``NaN`` tokens that clients cannot
+    parse): a model that produces them answers 500 with a JSON error instead."""
     from fastapi.responses import Response
 
-    return Response(json.dumps(obj, ensure_ascii=False), media_type="application/json")
+    try:
+        body = json.dumps(obj, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise ApiError(
+            500,
+            "model_output",
+            "the model produced NaN or infinity for this request; its weights may be corrupt",
+        ) from None
+    return Response(body, media_type="application/json")
 
 
 def _as_list(value: str | list[str]) -> list[str]:
@@ -217,6 +229,8 @@ def create_app(
         if req.encoding_format not in ("float", "base64"):
             raise validation(f"encoding_format must be float or base64, got {req.encoding_format!r}")
         texts = _as_list(req.input)
+        if req.model is not None:  # echoed in the answer: it must be valid Unicode
+            check_text(req.model, "model", svc.limits)
         vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
         data = []
         for i, v in enumerate(vecs):
@@ -250,12 +264,14 @@ def create_app(
         if req.inputs is None:
             if req.texts is None:
                 raise validation("give texts (and optionally pairs), or TEI's inputs")
-            return {"predictions": svc.predict(req.texts, req.pairs, long_text=req.long_text)}
+            return _json({"predictions": svc.predict(req.texts, req.pairs, long_text=req.long_text)})
         # TEI: a text, a [text, pair], or a list of those (a batch)
         single = isinstance(req.inputs, str) or (
             len(req.inputs) == 2 and all(isinstance(x, str) for x in req.inputs)
         )  # as TEI: ["a", "b"] is one pair
         items = [req.inputs] if single else list(req.inputs)
+        if not items:
+            raise validation("inputs must hold at least one text or [text, pair]")
         texts, pairs = [], []
         for k, item in enumerate(items):
             if isinstance(item, str):
@@ -278,12 +294,14 @@ def create_app(
         labels = svc.labels()
         import numpy as np
 
+        # a regression head's outputs are the scores themselves (a softmax over one logit is always 1.0)
+        raw = req.raw_scores or svc.config.problem_type == "regression" or logits.shape[1] == 1
         answers = []
         for row in logits:
-            scores = row if req.raw_scores else np.exp(row - row.max()) / np.exp(row - row.max()).sum()
+            scores = row if raw else np.exp(row - row.max()) / np.exp(row - row.max()).sum()
             ranked = sorted(range(len(row)), key=lambda j: -scores[j])
             answers.append([{"score": float(scores[j]), "label": labels[j]} for j in ranked])
-        return answers[0] if single else answers
+        return _json(answers[0] if single else answers)
 
     @app.post("/qa")
     def qa(req: QARequest) -> Any:
@@ -329,9 +347,13 @@ def serve(
     port: int = 8080,
     log_level: str = "info",
     docs: bool = False,
+    max_connections: int | None = None,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    keep_alive: float = DEFAULT_KEEP_ALIVE,
     **service_kwargs: Any,
 ) -> None:
-    """Build the app and run it with uvicorn until interrupted."""
+    """Build the app and run it with uvicorn until interrupted. ``max_connections``, ``read_timeout`` and
+    ``keep_alive`` bound what each client connection may hold (bertkit.serving.connections)."""
     require_server_deps()
     try:
         import uvicorn
@@ -339,7 +361,15 @@ def serve(
         raise UserError(INSTALL_HINT) from None
     app = create_app(model_dir, docs=docs, **service_kwargs)
     # h11's own limit on headers stays; the body limit is ours (BodyLimit)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=log_level == "debug")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        http=protocol_class(connection_cap(max_connections), read_timeout),
+        timeout_keep_alive=keep_alive,
+    )
 
 
 __all__ = ["INSTALL_HINT", "Limits", "create_app", "require_server_deps", "serve"]

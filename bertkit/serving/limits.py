@@ -9,7 +9,10 @@ Three gates, cheapest first:
    tokenizer does not) and the number of texts (``max_batch_size``) -> 413 / 422;
 3. the model work (``max_request_tokens``): an upper bound on the tokens the request will run through the
    model, computed from character counts before any tokenisation (a WordPiece token covers at least one
-   character; truncated sequences count ``max_length``; windowed ones count every window) -> 413.
+   character; truncated sequences count ``max_length``; windowed ones count every window) -> 413;
+4. the answer's size: ``/fill-mask`` returns ``top_k`` candidates per ``[MASK]``, so a short text of many
+   masks with a vocabulary-sized ``top_k`` would be megabytes of JSON; masks x top_k is bounded by
+   ``max_fill_mask_predictions`` -> 413.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Limits:
     max_text_chars: int = 20_000
     max_batch_size: int = 64
     max_request_tokens: int = 32_768
+    max_fill_mask_predictions: int = 1_000
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -64,6 +68,16 @@ def check_texts(texts: list[str], field: str, limits: Limits, allow_empty_list: 
         )
     for i, t in enumerate(texts):
         check_text(t, f"{field}[{i}]", limits)
+
+
+def check_fill_mask(masks: int, top_k: int, limits: Limits) -> None:
+    """``masks`` x ``top_k`` candidates, the rows ``/fill-mask`` would return."""
+    if masks * top_k > limits.max_fill_mask_predictions:
+        raise too_large(
+            f"{masks} masks x top_k {top_k} = {masks * top_k} predictions; this server returns at most "
+            f"{limits.max_fill_mask_predictions} per request (--max-fill-mask-predictions): send fewer masks "
+            "or a smaller top_k"
+        )
 
 
 def truncated_tokens(chars: int, max_length: int, specials: int = 2) -> int:
@@ -156,6 +170,7 @@ __all__ = [
     "BodyLimit",
     "Limits",
     "check_budget",
+    "check_fill_mask",
     "check_text",
     "check_texts",
     "truncated_tokens",

@@ -20,7 +20,15 @@ from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
 from .errors import ApiError, validation
-from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
+from .limits import (
+    Limits,
+    check_budget,
+    check_fill_mask,
+    check_text,
+    check_texts,
+    truncated_tokens,
+    windowed_tokens,
+)
 from .pairs import encode_pairs
 
 LONG_TEXT = ("truncate", "windows")
@@ -354,6 +362,17 @@ class InferenceService:
     ) -> tuple[np.ndarray, int]:
         """float32 [N, D] vectors and the number of tokens run."""
         check_texts(texts, field, self.limits)
+        return self._embed(texts, normalize, dimensions, truncate, long_text)
+
+    def _embed(
+        self,
+        texts: list[str],
+        normalize: bool = False,
+        dimensions: int | None = None,
+        truncate: bool = True,
+        long_text: str | None = None,
+    ) -> tuple[np.ndarray, int]:
+        """:meth:`embed` of texts the caller has already checked against the limits."""
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
             raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
         ids, _, owner = self.encode(texts, long_text=long_text, for_embedding=True, truncate=truncate)
@@ -413,7 +432,8 @@ class InferenceService:
             scores = logits if raw_scores else 1.0 / (1.0 + np.exp(-logits))
             return [float(s) for s in scores]
         check_budget(self._budget([query, *texts], None, self.long_text), self.limits)
-        vecs, _ = self.embed([query, *texts], normalize=True)
+        # the query is not one of the --max-batch-size texts: checked above on its own
+        vecs, _ = self._embed([query, *texts], normalize=True)
         return [float(s) for s in vecs[1:] @ vecs[0]]
 
     def qa(
@@ -464,6 +484,13 @@ class InferenceService:
             check_text(c, f"{name}.context" if name else "context", self.limits)
             if not q.strip() or not c.strip():
                 raise validation(f"{name or 'the request'}: question and context must hold some text")
+            with self._tok_lock:  # e.g. only zero-width or control characters: the model would see nothing
+                empty = [f for f, t in (("question", q), ("context", c)) if not self.tokenizer.tokenize(t)]
+            if empty:
+                raise validation(
+                    f"{name or 'the request'}: the {empty[0]} holds no tokens (only characters the tokenizer "
+                    "drops, such as zero-width or control characters)"
+                )
             fixed = min(len(q), settings.max_query_length) + 3
             budget += windowed_tokens(len(c), fixed, settings.max_seq_length, doc_stride)
         check_budget(budget, self.limits)
@@ -539,6 +566,7 @@ class InferenceService:
         mask = self.tokenizer.mask_token
         if mask not in text:
             raise validation(f"text must contain at least one {mask} token")
+        check_fill_mask(text.count(mask), top_k, self.limits)
         check_budget(truncated_tokens(len(text), self.max_length), self.limits)
         with self._tok_lock:
             n = len(self.tokenizer.encode(text).ids)

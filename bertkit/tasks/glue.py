@@ -206,13 +206,19 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
             label: str | float | None = None
             if il is not None:
                 raw = row[il].strip()
+                line = n + 1 + bool(header)
                 if task.is_regression:
                     try:
                         label = float(raw)
                     except ValueError:
-                        raise UserError(
-                            f"{path} line {n + 1 + bool(header)}: score {raw!r} is not a number"
-                        ) from None
+                        raise UserError(f"{path} line {line}: score {raw!r} is not a number") from None
+                    if not 0.0 <= label <= 5.0:  # STS-B's scale; also refuses nan
+                        raise UserError(f"{path} line {line}: score {raw!r} is outside {task.name}'s 0-5")
+                elif raw not in task.labels:  # else a KeyError deep in the encoding, or a wrong class
+                    raise UserError(
+                        f"{path} line {line}: label {raw!r} is not one of {task.name}'s labels "
+                        f"({', '.join(task.labels)})"
+                    )
                 else:
                     label = raw
             out.append(

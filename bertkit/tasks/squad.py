@@ -157,13 +157,15 @@ def load_squad_json(path_or_data: Any) -> dict:
 
 
 def read_squad_examples(
-    path_or_data: Any, is_training: bool, version_2_with_negative: bool = False
+    path_or_data: Any, is_training: bool, version_2_with_negative: bool = False, name: str | None = None
 ) -> tuple[list[SquadExample], ReadStats]:
-    """Read a SQuAD JSON file (path or loaded dict) into examples; see the module docstring for rules."""
+    """Read a SQuAD JSON file (path or loaded dict) into examples; see the module docstring for rules.
+    ``name``: the file a loaded dict came from, for error messages."""
     data = load_squad_json(path_or_data)
-    name = "<data>" if isinstance(path_or_data, dict) else os.fspath(path_or_data)
+    name = name or ("<data>" if isinstance(path_or_data, dict) else os.fspath(path_or_data))
     stats = ReadStats()
     examples: list[SquadExample] = []
+    seen: set[Any] = set()  # predictions are keyed by question id: two questions may not share one
     for a_index, article in enumerate(data["data"]):
         title = article.get("title", f"#{a_index}")
         for p_index, paragraph in enumerate(article.get("paragraphs", [])):
@@ -171,11 +173,25 @@ def read_squad_examples(
             if "context" not in paragraph or "qas" not in paragraph:
                 raise UserError(f"{where}: missing field 'context' or 'qas'")
             context = paragraph["context"]
+            if not isinstance(context, str) or not isinstance(paragraph["qas"], list):
+                raise UserError(f"{where}: 'context' must be a string and 'qas' a list")
             doc_tokens, char_to_word = split_context(context)
             for qa in paragraph["qas"]:
-                qid = qa.get("id")
+                qid = qa.get("id") if isinstance(qa, dict) else None
                 if qid is None or "question" not in qa:
                     raise UserError(f"{where}: a question lacks its 'id' or 'question' field")
+                if not isinstance(qa["question"], str):
+                    raise UserError(
+                        f"{where} question {qid!r}: 'question' must be a string, got "
+                        f"{json.dumps(qa['question'])[:40]}"
+                    )
+                if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+                    raise UserError(f"{where}: question id {json.dumps(qid)[:40]} must be a string")
+                if qid in seen:
+                    raise UserError(
+                        f"{where}: question id {qid!r} appears twice (predictions are keyed by id)"
+                    )
+                seen.add(qid)
                 answers = qa.get("answers", [])
                 if version_2_with_negative:
                     is_impossible = bool(qa.get("is_impossible", not answers))

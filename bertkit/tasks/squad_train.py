@@ -218,12 +218,15 @@ def run(args: Any) -> dict:
         None if getattr(args, "dev", None) else args.dev_articles,
         getattr(args, "train_articles", None),
     )
+    dev_name = str(args.train)  # --dev-articles: the dev articles are --train's last ones
     if dev_data is None:
-        dev_data = _load(args.dev, "dev")
+        dev_data, dev_name = _load(args.dev, "dev"), str(args.dev)
     tok = Tokenizer.from_pretrained(model_dir)
     lowercase = bool(getattr(tok, "lowercase", True))
-    train_ex, train_stats = S.read_squad_examples(train_data, is_training=True, version_2_with_negative=v2)
-    dev_ex, _ = S.read_squad_examples(dev_data, is_training=False, version_2_with_negative=v2)
+    train_ex, train_stats = S.read_squad_examples(
+        train_data, is_training=True, version_2_with_negative=v2, name=str(args.train)
+    )
+    dev_ex, _ = S.read_squad_examples(dev_data, is_training=False, version_2_with_negative=v2, name=dev_name)
     if not train_ex:
         raise UserError(f"--train {args.train}: no usable training questions")
     if not dev_ex:

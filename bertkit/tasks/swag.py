@@ -41,6 +41,15 @@ def read_swag(path: str | Path, require_label: bool = True) -> list[ChoiceExampl
                 raise UserError(f"{path}: column {c!r} missing (found {fields}); SWAG CSV needs {needed}")
         out = []
         for n, row in enumerate(reader):
+            short = [c for c in needed if row.get(c) is None]  # DictReader fills a short row with None
+            if short:
+                raise UserError(
+                    f"{path} row {n + 2}: fields {', '.join(short)} missing (the row is too short)"
+                )
+            if require_label and not row["label"].strip():
+                raise UserError(
+                    f"{path} row {n + 2}: the label is empty; give the right ending's number 0..3"
+                )
             label = None
             if "label" in fields and row.get("label") not in (None, ""):
                 try:
