@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # the machine; a module's tests stay on one worker and share its module-scoped fixtures.
 TEST_WORKERS ?= 2
 
-.PHONY: run test bench lint clean venv
+.PHONY: run test test-fast bench lint clean venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+
+# the inner loop while editing: everything but the slow modules (tests/conftest.py SLOW_MODULES), under two minutes
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -x -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run $(ARGS)

@@ -60,3 +60,39 @@ def tiny_model(tiny_data, tmp_path_factory) -> Path:
         BertModel(config).save_pretrained(path)
         tok.save_pretrained(path)
     return path
+
+
+# The fast inner loop (`make test-fast`, `pytest -m "not slow"`) leaves out these modules: end-to-end runs in
+# subprocesses, servers on real sockets, the lab's matrices, the benchmarks' own checks and the long equality
+# sweeps - together about four fifths of the suite's time. `make test` runs everything.
+SLOW_MODULES = frozenset(
+    {
+        "test_ab_train_embed",
+        "test_bad_inputs",
+        "test_bad_inputs_server",
+        "test_bench_device_checks",
+        "test_bench_equality",
+        "test_distill",
+        "test_experiment",
+        "test_finetune_e2e",
+        "test_finetune_scale",
+        "test_freed_memory",
+        "test_glue_tasks",
+        "test_kernels",
+        "test_pretrain_run",
+        "test_report",
+        "test_retrieval_train",
+        "test_serve_http",
+        "test_serve_memory",
+        "test_serve_routes",
+        "test_squad_cli",
+        "test_squad_parity",
+        "test_tokenizer_fast_path",
+    }
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
