@@ -6,7 +6,7 @@ case in a fresh process (the setting is process-wide).
 
 Cases: the pre-training step of benchmarks.bench_pretrain (fixed 32 x 128 batches, BERT-small and BERT-base),
 and BERT-mini sequence classification on batches of 32 random lengths up to 64 (packed activations come in
-varying shapes: the case that once grew the heap, docs/notes-perf.md). Reported: the median seconds per step
+varying shapes: the case that once grew the heap, lab/notes/notes-perf.md). Reported: the median seconds per step
 after the first third of the steps, resident memory (MB) sampled through the run, and minor page faults per
 step.
 """

@@ -2,7 +2,7 @@
 and the STS-B dev Spearman, float against int8, measured side by side in one run (the server's own service,
 no HTTP; and the exported graphs under onnxruntime).
 
-    .venv/bin/python -m benchmarks.bench_int8 [--threads 1] [--repeats 3] [--out docs/serving-int8.json]
+    .venv/bin/python -m benchmarks.bench_int8 [--threads 1] [--repeats 3] [--out docs/results/serving-int8.json]
 
 Size: the serialised state dict of the float model and of the int8 one (``torch.save``). Speed: all STS-B
 dev sentences, paired: chunk by chunk (one service request of ``--chunk`` sentences each) every encoder runs

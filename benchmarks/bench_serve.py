@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         _serve_baseline(a.baseline_server, a.port)
         return
     argv = sys.argv[1:] if argv is None else argv
-    if "--out" in argv:  # a results file for docs/serving.md (environment and commit beside the numbers)
+    if "--out" in argv:  # a results file for docs/results/serving-measurements.md
         i = argv.index("--out")
         out = Path(argv[i + 1])
         p = argparse.ArgumentParser()

@@ -6,7 +6,7 @@
 The step is benchmarks.bench_pretrain's (32 x 128, 15% masked, NSP, AdamW, training mode). The output file
 holds the machine, the command and commit, the step time, each op's self CPU time per step, and the ops
 grouped by kind (GEMMs, attention, element-wise, dropout masks, LayerNorm, copies and concatenations,
-embeddings, optimizer, other), with the share of the step each takes. docs/notes-perf.md quotes it.
+embeddings, optimizer, other), with the share of the step each takes. lab/notes/notes-perf.md quotes it.
 """
 
 from __future__ import annotations

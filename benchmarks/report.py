@@ -1,6 +1,6 @@
-"""Write the results section of ``docs/performance.md`` from a ``make bench`` output file (never typed).
+"""Write the results section of ``docs/results/performance.md`` from a ``make bench`` output file (never typed).
 
-    .venv/bin/python -m benchmarks.report [bench/results.json] [--also RUN2.json ...] [--doc docs/performance.md]
+    .venv/bin/python -m benchmarks.report [bench/results.json] [--also RUN2.json ...] [--doc docs/results/performance.md]
 
 The section between ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` is replaced by: the machine (CPU
 model, ISA flags, threads, load), the command, commit and date of the run, the measured GEMM peaks, and
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("results", nargs="?", default="bench/results.json")
     p.add_argument("--also", nargs="+", default=[], help="more runs of the same benchmark (seeds, repeats)")
-    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "performance.md")
+    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "results" / "performance.md")
     args = p.parse_args(argv)
 
     def read(path: str) -> dict[str, Any]:

@@ -1,12 +1,12 @@
 """``make bench``: every benchmark side by side with its reference, one summary line each, ending in
 ``ratio=X.XX`` (ours/reference speed, higher is better), and ``bench/results.json`` (written atomically).
 
-    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...] [--doc docs/performance.md]
+    .venv/bin/python -m benchmarks.run [--quick] [--threads 2] [--only encoder tokenizer ...] [--doc docs/results/performance.md]
         [--jsonl rows.jsonl] [--set SUITE.KEY=VALUE ...] [--peaks-from FILE] [--env-only]
 
 The run starts by recording the CPU model and ISA flags and measuring the machine's fp32 (and, with native
 bf16, bf16) GEMM peak with a large matmul; each training and inference row then reports its achieved model
-FLOP/s as a fraction of that peak. ``--doc`` rewrites docs/performance.md's results section from the
+FLOP/s as a fraction of that peak. ``--doc`` rewrites docs/results/performance.md's results section from the
 output file (``benchmarks/report.py``).
 
 Suites (each a module exposing ``run(args)``: a list of rows, or a generator that yields each row as it is
@@ -69,7 +69,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--doc",
         type=Path,
         default=None,
-        help="also rewrite the results section of this markdown file (docs/performance.md) from --out",
+        help="also rewrite the results section of this markdown file (docs/results/performance.md) from --out",
     )
     p.add_argument(
         "--jsonl",

@@ -1,7 +1,7 @@
-"""docs/serving-measurements.md from the files the serving benchmarks wrote (regenerate, never retype):
+"""docs/results/serving-measurements.md from the files the serving benchmarks wrote (regenerate, never retype):
 
-.venv/bin/python -m benchmarks.bench_serve --threads 2 --out docs/serving-bench.json
-.venv/bin/python -m benchmarks.bench_int8 --threads 1 --repeats 3 --out docs/serving-int8.json
+.venv/bin/python -m benchmarks.bench_serve --threads 2 --out docs/results/serving-bench.json
+.venv/bin/python -m benchmarks.bench_int8 --threads 1 --repeats 3 --out docs/results/serving-int8.json
 .venv/bin/python -m experiments.serve_parity --model DIR --work W --out experiments/results/serve-parity/NAME.json
 .venv/bin/python -m benchmarks.serving_report
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" / "results"
 PARITY = ROOT / "experiments" / "results" / "serve-parity"
 
 
@@ -95,7 +95,7 @@ def main() -> None:
     if bench.is_file():
         d = json.loads(bench.read_text())
         lines += [
-            "## `/embed` on loopback (`docs/serving-bench.json`)",
+            "## `/embed` on loopback (`docs/results/serving-bench.json`)",
             "",
             _env(d) + ".",
             "",
@@ -131,7 +131,7 @@ def main() -> None:
         d = json.loads(int8.read_text())
         f = d["float"]
         lines += [
-            "## `--int8` (`docs/serving-int8.json`)",
+            "## `--int8` (`docs/results/serving-int8.json`)",
             "",
             _env({**d, "environment": d["environment"]}) + ".",
             "",

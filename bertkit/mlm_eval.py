@@ -13,7 +13,7 @@ Two baselines say what a score means:
   ``[CLS]`` and ``[SEP]`` permuted, the masks moving with their tokens). ``word_order_gain`` is the loss on
   shuffled text minus the loss on the text in order, in nats: 0 for a model that reads its context as a
   bag of words, as BERT does early in pre-training before its attention finds the neighbouring words; a
-  model that has learned word order loses nats per token when it goes (docs/checkpoint-probe.md).
+  model that has learned word order loses nats per token when it goes (docs/results/checkpoint-probe.md).
 """
 
 from __future__ import annotations

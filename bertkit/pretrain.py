@@ -66,14 +66,14 @@ logger = logging.getLogger("bertkit")
 OBJECTIVES = tuple(REGISTRY)
 
 # Learning rate, warm-up, batch size and masking rate when the config leaves them unset (None). ``recipe =
-# "cpu"`` (the default for the small presets) is what learned the most per CPU-second on 2 cores (docs/paper-mini.md
-# "Recipe", docs/checkpoint-probe.md): small models trained for a few thousand steps want a 5-10x larger peak
+# "cpu"`` (the default for the small presets) is what learned the most per CPU-second on 2 cores (docs/results/paper-mini.md
+# "Recipe", docs/results/checkpoint-probe.md): small models trained for a few thousand steps want a 5-10x larger peak
 # rate than BERT-Base's 1e-4 (tiny: 1e-3 beat 5e-4 and 2e-3; mini: 5e-4 beat 1e-3; small, not probed, follows
 # the rate-times-width rule), a short warm-up, small batches (more updates for the same tokens: batch 16
 # reached a lower held-out loss per CPU-second than 32), and 40% of the tokens masked instead of 15% (Wettig
 # et al., 2023): BERT first reads its context as a bag of words, and BERT-tiny started to read word order (a
 # word-order gain >= 0.1 nats) by step 4,000 with 40% masked instead of step 8,000 with 15% (docs/checkpoint-
-# probe.md), at about a third more CPU per step (docs/paper.md, pre-training table). ``recipe = "paper"`` (the
+# probe.md), at about a third more CPU per step (docs/results/paper.md, pre-training table). ``recipe = "paper"`` (the
 # default for medium/base/large; ``--recipe paper``) is the paper's lr 1e-4, warm-up over 1% of the steps
 # (10,000 of 1M), batch 256 and 15% masked. The 80/10/10 replacement rule is the paper's in both.
 RECIPES: dict[str, dict[str, dict[str, float]]] = {

@@ -35,10 +35,10 @@ logger = logging.getLogger("bertkit")
 # changes nothing):
 # - a machine already saturated by other work (1-minute load average >= its CPU count): PASSIVE, idle threads
 #   sleep. Spinning threads that lose their core stall every parallel region: with 2 threads on a shared
-#   2-core machine both bertkit and transformers ran 2-3x slower and far noisier (docs/notes-perf.md).
+#   2-core machine both bertkit and transformers ran 2-3x slower and far noisier (lab/notes/notes-perf.md).
 # - otherwise OpenMP's default (spin a while, then sleep). On an idle Intel Xeon, PASSIVE made bertkit's
 #   MiniLM inference 20% slower in fp32 and 37% in bf16 (every small op's parallel region pays a futex
-#   wake-up), while transformers' fp32 moved by under 1% (docs/notes-perf.md, 2026-11-25).
+#   wake-up), while transformers' fp32 moved by under 1% (lab/notes/notes-perf.md, 2026-11-25).
 BUSY_LOAD_PER_CPU = 1.0
 
 

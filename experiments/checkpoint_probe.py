@@ -5,7 +5,7 @@ does its pre-training start to transfer?
         --keep-last 100 --valid-documents 100 --out RUN
     python experiments/checkpoint_probe.py RUN --data DATA --glue ../shared/data/glue \\
         --out experiments/results/checkpoint-probe/tiny-mlm.json
-    python experiments/checkpoint_probe.py --report docs/checkpoint-probe.md \\
+    python experiments/checkpoint_probe.py --report docs/results/checkpoint-probe.md \\
         --results experiments/results/checkpoint-probe/*.json
 
 For every checkpoint of RUN (and the random initialisation of the same shape, as step 0) it writes:

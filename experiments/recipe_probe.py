@@ -5,7 +5,7 @@ and the process CPU seconds it took (CPU, not wall-clock: the machine is shared)
         --batch-size 32 --seq 128 --steps 300 --results experiments/results/recipe
 
 Writes one JSON per probe into ``--results`` (settings, ``cpu_s``, ``tokens``, held-out ``eval_loss`` /
-``eval_acc`` from bertkit pretrain's own evaluation, commit, CPU model). docs/paper.md's "Recipe" table is
+``eval_acc`` from bertkit pretrain's own evaluation, commit, CPU model). docs/results/paper.md's "Recipe" table is
 generated from these files. One thread, MLM objective, masks as in pre-training.
 """
 

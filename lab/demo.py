@@ -16,7 +16,7 @@ and proof that the model learned.
    alike on CoNLL-2003 NER (4,000 training sentences of ``../shared/data/conll2003``, dev entity F1) and SST-2
    (2,000 sentences of ``../shared/data/glue/SST-2``, dev accuracy), and prints both models' scores (a task
    whose data is absent is skipped with the reason). NER comes first: it is where bertkit's own pre-training
-   transferred most clearly in docs/paper.md, while at this budget SST-2 barely moves from the majority label.
+   transferred most clearly in docs/results/paper.md, while at this budget SST-2 barely moves from the majority label.
 
 The report goes to ``--out`` (default ``runs/demo``): ``report.json`` (metrics, timings, predictions),
 ``curves.png``, ``metrics.jsonl``, ``model/``.
@@ -39,7 +39,7 @@ from pathlib import Path
 from bertkit.io import atomic_write, atomic_write_json
 
 # Below this held-out word-order gain (nats) a model still reads its context as a bag of words, and its
-# fine-tuning is not expected to beat random init (docs/checkpoint-probe.md: BERT-tiny leaves that plateau
+# fine-tuning is not expected to beat random init (docs/results/checkpoint-probe.md: BERT-tiny leaves that plateau
 # after ~16M tokens, then gains nats within a few thousand steps). The demo's time budget buys enough steps
 # on 2 idle cores; on a busy or slow machine it may not, and the demo says so instead of implying a verdict.
 WORD_ORDER_GAIN_TO_TRANSFER = 0.1

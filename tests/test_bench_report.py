@@ -1,4 +1,4 @@
-"""benchmarks/report.py: docs/performance.md's results section comes from a results file, not by hand."""
+"""benchmarks/report.py: docs/results/performance.md's results section comes from a results file, not by hand."""
 
 from __future__ import annotations
 

@@ -328,7 +328,7 @@ def test_pretraining_table_gives_a_left_to_right_model_its_next_token_scores_not
     row = next(line for line in text.splitlines() if line.startswith("| ltr-mini | 4 / 256"))
     assert "| 4.707 (next-token) | 30.0 (next-token) |" in row and row.endswith("| — |")
     assert "8.854" not in row  # log(7000): the masked-LM loss a causal model cannot be scored by
-    # result files since stop 23: the next-token scores are the metrics, with no unigram baseline
+    # newer result files: the next-token scores are the metrics, with no unigram baseline
     ltr["metrics"] = {"next_token_loss": 4.5, "next_token_accuracy": 0.31, "sequences": 24}
     (res / "ltr.json").write_text(json.dumps(ltr))
     text = Path(write_report(cfg, results=res)["report"]).read_text()

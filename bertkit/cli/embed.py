@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--long-text",
         choices=("truncate", "windows"),
         default="truncate",
-        help="texts over --max-seq-length: cut them, or average overlapping windows' vectors (docs/serving.md)",
+        help="texts over --max-seq-length: cut them, or average overlapping windows' vectors (docs/guide/serving.md)",
     )
     A.add_inference_precision(p)
     p.set_defaults(func=embed)

@@ -1,4 +1,4 @@
-"""``bertkit serve MODEL_DIR``: the HTTP inference server (FastAPI + uvicorn; see docs/serving.md)."""
+"""``bertkit serve MODEL_DIR``: the HTTP inference server (FastAPI + uvicorn; see docs/guide/serving.md)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--int8",
         action="store_true",
-        help="dynamic int8 quantisation of the Linear layers (CPU; docs/serving.md)",
+        help="dynamic int8 quantisation of the Linear layers (CPU; docs/guide/serving.md)",
     )
     p.add_argument(
         "--int8-engine",

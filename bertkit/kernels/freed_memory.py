@@ -4,7 +4,7 @@ A training step allocates and frees the same large blocks every step (activation
 word-embedding gradient: tens of MB each at BERT-base). glibc's malloc serves blocks above its mmap threshold
 with a fresh ``mmap`` and unmaps them on ``free``, so every step faults its memory in again page by page (the
 kernel zeroes each 4 KiB page). Measured side by side in ``docs/perf/freed-memory.json``
-(``python -m benchmarks.bench_freed_memory``; read in docs/notes-perf.md, session 5). This is work bertkit
+(``python -m benchmarks.bench_freed_memory``; notes in lab/notes/notes-perf.md). This is work bertkit
 does not need to do on any CPU vendor, not a vendor-specific kernel.
 
 :func:`keep_freed_memory` tells glibc (through ``mallopt``) to serve large blocks from the heap too and never

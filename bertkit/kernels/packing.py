@@ -64,7 +64,7 @@ def packing_for(attention_mask: Tensor | None) -> Packing | None:
 
     On a GPU the padded batch runs as it is: one attention call per length group (and reading the groups'
     sizes back to the host, a synchronisation per batch) left a BERT-base pre-training step on an H200
-    waiting on kernel launches, slower than the padded computation it saves work on (docs/notes-perf.md)."""
+    waiting on kernel launches, slower than the padded computation it saves work on (lab/notes/notes-perf.md)."""
     if (
         attention_mask is None
         or not enabled()

@@ -16,7 +16,7 @@ Which int8 GEMM runs is fixed when the weights are packed: PyTorch's quantised e
 (``fbgemm``, ``onednn``, or ``x86``, which packs dynamic Linear weights for fbgemm). The packed weights
 keep their kernel afterwards, whatever the process's engine is later. ``engine="auto"`` packs for oneDNN
 on a CPU with AMX int8 tiles (oneDNN's int8 GEMM uses them; fbgemm does not) and keeps PyTorch's default
-elsewhere. On the Xeon with AMX this was measured on (``benchmarks/bench_int8.py``, docs/serving.md),
+elsewhere. On the Xeon with AMX this was measured on (``benchmarks/bench_int8.py``, docs/guide/serving.md),
 oneDNN's int8 encoder ran well ahead of fbgemm's for the same outputs bound.
 """
 

@@ -5,7 +5,7 @@
 # start, with LR as its learning rate), trained by `bertkit distill --task ner` (soft targets over the labelled
 # word positions, temperature 2, alpha 0.5) for EPOCHS epochs (default 3, the teacher's). The `result` stage
 # times both again on their own and writes experiments/results/retrieval/distill-conll[-STUDENT].json;
-# `python experiments/retrieval/report.py` renders it in docs/retrieval-results.md.
+# `python experiments/retrieval/report.py` renders it in docs/results/retrieval-results.md.
 #   usage: experiments/retrieval/distill_conll.sh OUT_DIR      (STAGES="result" ... re-runs only that stage)
 #   A killed teacher run continues from its newest checkpoint when the script is run again.
 set -euo pipefail

@@ -11,7 +11,7 @@
 # so the layer student's result stays. The `result`
 # stage times teacher and student again on their own (best of 3 interleaved rounds, with the machine's load
 # recorded beside them) and writes experiments/results/retrieval/distill-sst2.json;
-# `python experiments/retrieval/report.py` turns it into docs/retrieval-results.md's "Distillation (SST-2)".
+# `python experiments/retrieval/report.py` turns it into docs/results/retrieval-results.md's "Distillation (SST-2)".
 #   usage: experiments/retrieval/distill_sst2.sh OUT_DIR
 #   STAGES="result" experiments/retrieval/distill_sst2.sh OUT_DIR     re-runs only those stages
 #   (stages: teacher distill result; distill needs teacher, result needs distill). A killed teacher run

@@ -4,7 +4,7 @@
 commands) and every result file, and writes the report named by the config's ``report`` key (or ``--doc``)
 plus its PNG figures beside it. ``report_kind = "paper"`` gives the paper's Tables 5, 6 and 7 in the paper's
 shape, the same-budget comparison with transformers, the pre-training curves, a bar chart and the BERT-Base
-estimate; ``report_kind = "results"`` a table of fine-tuning rows (docs/results.md). A cell without a result
+estimate; ``report_kind = "results"`` a table of fine-tuning rows (docs/results/results.md). A cell without a result
 file shows "not yet run"; each finding says whether it reproduces at this scale.
 """
 

@@ -1,4 +1,4 @@
-"""The results report (``report_kind = "results"``, docs/results.md): one row per fine-tuned model and task."""
+"""The results report (``report_kind = "results"``, docs/results/results.md): one row per fine-tuned model and task."""
 
 from __future__ import annotations
 

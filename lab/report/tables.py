@@ -251,7 +251,7 @@ def pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
 
 def _heldout_scores(r: dict) -> tuple[str, str, str] | None:
     """(loss, accuracy, word-order gain) of a pre-training result's held-out row: masked-LM scores, or a
-    left-to-right model's next-token ones (result files before stop 23 kept those under ``train_eval`` and
+    left-to-right model's next-token ones (older result files kept those under ``train_eval`` and
     masked-LM scores a causal model cannot be given under ``metrics``); None when it has neither."""
     met = r.get("metrics") or {}
     if r.get("objective") == "ltr":
