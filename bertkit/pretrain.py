@@ -260,8 +260,20 @@ def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def build_model_config(cfg: PretrainConfig, vocab_size: int, max_seq_length: int) -> BertConfig:
+    """The model's config: a preset or ``--model-config`` (a ModernBERT one when its ``model_type`` says so), with
+    the ``[model]`` overrides, the data's vocabulary size, and positions enough for ``max_seq_length``."""
     if cfg.model_config:
-        mc = BertConfig.from_json_file(cfg.model_config)
+        try:
+            kind = json.loads(read_text(cfg.model_config, "model config")).get("model_type")
+        except (json.JSONDecodeError, AttributeError):
+            kind = None  # BertConfig's own reader says what is wrong with the file
+        if kind == "modernbert":
+            from bertkit.modernbert_config import ModernBertConfig
+
+            mc = ModernBertConfig.from_json_file(cfg.model_config)
+            mc.sparse_prediction = True  # the masked-LM head only at the masked positions, as BERT's
+        else:
+            mc = BertConfig.from_json_file(cfg.model_config)
         for k, v in cfg.model_overrides.items():
             setattr(mc, k, v)
     else:

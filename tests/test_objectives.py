@@ -345,3 +345,55 @@ def test_electra_folders_load_back_to_continue_pre_training(tmp_path):
     assert torch.equal(a.loss, b.loss)
     with pytest.raises(UserError, match="not found"):
         load_pretrained_electra(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------------------------------------ ModernBERT
+
+
+def _modernbert_config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "modernbert.json"
+    path.write_text(json.dumps({
+        "model_type": "modernbert", "vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 3,
+        "num_attention_heads": 2, "intermediate_size": 96, "max_position_embeddings": 64, "local_attention": 16,
+        "global_attn_every_n_layers": 3, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3,
+        "cls_token_id": 2, "sep_token_id": 3,
+    }))  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("objective", ["mlm", "roberta"])
+def test_a_modernbert_model_pre_trains_with_the_masked_lm_objectives(tmp_path, data_dir, objective):
+    transformers = pytest.importorskip("transformers")
+    from bertkit.modernbert import ModernBertForMaskedLM
+    from bertkit.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(data=str(data_dir), out=str(tmp_path / "m"), objective=objective,
+                         model_config=str(_modernbert_config_file(tmp_path)), steps=24, batch_size=8,
+                         max_seq_length=64, lr=2e-3, log_every=4, checkpoint_every=0, eval_batches=1, progress=False,
+                         valid_documents=2, num_threads=1)  # fmt: skip
+    pretrain(cfg)
+    rows = [json.loads(x) for x in (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["masked_lm_loss"] < rows[0]["masked_lm_loss"]
+    model_dir = tmp_path / "m" / "model"
+    saved = json.loads((model_dir / "config.json").read_text())
+    assert saved["model_type"] == "modernbert" and saved["vocab_size"] == len(
+        (data_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    )
+    ours = ModernBertForMaskedLM.from_pretrained(model_dir, sparse_prediction=False)
+    theirs = transformers.ModernBertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+    ids = torch.tensor([[2, 40, 41, 42, 43, 44, 3, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        a, b = ours(ids, mask).logits, theirs(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("objective", ["mlm+nsp", "ltr", "electra"])
+def test_objectives_that_need_berts_heads_refuse_a_modernbert_config(tmp_path, data_dir, objective):
+    from bertkit.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(data=str(data_dir), out=str(tmp_path / "m"), objective=objective,
+                         model_config=str(_modernbert_config_file(tmp_path)), steps=2, batch_size=4,
+                         max_seq_length=64, progress=False, num_threads=1)  # fmt: skip
+    with pytest.raises(UserError, match="mlm or roberta"):
+        pretrain(cfg)

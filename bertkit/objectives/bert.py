@@ -6,14 +6,35 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
+from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
 from bertkit.objectives.base import Metrics, Objective
 
 
 class _BertObjective(Objective):
-    """The objectives that train ``BertForPreTraining`` and save it in the Hugging Face BERT layout."""
+    """The objectives that train ``BertForPreTraining`` and save it in the Hugging Face BERT layout; the masked
+    LM ones (:attr:`modernbert`) also train ``ModernBertForMaskedLM`` when the config is a ModernBERT one."""
+
+    modernbert: bool = (
+        False  # whether the objective runs on ModernBERT (which has no NSP head, no causal mask)
+    )
 
     def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
+        from bertkit.architectures import is_modernbert
+        from bertkit.modernbert_config import ModernBertConfig
+
+        if isinstance(config, ModernBertConfig) or (init_from and is_modernbert(init_from)):
+            if not self.modernbert:
+                raise UserError(
+                    f"objective {self.name} needs BERT's heads; a ModernBERT model pre-trains with mlm or roberta"
+                )
+            from bertkit.modernbert import ModernBertForMaskedLM
+
+            if init_from:
+                model = ModernBertForMaskedLM.from_pretrained(init_from, sparse_prediction=True)
+                model.train()
+                return model
+            return ModernBertForMaskedLM(config)
         if init_from:
             model = BertForPreTraining.from_pretrained(init_from)
             model.train()
@@ -42,6 +63,7 @@ class MaskedLMNextSentence(_BertObjective):
 class MaskedLM(_BertObjective):
     name = "mlm"
     summary = "masked LM on single segments (the paper's No NSP ablation)"
+    modernbert = True
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
         out = model(

@@ -26,6 +26,10 @@ class Electra(Objective):
     }
 
     def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
+        if not isinstance(config, BertConfig):
+            raise UserError(
+                f"objective electra builds BERT networks; a {type(config).__name__} pre-trains with mlm or roberta"
+            )
         if init_from:  # a finished ELECTRA run's model dir: both networks from its electra/ folders
             return load_pretrained_electra(
                 Path(init_from) / "electra",
