@@ -59,7 +59,7 @@ from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
 from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
-from bertkit.validate import check_field_types, check_values
+from bertkit.validate import check_device, check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
 
@@ -376,8 +376,8 @@ def _load_dataset(
 
 
 def _device(cfg: PretrainConfig, local_rank: int) -> torch.device:
-    if cfg.device:
-        return torch.device(cfg.device)
+    if cfg.device:  # from a config file too: a missing GPU is one line, not a traceback from the first step
+        return torch.device(check_device(cfg.device))
     if torch.cuda.is_available():
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
@@ -434,6 +434,12 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
 
     torch.manual_seed(cfg.seed)  # model initialisation
     model = objective.build_model(mc, cfg.init_from)
+    if cfg.init_from and model.config.vocab_size != len(vocab_words):
+        raise UserError(
+            f"--init-from {cfg.init_from}: its vocabulary has {model.config.vocab_size} entries, the data's "
+            f"{vocab_file} {len(vocab_words)}: the ids would mean other words; prepare the data with the model's "
+            "vocab.txt"
+        )
     if cfg.gradient_checkpointing:
         for module in model.modules():
             if hasattr(module, "gradient_checkpointing_enable") and module is not model:
@@ -471,6 +477,14 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
                 f"{world}*{ph['grad_accum']}"
             )
         train_ds = _load_dataset(str(data_dir), ph, cfg, "train", fmt, pad_id, objective)
+        if len(train_ds) < micro * world * int(ph["grad_accum"]):
+            held = getattr(train_ds, "valid_documents", None)
+            raise UserError(
+                f"{data_dir}: the training split has {len(train_ds)} instances of {ph['max_seq_length']} tokens, "
+                f"fewer than one global batch of {ph['batch_size']}"
+                + (f" ({held} documents are held out for evaluation)" if held else "")
+                + "; use more text, a smaller --batch-size, or fewer --valid-documents"
+            )
         batches = Batches(
             train_ds, micro, train_ds.collate, seed=cfg.seed, rank=rank, world_size=world,
             grad_accum=int(ph["grad_accum"]),

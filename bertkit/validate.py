@@ -139,3 +139,25 @@ def check_values(data: dict[str, Any], checks: dict[str, str], source: str) -> N
                 globals()[check](data[name], name)
             except UserError as e:
                 raise UserError(f"{source}: {e}") from None
+
+
+def check_device(text: str) -> str:
+    """``text`` if it names a torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``), else a
+    UserError in one line: a typo or a missing GPU is refused before a run starts, not deep inside it."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UserError(f"{text!r} is not a device; use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise UserError(f"{text}: CUDA is not available on this machine; use cpu")
+        if dev.index is not None and dev.index >= count:
+            raise UserError(f"{text}: this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"{text}: MPS is not available on this machine; use cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"{text}: unsupported device type; use cpu, cuda or cuda:N")
+    return text

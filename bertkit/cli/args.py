@@ -74,25 +74,12 @@ def int_range(low: int, high: int) -> Callable[[str], int]:
 
 
 def device(text: str) -> str:
-    """An argparse type: a torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``); checked at
-    parse time so that a typo or a missing GPU is one line, not a traceback from deep inside the run."""
-    import torch
-
+    """An argparse type: a torch device this machine has (:func:`bertkit.validate.check_device`), checked at
+    parse time."""
     try:
-        dev = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise argparse.ArgumentTypeError(f"{text}: CUDA is not available on this machine; use cpu")
-        if dev.index is not None and dev.index >= count:
-            raise argparse.ArgumentTypeError(f"{text}: this machine has {count} CUDA device(s)")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise argparse.ArgumentTypeError(f"{text}: MPS is not available on this machine; use cpu")
-    elif dev.type not in ("cpu", "cuda", "mps"):
-        raise argparse.ArgumentTypeError(f"{text}: unsupported device type; use cpu, cuda or cuda:N")
-    return text
+        return validate.check_device(text)
+    except UserError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def existing_file(text: str) -> Path:
