@@ -566,14 +566,27 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         }
     )
     if rank == 0:
-        _write_card(cfg, objective, model_dir, fmt, phases, results, world)
+        _write_card(cfg, objective, export.config, model_dir, fmt, phases, results, world)
         atomic_write_json(out / "results.json", results)
     return results
+
+
+def _shape_name(cfg: PretrainConfig, config: Any) -> str:
+    """What the card calls the model: the preset or config file, and the shape it really has when a [model]
+    table changed it (``mini, changed to L2/H64/A2``)."""
+    name = cfg.model_config or cfg.preset
+    if not cfg.model_overrides:
+        return name
+    shape = f"L{config.num_hidden_layers}/H{config.hidden_size}/A{config.num_attention_heads}"
+    return f"{name}, changed to {shape} by [model] " + ", ".join(
+        f"{k}={v}" for k, v in cfg.model_overrides.items()
+    )
 
 
 def _write_card(
     cfg: PretrainConfig,
     objective: Objective,
+    model_config: Any,
     model_dir: Path,
     fmt: str,
     phases: list,
@@ -589,7 +602,7 @@ def _write_card(
         task=f"pre-training, objective {cfg.objective} ({objective.summary})",
         data={"data": cfg.data, "stream": fmt, "held-out documents": cfg.valid_documents},
         hyperparameters={
-            "model": cfg.model_config or cfg.preset, "steps": results["steps"], "lr": cfg.lr, "warmup": cfg.warmup,
+            "model": _shape_name(cfg, model_config), "steps": results["steps"], "lr": cfg.lr, "warmup": cfg.warmup,
             "optimizer": cfg.optimizer, "weight_decay": cfg.weight_decay, "precision": cfg.precision,
             "seed": cfg.seed, "processes": world, "init_from": cfg.init_from,
             "phases": [{k: p[k] for k in ("steps", "max_seq_length", "batch_size", "grad_accum")} for p in phases],

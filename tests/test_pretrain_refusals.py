@@ -42,3 +42,9 @@ def test_init_from_a_model_of_another_vocabulary_is_refused(tmp_path, tiny_data)
     BertForPreTraining(BertConfig.preset("tiny", vocab_size=77, **TINY)).save_pretrained(other)
     with pytest.raises(UserError, match="its vocabulary has 77 entries"):
         pretrain(_cfg(tiny_data, tmp_path / "r", init_from=str(other)))
+
+
+def test_the_model_card_names_the_shape_a_model_table_gave(tmp_path, tiny_data):
+    pretrain(_cfg(tiny_data, tmp_path / "r", eval_batches=0))
+    card = (tmp_path / "r" / "model" / "README.md").read_text(encoding="utf-8")
+    assert "tiny, changed to L2/H64/A2 by [model] hidden_size=64" in card
