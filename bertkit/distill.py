@@ -316,7 +316,20 @@ def distill_task(
     report["final_loss"] = summary.get("loss")
     report["torch_threads"] = torch.get_num_threads()
     atomic_write_json(out_dir / "metrics.json", report)
+    _card(out_dir / "model", task.kind, f"{task.name}, distilled from {teacher_dir}", teacher_dir, s,
+          {"training examples": len(train), "student": student}, st["metrics"])  # fmt: skip
     return report
+
+
+def _card(model_dir: Path, kind: str, task: str, teacher_dir: Any, s: Any, data: dict, metrics: dict) -> None:
+    """The student's model card: what it was distilled from, on what, with which settings."""
+    from .model_card import write_model_card
+
+    write_model_card(
+        model_dir, title="A student model distilled with bertkit", kind=kind, task=task, data=data,
+        hyperparameters={k: v for k, v in asdict(s).items() if isinstance(v, (int, float, str, bool))},
+        metrics={k: v for k, v in metrics.items() if isinstance(v, (int, float))}, base_model=str(teacher_dir),
+    )  # fmt: skip
 
 
 def distill_embeddings(
@@ -397,4 +410,6 @@ def distill_embeddings(
         "settings": asdict(s),
     }
     atomic_write_json(Path(out_dir) / "metrics.json", report)
+    _card(Path(out_dir) / "model", "embed", f"sentence embeddings regressing {teacher_dir}'s", teacher_dir, s,
+          {"texts": len(texts), "student": student}, {"mean_cosine_to_teacher": report["mean_cosine_to_teacher"]})  # fmt: skip
     return report

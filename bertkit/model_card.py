@@ -24,6 +24,7 @@ PIPELINE_TAGS = {
     "choice": "multiple-choice",
     "qa": "question-answering",
     "pretraining": "fill-mask",
+    "embed": "sentence-similarity",
 }
 
 

@@ -163,6 +163,8 @@ def test_distill_token_classification_from_a_preset(tmp_path):
     report = distill_task(tmp_path / "teacher", "tiny", task, tmp_path / "out", s)
     # a random teacher is useless, so the hard labels must carry the student (alpha < 1)
     assert report["student"]["main"] > 0.8, report["student"]["metrics"]  # ner_metrics are fractions
+    card = (tmp_path / "out" / "model" / "README.md").read_text(encoding="utf-8")
+    assert "pipeline_tag: token-classification" in card and "distilled from" in card
 
 
 def test_distill_embeddings_regresses_the_teacher(tmp_path):
@@ -183,6 +185,9 @@ def test_distill_embeddings_regresses_the_teacher(tmp_path):
     assert report["student_parameters"] < report["teacher_parameters"]
     assert report["mean_cosine_to_teacher"] > 0.98
     assert np.isfinite(report["final_loss"])
+    card = (tmp_path / "out" / "model" / "README.md").read_text(encoding="utf-8")
+    assert "pipeline_tag: sentence-similarity" in card and "distilled with bertkit" in card
+    assert str(tmp_path / "teacher") in card and "mean_cosine_to_teacher" in card
 
 
 def test_cli_distill_embed_and_errors(tmp_path, capsys):

@@ -192,6 +192,8 @@ def test_train_embed_improves_held_out_retrieval(tiny_dir, tmp_path, hard, symme
     assert after >= 80.0 and after > before + 30.0, (before, after)
     assert summary["steps"] == 6 * len(train) // 16 and (tmp_path / "run" / "train_log.json").is_file()
     assert (tmp_path / "run" / "curves.png").is_file()  # drawn by default
+    card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
+    assert "pipeline_tag: sentence-similarity" in card and "loss mnrl" in card
 
 
 def test_train_embed_follows_sentence_transformers_trainer_step_for_step(tiny_dir, tmp_path):

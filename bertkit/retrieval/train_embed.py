@@ -189,4 +189,14 @@ def train_embed(
         "model": str(out_dir / "model"),
     }
     atomic_write_json(out_dir / "train_log.json", result)
+    from ..model_card import write_model_card
+
+    write_model_card(
+        out_dir / "model", title="A sentence encoder trained with bertkit train-embed", kind="embed",
+        task=f"sentence embeddings, loss {s.loss}",
+        data={"training pairs": len(pairs), "hard negatives per pair": s.hard_negatives or 0},
+        hyperparameters={k: v for k, v in s.__dict__.items() if isinstance(v, (int, float, str, bool))},
+        metrics={k: v for k, v in (summary.get("eval") or {}).items() if isinstance(v, (int, float))},
+        metrics_split="evaluation during training",
+    )  # fmt: skip
     return result
