@@ -50,7 +50,10 @@ def register(subparsers) -> None:
     _add_corpus_args(p)
     p.add_argument("--vocab-size", type=A.int_range(6, 10_000_000), required=True)
     A.add_output(p, "--out", kind="file", help="vocab.txt to write")
-    p.add_argument("--min-frequency", type=A.positive_int, default=2)
+    p.add_argument(
+        "--min-frequency", type=A.positive_int, default=2,
+        help="a word piece enters the vocabulary only if it occurs at least this often (default 2)",
+    )  # fmt: skip
     p.set_defaults(func=run_vocab)
 
     p = subparsers.add_parser("prepare", help="tokenize a corpus into binary shards for pre-training")
