@@ -45,5 +45,5 @@ def write_report(
         f.write(text if text.endswith("\n") else text + "\n")
     return {"report": str(path), "results": len(res), "cells": len(matrix.cells),
             "figures": sorted(str(p) for p in (path.parent / f"{path.stem}-{kind}.png"
-                                               for kind in ("curves", "scores", *(f"{n}-scores" for n in protocols(matrix))))
+                                               for kind in ("curves", "curve", "scores", *(f"{n}-scores" for n in protocols(matrix))))
                               if p.exists())}  # fmt: skip

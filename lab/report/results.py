@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.experiment import Matrix, features_name, seeds_of, task_models
+from lab.report.curve import quality_curve
 from lab.report.front import notes, provenance
 from lab.report.scores import fmt, mean_std, metric_name, seed_scores
 from lab.report.tables import pretrain_rows
@@ -17,7 +18,8 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
         matrix, results, config_arg, folder
     )
     pretraining = pretrain_rows(matrix, results)
-    lines += notes(matrix) + pretraining + (["## Fine-tuning", ""] if pretraining else [])
+    lines += notes(matrix) + pretraining + quality_curve(matrix, results, doc)
+    lines += ["## Fine-tuning", ""] if pretraining else []
     lines += [
         "| model | task | metric | result | other metrics (last seed) | settings |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -1,0 +1,44 @@
+"""The report's quality-per-CPU-hour curve: chains of continued pre-training add up their CPU-hours, scores are
+means over seeds, and the figure is written beside the page."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from lab.report.curve import chain_cpu_hours, curve_points, quality_curve
+
+
+def _results() -> dict[str, dict]:
+    return {
+        "pretrain/a": {"train_cpu_s": 3600.0},
+        "pretrain/b": {"train_cpu_s": 7200.0, "continued_from": "a"},
+        "pretrain/c": {"train_cpu_s": 100.0, "continued_from": "missing"},
+        "finetune/a/SST-2/seed1": {"primary": 70.0},
+        "finetune/a/SST-2/seed2": {"primary": 72.0},
+        "finetune/b/SST-2/seed1": {"primary": 80.0},
+        "finetune/b/SST-2/lr0.0001/seed1": {"primary": 10.0},  # a grid cell: not a seed score
+    }
+
+
+def test_a_chain_adds_up_the_cpu_hours_of_its_links():
+    res = _results()
+    assert chain_cpu_hours(res, "a") == 1.0 and chain_cpu_hours(res, "b") == 3.0
+    assert chain_cpu_hours(res, "c") is None  # a link without a result: no point rather than a wrong one
+
+
+def test_points_are_seed_means_in_cpu_order_and_the_figure_is_written(tmp_path):
+    spec = {"models": ["b", "a", "c"], "tasks": ["SST-2", "STS-B"], "anchors": {"SST-2": {"Tiny": 83.2}}}
+    points = curve_points(_results(), spec)
+    assert [(m, h, ms[0]) for m, h, ms in points["SST-2"]] == [("a", 1.0, 71.0), ("b", 3.0, 80.0)]
+    assert points["STS-B"] == []
+    lines = quality_curve(SimpleNamespace(raw={"curve": spec}), _results(), tmp_path / "page.md")
+    assert "| b | SST-2 | 3.00 | 80.0 ± 0.0 |" in lines and "![quality per CPU-hour](page-curve.png)" in lines
+    assert (tmp_path / "page-curve.png").stat().st_size > 1000
+
+
+def test_no_curve_table_no_section(tmp_path):
+    assert quality_curve(SimpleNamespace(raw={}), _results(), tmp_path / "page.md") == []
+    empty = quality_curve(
+        SimpleNamespace(raw={"curve": {"models": ["z"], "tasks": ["SST-2"]}}), {}, tmp_path / "p.md"
+    )
+    assert "No point yet" in " ".join(empty) and not (tmp_path / "p-curve.png").exists()
