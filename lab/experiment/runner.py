@@ -136,6 +136,15 @@ def _still_needed(name: str, later: list[Cell], rebuilds: set[str], res_dir: Pat
     return False
 
 
+def _ready(queue: list[Cell], elsewhere: dict[str, Cell]) -> Cell | None:
+    """The first cell of ``queue`` whose inputs are over: none of its ``needs`` or ``after`` is still queued
+    here or held by another runner (a failed input is over: the caller skips the cell). A cell whose input
+    waits behind another runner's cell is not ready either, even when that input itself is not held yet:
+    running it would read inputs that do not exist."""
+    pending = {c.name for c in queue} | set(elsewhere)
+    return next((c for c in queue if not any(n in pending for n in [*c.needs, *c.after])), None)
+
+
 def _cpu_now() -> float:
     """CPU seconds of this process and its finished children (the transformers runner is a subprocess)."""
     import resource
@@ -292,7 +301,10 @@ def run_matrix(
     elsewhere: dict[str, Cell] = {}  # cells another live runner holds: the cells that need them wait
     k = 0
     while queue:
-        cell = next((c for c in queue if not any(n in elsewhere for n in [*c.needs, *c.after])), None)
+        cell = _ready(queue, elsewhere)
+        if cell is None and not elsewhere:  # cannot happen (needs point back in matrix order): never spin
+            failed.update({c.name: "its inputs never ran" for c in queue})
+            break
         if cell is None:  # every cell left needs one that another runner is on: wait for it
             queue[:0] = wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
             queue = _on_one_build(matrix, queue, done, out, res_dir, summary)  # it may have rebuilt a model
