@@ -435,6 +435,32 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
 
 
+@pytest.mark.parametrize("owner", ["a later process", "process 1"])
+def test_a_lock_whose_process_id_was_reused_is_taken_over(tmp_path, owner):
+    """A runner's lock outlived it and the system gave its process id to another live process: that process
+    started after the lock was written, so it holds nothing and the lock is taken over (it blocked forever)."""
+    import os
+    import subprocess
+    import sys
+
+    from lab.experiment import locks
+
+    cell = load_matrix(_write(tmp_path, MINIMAL)).cell("pretrain/a")
+    lock = locks._lock_path(tmp_path, cell)
+    lock.parent.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pid = other.pid if owner == "a later process" else 1
+        lock.write_text(str(pid))
+        if owner == "a later process":  # written while it ran: it is the owner
+            assert locks.claim_cell(tmp_path, cell) is None
+        os.utime(lock, (0, 0))  # written before that process started (in 1970): by another one, now gone
+        assert locks.claim_cell(tmp_path, cell) == lock and lock.read_text() == str(os.getpid())
+    finally:
+        other.kill()
+        other.wait()
+
+
 @pytest.mark.parametrize(
     "bad, match",
     [

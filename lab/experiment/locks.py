@@ -20,9 +20,31 @@ def _lock_path(out: Path, cell: Cell) -> Path:
     return out / "locks" / cell.result_name.replace(".json", ".lock")
 
 
-def _holder(path: Path) -> int | None:
-    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's)."""
+# a lock's file time and a process's start time come from two clocks (the file system's, the kernel's boot
+# time plus ticks, whole seconds): a process that started this much after a lock was written is not its writer
+START_SLACK_S = 2.0
+
+
+def _started(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch (``/proc/PID/stat`` field 22, ticks since
+    boot, plus the boot time); None where that cannot be read (no /proc, the process just ended)."""
     try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "(comm)" start at field 3
+        return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _holder(path: Path) -> int | None:
+    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's).
+
+    A lock holds its writer's process id alone (so runners of every version read each other's locks); its
+    writer is the process of that id only if that process had started by the time the file was written: an
+    id the system has since given to a later process (a reboot, a long run) holds nothing."""
+    try:
+        written = path.stat().st_mtime
         pid = int(path.read_text() or 0)
         if (
             pid <= 0
@@ -32,7 +54,10 @@ def _holder(path: Path) -> int | None:
     except (ValueError, ProcessLookupError, FileNotFoundError):
         return None
     except PermissionError:  # alive, another user's
-        return pid
+        pass
+    started = _started(pid)
+    if started is not None and started > written + START_SLACK_S:  # the id was reused after the lock
+        return None
     return pid
 
 
