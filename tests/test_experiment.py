@@ -133,16 +133,7 @@ def test_finished_cells_are_skipped_and_missing_models_rebuilt(tmp_path):
 def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypatch):
     from lab.experiment import cells as experiment_cells
 
-    def fake_run_cell(matrix, cell, out, done, info, progress=True):
-        if cell.name == "finetune/a/SST-2/lr0.0001/seed1":
-            raise RuntimeError("boom")
-        return {
-            "primary": 50.0,
-            "hyperparameters": {"lr": cell.spec.get("lr")},
-            "seed": cell.spec.get("seed"),
-        }
-
-    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    monkeypatch.setattr(experiment_cells, "run_cell", _failing_at("finetune/a/SST-2/lr0.0001/seed1"))
     res = tmp_path / "res"
     summary = run_matrix(_write(tmp_path, MINIMAL), out=tmp_path / "out", results=res, progress=False)
     assert summary["failed"]["finetune/a/SST-2/lr0.0001/seed1"] == "RuntimeError: boom"
@@ -154,6 +145,37 @@ def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypa
     )
     assert not (res / "finetune__a__SST-2__seed1.json").exists()
     assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
+
+
+def test_the_cli_exits_1_when_a_cell_failed_and_still_prints_its_summary(tmp_path, monkeypatch, capsys):
+    from lab.experiment import cells as experiment_cells
+
+    monkeypatch.setattr(experiment_cells, "run_cell", _failing_at("finetune/a+bilstm/SST-2/seed2"))
+    cfg, out, res = _write(tmp_path, MINIMAL), tmp_path / "out", tmp_path / "res"
+    args = ["experiment", str(cfg), "--out", str(out), "--results", str(res), "--quiet"]
+    assert lab_main(args) == 1
+    summary = _printed_summary(capsys.readouterr().out)
+    assert list(summary["failed"]) == ["finetune/a+bilstm/SST-2/seed2"]
+    assert (res / "finetune__a__SST-2__seed2.json").exists()  # the rest ran and wrote its results
+    monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
+    assert lab_main(args) == 0  # run again: the failed cell finishes
+    assert _printed_summary(capsys.readouterr().out)["ran"] == ["finetune/a+bilstm/SST-2/seed2"]
+
+
+def _failing_at(name: str):
+    """A fake ``run_cell`` that fails the cell ``name`` and scores every other one as :func:`_scores_fifty`."""
+
+    def run_cell(matrix, cell, out, done, info, progress=True) -> dict:
+        if cell.name == name:
+            raise RuntimeError("boom")
+        return _scores_fifty(matrix, cell, out, done, info, progress)
+
+    return run_cell
+
+
+def _printed_summary(stdout: str) -> dict:
+    """The JSON summary the CLI prints last, after the runner's progress lines."""
+    return json.loads(stdout[stdout.index("\n{\n") + 1 :])
 
 
 def _scores_fifty(matrix, cell, out, done, info, progress=True) -> dict:
