@@ -483,6 +483,9 @@ def test_a_lock_whose_process_id_was_reused_is_taken_over(tmp_path, owner):
         other.wait()
 
 
+ONE_FEATURES = '[[task]]\nname = "NER"\nkind = "ner"\n[[features]]\nmodel = "a"\ntask = "NER"\n'
+
+
 @pytest.mark.parametrize(
     "bad, match",
     [
@@ -510,11 +513,30 @@ def test_a_lock_whose_process_id_was_reused_is_taken_over(tmp_path, owner):
             '[[model]]\nname = "b"\ncontinue_from = "a"\nmodel = { num_hidden_layers = 4 }\n',
             r"model = \{'num_hidden_layers': 4\}: a model continued from 'a' has its shape \(model = None\)",
         ),
+        # a string where a list goes was taken one character at a time (a pair: MINIMAL's text replaced)
+        (("seeds = [1, 2]", 'seeds = "12"'), "m.toml: seeds = '12': must be a list of whole numbers"),
+        (("seeds = [1, 2]", "seeds = 1"), "seeds = 1: must be a list of whole numbers"),
+        (('corpus = ["c.txt"]', 'corpus = "corpus-large"'), "corpus = 'corpus-large': must be a list"),
+        (("lr = [1e-4, 3e-4]", 'lr = "1e-4"'), "'SST-2': lr = '1e-4': must be a rate or a list of rates"),
+        (("lr = [1e-4, 3e-4]", "lr = []"), "'SST-2': lr = \\[\\]: must be a rate or a list"),
+        ('models = "a"\n', "'SST-2': models = 'a': must be a list of model names"),
+        ('seeds = "3"\n', "'SST-2': seeds = '3': must be a list of whole numbers"),
+        (
+            ("seeds = [1, 2]", 'seeds = [1, 2]\nfinetune_models = "a"'),
+            "finetune_models = 'a': must be a list",
+        ),
+        (ONE_FEATURES + 'variants = "last"\n', "\\[\\[features\\]\\] #1: variants = 'last': must be a list"),
+        (
+            ONE_FEATURES + 'seeds = "1"\nvariants = []\n',
+            "\\[\\[features\\]\\] #1: seeds = '1': must be a list",
+        ),
     ],
 )
 def test_bad_matrices_name_the_problem(tmp_path, bad, match):
+    text = MINIMAL.replace(*bad) if isinstance(bad, tuple) else MINIMAL + bad
+    assert text != MINIMAL
     with pytest.raises(UserError, match=match):
-        load_matrix(_write(tmp_path, MINIMAL + bad))
+        load_matrix(_write(tmp_path, text))
 
 
 NER_FEATURES = """
@@ -554,6 +576,10 @@ def test_cli_reports_a_bad_matrix_in_one_line(tmp_path, capsys):
     assert lab_main(["experiment", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "kind must be one of" in err[0]
+    _write(tmp_path, MINIMAL.replace("seeds = [1, 2]", 'seeds = "12"'))
+    assert lab_main(["experiment", str(p), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seeds = '12': must be a list of whole numbers" in err[0]
 
 
 def test_cpu_clock_charges_only_training_steps(tmp_path, monkeypatch):
