@@ -735,7 +735,10 @@ def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, 
     assert not list((tmp_path / "out" / "locks").glob("*.lock"))
 
 
-@pytest.mark.parametrize("other_runner", ["finishes", "is killed", "rebuilds", "is killed rebuilding"])
+@pytest.mark.parametrize(
+    "other_runner",
+    ["finishes", "is killed", "rebuilds", "is killed rebuilding", "rebuilds, its model half written"],
+)
 def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch, other_runner):
     """A second runner finds pretrain/a locked by a live runner: it runs what it can, then waits for that
     cell instead of failing the fine-tuning cells that need it. If the other runner dies without a result,
@@ -760,6 +763,9 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
             (out / output).parent.mkdir(parents=True)
             (out / output).write_text("{}")
         _finished_elsewhere(m, res, "pretrain/a")
+    if "half written" in other_runner:  # the model's config is there before its weights: not finished yet
+        (out / "pretrain" / "a" / "model").mkdir(parents=True)
+        (out / "pretrain" / "a" / "model" / "config.json").write_text("{}")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     lock = locks._lock_path(out, m.cell("pretrain/a"))
     lock.parent.mkdir(parents=True, exist_ok=True)

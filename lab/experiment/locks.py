@@ -80,7 +80,7 @@ def claim_cell(out: Path, cell: Cell) -> Path | None:
     return None
 
 
-def _held_elsewhere(out: Path, cell: Cell) -> bool:
+def held_elsewhere(out: Path, cell: Cell) -> bool:
     """Whether a live process other than this one holds ``cell``'s lock."""
     return _holder(_lock_path(out, cell)) not in (None, os.getpid())
 
@@ -98,7 +98,7 @@ def wait_for_other_runners(
         return c.name not in done or (output is not None and not output.exists())
 
     while True:
-        over = [c for c in elsewhere.values() if not _held_elsewhere(out, c)]
+        over = [c for c in elsewhere.values() if not held_elsewhere(out, c)]
         if over:
             done.update(read_results(res_dir))
             for c in over:

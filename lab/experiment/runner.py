@@ -16,7 +16,7 @@ from bertkit.io import atomic_write_json
 from bertkit.kernels.peak import per_core_gflops
 from bertkit.tuning import cached_choices
 from lab.experiment.grid import skip_reason, stale_seed_cells
-from lab.experiment.locks import claim_cell, wait_for_other_runners
+from lab.experiment.locks import claim_cell, held_elsewhere, wait_for_other_runners
 from lab.experiment.matrix import Cell, Matrix, load_matrix, logger
 from lab.experiment.paths import output_digest
 from lab.experiment.rebuilds import (
@@ -308,6 +308,11 @@ def run_matrix(
         if cell is None:  # every cell left needs one that another runner is on: wait for it
             queue[:0] = wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
             queue = _on_one_build(matrix, queue, done, out, res_dir, summary)  # it may have rebuilt a model
+            continue
+        # an input another runner holds is not over, result file or not: a rebuild's result file is there
+        # from the start, its output may be there while it is still being written
+        if held := [matrix.cell(n) for n in cell.needs if held_elsewhere(out, matrix.cell(n))]:
+            elsewhere.update({c.name: c for c in held})
             continue
         queue.remove(cell)
         k += 1
