@@ -453,8 +453,41 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     assert claim_cell(tmp_path, cell) is None  # held by a live process (this one)
     first.write_text("999999999")  # a process that is gone: its lock is taken over
     assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
-    first.write_text("")  # its writer died before writing its id: no one holds it (not process group 0)
+    first.write_text("")  # its writer is between creating it and writing its id: held
+    assert claim_cell(tmp_path, cell) is None
+    os.utime(first, (0, 0))  # ... or died there long ago: no one holds it (not process group 0)
     assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+
+
+def test_a_stale_lock_another_runner_took_over_first_is_left_to_it(tmp_path, monkeypatch):
+    """Two runners find one stale lock: the first deletes it and writes its own; the second, which saw the
+    stale one, must not delete the new one (both would run the cell)."""
+    import subprocess
+    import sys
+
+    from lab.experiment import locks
+
+    cell = load_matrix(_write(tmp_path, MINIMAL)).cell("pretrain/a")
+    lock = locks._lock_path(tmp_path, cell)
+    lock.parent.mkdir(parents=True)
+    lock.write_text("999999999")  # a process that is gone
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder, seen = locks._holder, []
+
+    def other_runner_takes_it_meanwhile(path):
+        seen.append(holder(path))
+        if len(seen) == 1:  # this runner has found it stale: the other runner takes it over now
+            path.unlink()
+            path.write_text(str(other.pid))
+        return seen[-1]
+
+    monkeypatch.setattr(locks, "_holder", other_runner_takes_it_meanwhile)
+    try:
+        assert locks.claim_cell(tmp_path, cell) is None
+        assert lock.read_text() == str(other.pid) and seen[:2] == [None, other.pid]
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.parametrize("owner", ["a later process", "process 1"])

@@ -38,17 +38,19 @@ def _started(pid: int) -> float | None:
 
 
 def _holder(path: Path) -> int | None:
-    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's).
+    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's);
+    0 for an empty lock written moments ago (its writer creates it, then writes its id: it holds it).
 
     A lock holds its writer's process id alone (so runners of every version read each other's locks); its
     writer is the process of that id only if that process had started by the time the file was written: an
     id the system has since given to a later process (a reboot, a long run) holds nothing."""
     try:
         written = path.stat().st_mtime
-        pid = int(path.read_text() or 0)
-        if (
-            pid <= 0
-        ):  # empty (its writer died between creating and writing it): kill(0) would signal our group
+        text = path.read_text()
+        if not text.strip():  # its writer is between creating and writing it, or died there
+            return 0 if time.time() - written < START_SLACK_S else None
+        pid = int(text)
+        if pid <= 0:  # kill(0) would signal our own group
             return None
         os.kill(pid, 0)
     except (ValueError, ProcessLookupError, FileNotFoundError):
@@ -59,6 +61,18 @@ def _holder(path: Path) -> int | None:
     if started is not None and started > written + START_SLACK_S:  # the id was reused after the lock
         return None
     return pid
+
+
+def _drop_if_stale(path: Path) -> None:
+    """Delete the lock file ``path`` if no live process holds it. Two runners that both found it stale must
+    not both take it over (the second would delete the first one's new lock): the check and the deletion
+    happen under one lock on the folder's ``.takeover`` file."""
+    import fcntl
+
+    with open(path.parent / ".takeover", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # let go when the file closes
+        if _holder(path) is None:
+            path.unlink(missing_ok=True)
 
 
 def claim_cell(out: Path, cell: Cell) -> Path | None:
@@ -72,7 +86,7 @@ def claim_cell(out: Path, cell: Cell) -> Path | None:
         except FileExistsError:
             if _holder(path) is not None:
                 return None
-            path.unlink(missing_ok=True)  # stale: its process is gone
+            _drop_if_stale(path)
             continue
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
