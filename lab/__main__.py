@@ -1,6 +1,7 @@
 """``python -m lab experiment CONFIG.toml``: run a matrix of pre-training / fine-tuning cells (see
 :mod:`lab.experiment`); ``python -m lab report CONFIG.toml``: write its Markdown report from the result files
-(:mod:`lab.report`). Each prints a JSON summary; a user error is one line on stderr and exit status 2."""
+(:mod:`lab.report`). Each prints a JSON summary; a user error is one line on stderr and exit status 2, a
+matrix with a failed cell exit status 1."""
 
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
         return 130
     print(json.dumps(result, indent=2, ensure_ascii=False))
-    return 0
+    # a matrix whose cells failed did not succeed: a script or scheduler must see it (the summary says which)
+    return 1 if args.command == "experiment" and result.get("failed") else 0
 
 
 if __name__ == "__main__":

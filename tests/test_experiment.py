@@ -133,16 +133,7 @@ def test_finished_cells_are_skipped_and_missing_models_rebuilt(tmp_path):
 def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypatch):
     from lab.experiment import cells as experiment_cells
 
-    def fake_run_cell(matrix, cell, out, done, info, progress=True):
-        if cell.name == "finetune/a/SST-2/lr0.0001/seed1":
-            raise RuntimeError("boom")
-        return {
-            "primary": 50.0,
-            "hyperparameters": {"lr": cell.spec.get("lr")},
-            "seed": cell.spec.get("seed"),
-        }
-
-    monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
+    monkeypatch.setattr(experiment_cells, "run_cell", _failing_at("finetune/a/SST-2/lr0.0001/seed1"))
     res = tmp_path / "res"
     summary = run_matrix(_write(tmp_path, MINIMAL), out=tmp_path / "out", results=res, progress=False)
     assert summary["failed"]["finetune/a/SST-2/lr0.0001/seed1"] == "RuntimeError: boom"
@@ -154,6 +145,37 @@ def test_a_failing_cell_skips_what_needs_it_and_the_rest_runs(tmp_path, monkeypa
     )
     assert not (res / "finetune__a__SST-2__seed1.json").exists()
     assert (res / "finetune__a_bilstm__SST-2__seed2.json").exists()
+
+
+def test_the_cli_exits_1_when_a_cell_failed_and_still_prints_its_summary(tmp_path, monkeypatch, capsys):
+    from lab.experiment import cells as experiment_cells
+
+    monkeypatch.setattr(experiment_cells, "run_cell", _failing_at("finetune/a+bilstm/SST-2/seed2"))
+    cfg, out, res = _write(tmp_path, MINIMAL), tmp_path / "out", tmp_path / "res"
+    args = ["experiment", str(cfg), "--out", str(out), "--results", str(res), "--quiet"]
+    assert lab_main(args) == 1
+    summary = _printed_summary(capsys.readouterr().out)
+    assert list(summary["failed"]) == ["finetune/a+bilstm/SST-2/seed2"]
+    assert (res / "finetune__a__SST-2__seed2.json").exists()  # the rest ran and wrote its results
+    monkeypatch.setattr(experiment_cells, "run_cell", _scores_fifty)
+    assert lab_main(args) == 0  # run again: the failed cell finishes
+    assert _printed_summary(capsys.readouterr().out)["ran"] == ["finetune/a+bilstm/SST-2/seed2"]
+
+
+def _failing_at(name: str):
+    """A fake ``run_cell`` that fails the cell ``name`` and scores every other one as :func:`_scores_fifty`."""
+
+    def run_cell(matrix, cell, out, done, info, progress=True) -> dict:
+        if cell.name == name:
+            raise RuntimeError("boom")
+        return _scores_fifty(matrix, cell, out, done, info, progress)
+
+    return run_cell
+
+
+def _printed_summary(stdout: str) -> dict:
+    """The JSON summary the CLI prints last, after the runner's progress lines."""
+    return json.loads(stdout[stdout.index("\n{\n") + 1 :])
 
 
 def _scores_fifty(matrix, cell, out, done, info, progress=True) -> dict:
@@ -431,8 +453,70 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
     assert claim_cell(tmp_path, cell) is None  # held by a live process (this one)
     first.write_text("999999999")  # a process that is gone: its lock is taken over
     assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
-    first.write_text("")  # its writer died before writing its id: no one holds it (not process group 0)
+    first.write_text("")  # its writer is between creating it and writing its id: held
+    assert claim_cell(tmp_path, cell) is None
+    os.utime(first, (0, 0))  # ... or died there long ago: no one holds it (not process group 0)
     assert claim_cell(tmp_path, cell) == first and first.read_text() == str(os.getpid())
+
+
+def test_a_stale_lock_another_runner_took_over_first_is_left_to_it(tmp_path, monkeypatch):
+    """Two runners find one stale lock: the first deletes it and writes its own; the second, which saw the
+    stale one, must not delete the new one (both would run the cell)."""
+    import subprocess
+    import sys
+
+    from lab.experiment import locks
+
+    cell = load_matrix(_write(tmp_path, MINIMAL)).cell("pretrain/a")
+    lock = locks._lock_path(tmp_path, cell)
+    lock.parent.mkdir(parents=True)
+    lock.write_text("999999999")  # a process that is gone
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder, seen = locks._holder, []
+
+    def other_runner_takes_it_meanwhile(path):
+        seen.append(holder(path))
+        if len(seen) == 1:  # this runner has found it stale: the other runner takes it over now
+            path.unlink()
+            path.write_text(str(other.pid))
+        return seen[-1]
+
+    monkeypatch.setattr(locks, "_holder", other_runner_takes_it_meanwhile)
+    try:
+        assert locks.claim_cell(tmp_path, cell) is None
+        assert lock.read_text() == str(other.pid) and seen[:2] == [None, other.pid]
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.parametrize("owner", ["a later process", "process 1"])
+def test_a_lock_whose_process_id_was_reused_is_taken_over(tmp_path, owner):
+    """A runner's lock outlived it and the system gave its process id to another live process: that process
+    started after the lock was written, so it holds nothing and the lock is taken over (it blocked forever)."""
+    import os
+    import subprocess
+    import sys
+
+    from lab.experiment import locks
+
+    cell = load_matrix(_write(tmp_path, MINIMAL)).cell("pretrain/a")
+    lock = locks._lock_path(tmp_path, cell)
+    lock.parent.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        pid = other.pid if owner == "a later process" else 1
+        lock.write_text(str(pid))
+        if owner == "a later process":  # written while it ran: it is the owner
+            assert locks.claim_cell(tmp_path, cell) is None
+        os.utime(lock, (0, 0))  # written before that process started (in 1970): by another one, now gone
+        assert locks.claim_cell(tmp_path, cell) == lock and lock.read_text() == str(os.getpid())
+    finally:
+        other.kill()
+        other.wait()
+
+
+ONE_FEATURES = '[[task]]\nname = "NER"\nkind = "ner"\n[[features]]\nmodel = "a"\ntask = "NER"\n'
 
 
 @pytest.mark.parametrize(
@@ -462,11 +546,30 @@ def test_cell_locks_keep_two_runners_off_one_cell(tmp_path):
             '[[model]]\nname = "b"\ncontinue_from = "a"\nmodel = { num_hidden_layers = 4 }\n',
             r"model = \{'num_hidden_layers': 4\}: a model continued from 'a' has its shape \(model = None\)",
         ),
+        # a string where a list goes was taken one character at a time (a pair: MINIMAL's text replaced)
+        (("seeds = [1, 2]", 'seeds = "12"'), "m.toml: seeds = '12': must be a list of whole numbers"),
+        (("seeds = [1, 2]", "seeds = 1"), "seeds = 1: must be a list of whole numbers"),
+        (('corpus = ["c.txt"]', 'corpus = "corpus-large"'), "corpus = 'corpus-large': must be a list"),
+        (("lr = [1e-4, 3e-4]", 'lr = "1e-4"'), "'SST-2': lr = '1e-4': must be a rate or a list of rates"),
+        (("lr = [1e-4, 3e-4]", "lr = []"), "'SST-2': lr = \\[\\]: must be a rate or a list"),
+        ('models = "a"\n', "'SST-2': models = 'a': must be a list of model names"),
+        ('seeds = "3"\n', "'SST-2': seeds = '3': must be a list of whole numbers"),
+        (
+            ("seeds = [1, 2]", 'seeds = [1, 2]\nfinetune_models = "a"'),
+            "finetune_models = 'a': must be a list",
+        ),
+        (ONE_FEATURES + 'variants = "last"\n', "\\[\\[features\\]\\] #1: variants = 'last': must be a list"),
+        (
+            ONE_FEATURES + 'seeds = "1"\nvariants = []\n',
+            "\\[\\[features\\]\\] #1: seeds = '1': must be a list",
+        ),
     ],
 )
 def test_bad_matrices_name_the_problem(tmp_path, bad, match):
+    text = MINIMAL.replace(*bad) if isinstance(bad, tuple) else MINIMAL + bad
+    assert text != MINIMAL
     with pytest.raises(UserError, match=match):
-        load_matrix(_write(tmp_path, MINIMAL + bad))
+        load_matrix(_write(tmp_path, text))
 
 
 NER_FEATURES = """
@@ -506,6 +609,10 @@ def test_cli_reports_a_bad_matrix_in_one_line(tmp_path, capsys):
     assert lab_main(["experiment", str(p), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "kind must be one of" in err[0]
+    _write(tmp_path, MINIMAL.replace("seeds = [1, 2]", 'seeds = "12"'))
+    assert lab_main(["experiment", str(p), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "seeds = '12': must be a list of whole numbers" in err[0]
 
 
 def test_cpu_clock_charges_only_training_steps(tmp_path, monkeypatch):
@@ -661,7 +768,10 @@ def test_cells_another_runner_finishes_are_not_run_again(tmp_path, monkeypatch, 
     assert not list((tmp_path / "out" / "locks").glob("*.lock"))
 
 
-@pytest.mark.parametrize("other_runner", ["finishes", "is killed", "rebuilds", "is killed rebuilding"])
+@pytest.mark.parametrize(
+    "other_runner",
+    ["finishes", "is killed", "rebuilds", "is killed rebuilding", "rebuilds, its model half written"],
+)
 def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch, other_runner):
     """A second runner finds pretrain/a locked by a live runner: it runs what it can, then waits for that
     cell instead of failing the fine-tuning cells that need it. If the other runner dies without a result,
@@ -686,6 +796,9 @@ def test_cells_that_need_another_runners_cell_wait_for_it(tmp_path, monkeypatch,
             (out / output).parent.mkdir(parents=True)
             (out / output).write_text("{}")
         _finished_elsewhere(m, res, "pretrain/a")
+    if "half written" in other_runner:  # the model's config is there before its weights: not finished yet
+        (out / "pretrain" / "a" / "model").mkdir(parents=True)
+        (out / "pretrain" / "a" / "model" / "config.json").write_text("{}")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     lock = locks._lock_path(out, m.cell("pretrain/a"))
     lock.parent.mkdir(parents=True, exist_ok=True)

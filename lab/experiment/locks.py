@@ -20,20 +20,59 @@ def _lock_path(out: Path, cell: Cell) -> Path:
     return out / "locks" / cell.result_name.replace(".json", ".lock")
 
 
-def _holder(path: Path) -> int | None:
-    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's)."""
+# a lock's file time and a process's start time come from two clocks (the file system's, the kernel's boot
+# time plus ticks, whole seconds): a process that started this much after a lock was written is not its writer
+START_SLACK_S = 2.0
+
+
+def _started(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch (``/proc/PID/stat`` field 22, ticks since
+    boot, plus the boot time); None where that cannot be read (no /proc, the process just ended)."""
     try:
-        pid = int(path.read_text() or 0)
-        if (
-            pid <= 0
-        ):  # empty (its writer died between creating and writing it): kill(0) would signal our group
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # fields after "(comm)" start at field 3
+        return int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _holder(path: Path) -> int | None:
+    """The id of the live process that holds the lock file ``path``, else None (no file, or a dead one's);
+    0 for an empty lock written moments ago (its writer creates it, then writes its id: it holds it).
+
+    A lock holds its writer's process id alone (so runners of every version read each other's locks); its
+    writer is the process of that id only if that process had started by the time the file was written: an
+    id the system has since given to a later process (a reboot, a long run) holds nothing."""
+    try:
+        written = path.stat().st_mtime
+        text = path.read_text()
+        if not text.strip():  # its writer is between creating and writing it, or died there
+            return 0 if time.time() - written < START_SLACK_S else None
+        pid = int(text)
+        if pid <= 0:  # kill(0) would signal our own group
             return None
         os.kill(pid, 0)
     except (ValueError, ProcessLookupError, FileNotFoundError):
         return None
     except PermissionError:  # alive, another user's
-        return pid
+        pass
+    started = _started(pid)
+    if started is not None and started > written + START_SLACK_S:  # the id was reused after the lock
+        return None
     return pid
+
+
+def _drop_if_stale(path: Path) -> None:
+    """Delete the lock file ``path`` if no live process holds it. Two runners that both found it stale must
+    not both take it over (the second would delete the first one's new lock): the check and the deletion
+    happen under one lock on the folder's ``.takeover`` file."""
+    import fcntl
+
+    with open(path.parent / ".takeover", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)  # let go when the file closes
+        if _holder(path) is None:
+            path.unlink(missing_ok=True)
 
 
 def claim_cell(out: Path, cell: Cell) -> Path | None:
@@ -47,7 +86,7 @@ def claim_cell(out: Path, cell: Cell) -> Path | None:
         except FileExistsError:
             if _holder(path) is not None:
                 return None
-            path.unlink(missing_ok=True)  # stale: its process is gone
+            _drop_if_stale(path)
             continue
         with os.fdopen(fd, "w") as f:
             f.write(str(os.getpid()))
@@ -55,7 +94,7 @@ def claim_cell(out: Path, cell: Cell) -> Path | None:
     return None
 
 
-def _held_elsewhere(out: Path, cell: Cell) -> bool:
+def held_elsewhere(out: Path, cell: Cell) -> bool:
     """Whether a live process other than this one holds ``cell``'s lock."""
     return _holder(_lock_path(out, cell)) not in (None, os.getpid())
 
@@ -73,7 +112,7 @@ def wait_for_other_runners(
         return c.name not in done or (output is not None and not output.exists())
 
     while True:
-        over = [c for c in elsewhere.values() if not _held_elsewhere(out, c)]
+        over = [c for c in elsewhere.values() if not held_elsewhere(out, c)]
         if over:
             done.update(read_results(res_dir))
             for c in over:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
+from lab.experiment.lists import check_lists
 
 logger = logging.getLogger("bertkit")
 
@@ -212,6 +213,7 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
     raw = load_config_file(path)
     raw.pop("model_overrides", None)  # load_config_file maps [model] tables; ours are [[model]] lists
     _check_keys(str(path), raw, TOP_KEYS)
+    check_lists(path, raw)
     name = raw.get("name") or path.stem
     base = path.parent
     models = raw.get("model") or []

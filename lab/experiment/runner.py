@@ -16,7 +16,7 @@ from bertkit.io import atomic_write_json
 from bertkit.kernels.peak import per_core_gflops
 from bertkit.tuning import cached_choices
 from lab.experiment.grid import skip_reason, stale_seed_cells
-from lab.experiment.locks import claim_cell, wait_for_other_runners
+from lab.experiment.locks import claim_cell, held_elsewhere, wait_for_other_runners
 from lab.experiment.matrix import Cell, Matrix, load_matrix, logger
 from lab.experiment.paths import output_digest
 from lab.experiment.rebuilds import (
@@ -134,6 +134,15 @@ def _still_needed(name: str, later: list[Cell], rebuilds: set[str], res_dir: Pat
             elif not (res_dir / c.result_name).is_file():
                 return True
     return False
+
+
+def _ready(queue: list[Cell], elsewhere: dict[str, Cell]) -> Cell | None:
+    """The first cell of ``queue`` whose inputs are over: none of its ``needs`` or ``after`` is still queued
+    here or held by another runner (a failed input is over: the caller skips the cell). A cell whose input
+    waits behind another runner's cell is not ready either, even when that input itself is not held yet:
+    running it would read inputs that do not exist."""
+    pending = {c.name for c in queue} | set(elsewhere)
+    return next((c for c in queue if not any(n in pending for n in [*c.needs, *c.after])), None)
 
 
 def _cpu_now() -> float:
@@ -292,10 +301,18 @@ def run_matrix(
     elsewhere: dict[str, Cell] = {}  # cells another live runner holds: the cells that need them wait
     k = 0
     while queue:
-        cell = next((c for c in queue if not any(n in elsewhere for n in [*c.needs, *c.after])), None)
+        cell = _ready(queue, elsewhere)
+        if cell is None and not elsewhere:  # cannot happen (needs point back in matrix order): never spin
+            failed.update({c.name: "its inputs never ran" for c in queue})
+            break
         if cell is None:  # every cell left needs one that another runner is on: wait for it
             queue[:0] = wait_for_other_runners(elsewhere, out, res_dir, done)  # back here if it gave up
             queue = _on_one_build(matrix, queue, done, out, res_dir, summary)  # it may have rebuilt a model
+            continue
+        # an input another runner holds is not over, result file or not: a rebuild's result file is there
+        # from the start, its output may be there while it is still being written
+        if held := [matrix.cell(n) for n in cell.needs if held_elsewhere(out, matrix.cell(n))]:
+            elsewhere.update({c.name: c for c in held})
             continue
         queue.remove(cell)
         k += 1
