@@ -74,6 +74,7 @@ SLOW_MODULES = frozenset(
         "test_bench_equality",
         "test_distill",
         "test_experiment",
+        "test_experiment_runners",
         "test_finetune_e2e",
         "test_finetune_scale",
         "test_freed_memory",
