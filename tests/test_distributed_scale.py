@@ -18,9 +18,11 @@ from children import child_env
 from test_pretrain_run import KILLER, TINY_MODEL, inproc, losses
 
 NO_DROPOUT = "[model]\nhidden_dropout_prob = 0.0\nattention_probs_dropout_prob = 0.0"
-# a dozen optimizer steps of 8 sequences of 64 tokens; two processes take 4 each, one process 2 x 4
-COMMON = ["--steps", 12, "--batch-size", 8, "--max-seq-length", 64, "--lr", 1e-3, "--log-every", 1,
-          "--quiet", "--valid-documents", 2]  # fmt: skip
+# a dozen optimizer steps of 8 sequences of 64 tokens; two processes take 4 each, one process 2 x 4. On CPU
+# with gloo where a GPU is too (CPU_ONLY hides it from the children, whose backend would be NCCL otherwise).
+COMMON = ["--device", "cpu", "--steps", 12, "--batch-size", 8, "--max-seq-length", 64, "--lr", 1e-3,
+          "--log-every", 1, "--quiet", "--valid-documents", 2]  # fmt: skip
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 LAUNCH_TIMEOUT_S = 240  # a hung rendezvous or collective fails the test instead of waiting for pytest's limit
 
 
@@ -37,7 +39,9 @@ def torchrun(launcher: list[str], script: list[str], argv: list) -> list[str]:
 def two_processes(argv: list, script: list[str] | None = None) -> subprocess.CompletedProcess:
     launcher = ["--standalone", "--nproc_per_node", "2", "--max_restarts", "0"]
     cmd = torchrun(launcher, script or ["-m", "bertkit"], argv)
-    return subprocess.run(cmd, env=child_env(), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    return subprocess.run(
+        cmd, env=child_env(**CPU_ONLY), capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S
+    )
 
 
 def free_port() -> int:
@@ -145,7 +149,7 @@ def test_two_nodes_by_c10d_rendezvous_match_one_process(tmp_path, one_process):
     cmd = torchrun(launcher, ["-m", "bertkit"], argv)
     # each launcher leads its own process group, so a timeout can end it with the worker it started
     nodes = [
-        subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        subprocess.Popen(cmd, env=child_env(**CPU_ONLY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
         for _ in range(2)
     ]  # fmt: skip
