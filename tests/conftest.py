@@ -73,6 +73,7 @@ SLOW_MODULES = frozenset(
         "test_bench_device_checks",
         "test_bench_equality",
         "test_distill",
+        "test_distributed_scale",
         "test_experiment",
         "test_experiment_runners",
         "test_finetune_e2e",

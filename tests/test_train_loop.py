@@ -256,7 +256,7 @@ def test_trainer_learns_logs_checkpoints_and_plots(tmp_path):
     assert (tmp_path / "curves.png").stat().st_size > 1000
     evals = [json.loads(line) for line in (tmp_path / "eval.jsonl").read_text().splitlines()]
     assert [e["step"] for e in evals] == [10, 20, 30]
-    assert res["steps"] == 30 and res["eval"]["step"] == 30
+    assert res["steps"] == 30 and res["distributed"] == "none" and res["eval"]["step"] == 30
 
 
 def test_tokens_per_second_covers_the_whole_step(tmp_path):

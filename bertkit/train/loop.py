@@ -12,7 +12,7 @@ Quick start::
                       grad_accum=1, clip_norm=1.0, precision="fp32",   # "bf16" (CPU/GPU), "fp16" (GPU)
                       log_every=10, checkpoint_every=500, keep_last=2,
                       eval_fn=None, eval_every=0, seed=0)
-    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, ...
+    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, distributed ("fsdp", "ddp", "none"), ...
 
 ``loss_fn(model, batch) -> loss`` or ``(loss, metrics)``: ``model`` is the (possibly DDP-wrapped) model and
 ``batch`` the micro-batch already on the device. ``metrics`` maps a name to a scalar (averaged over the
@@ -200,6 +200,8 @@ class Trainer:
         self.wrapped, self._fsdp = wrap_model(
             model, distributed, self.world_size, self.device, find_unused_parameters
         )
+        # the wrapper in use: "fsdp", "ddp", or "none" (one process)
+        self.distributed = "fsdp" if self._fsdp else ("none" if self.wrapped is model else "ddp")
         self.optimizer = (
             optimizer(self.wrapped)
             if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer)
@@ -487,6 +489,7 @@ class Trainer:
             "nonfinite_steps": self.nonfinite_steps,
             "resumed_from": resumed_from,
             "stopped": stopped,
+            "distributed": self.distributed,
             "elapsed_s": round(time.perf_counter() - self._t0, 3),
             "curves_png": str(png) if png else None,
             "out_dir": str(self.out_dir),
