@@ -111,6 +111,31 @@ def test_reference_ops_are_torch_ops():
     assert not torch.equal(kernels.dropout(x, 0.3, True), dropped)  # the kernels' own mask is another draw
 
 
+def test_linear_module_is_an_nn_linear_computed_by_the_kernel(monkeypatch):
+    """kernels.Linear keeps nn.Linear's parameters (checkpoints unchanged), computes act(x W^T + b) through
+    kernels.linear, and refuses an activation the kernel does not know."""
+    torch.manual_seed(0)
+    m = kernels.Linear(40, 24, act="gelu")
+    assert isinstance(m, torch.nn.Linear) and list(m.state_dict()) == ["weight", "bias"]
+    x = torch.randn(3, 5, 40)
+    with kernels.reference_ops():
+        assert torch.equal(m(x), F.gelu(F.linear(x, m.weight, m.bias)))
+    calls = []
+    monkeypatch.setattr(gemm, "linear", lambda *a, **k: calls.append(k) or torch.zeros(1))
+    m(x)
+    assert calls == [{"act": "gelu"}]
+    with pytest.raises(ValueError, match="act must be one of"):
+        kernels.Linear(4, 4, act="swish")
+
+
+def test_the_model_reads_its_modules():
+    """Every projection of the encoder is a kernels.Linear, called as a module (no weights read in model.py)."""
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=50, num_hidden_layers=1))
+    dense = [n for n, m in model.bert.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert dense and all(isinstance(model.bert.get_submodule(n), kernels.Linear) for n in dense)
+    assert ".weight" not in (ROOT / "bertkit" / "model.py").read_text(encoding="utf-8")
+
+
 def test_model_py_uses_only_the_kernels_named_calls():
     tree = ast.parse((ROOT / "bertkit" / "model.py").read_text(encoding="utf-8"))
     named = set(kernels.__all__)
