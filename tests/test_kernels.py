@@ -128,12 +128,20 @@ def test_linear_module_is_an_nn_linear_computed_by_the_kernel(monkeypatch):
         kernels.Linear(4, 4, act="swish")
 
 
-def test_the_model_reads_its_modules():
-    """Every projection of the encoder is a kernels.Linear, called as a module (no weights read in model.py)."""
-    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=50, num_hidden_layers=1))
-    dense = [n for n, m in model.bert.named_modules() if isinstance(m, torch.nn.Linear)]
-    assert dense and all(isinstance(model.bert.get_submodule(n), kernels.Linear) for n in dense)
-    assert ".weight" not in (ROOT / "bertkit" / "model.py").read_text(encoding="utf-8")
+def test_the_models_read_their_modules():
+    """Every projection of BERT's and ModernBERT's encoders (and ModernBERT's MLM head) is a kernels.Linear,
+    called as a module: neither model file hands a module's weight to a kernel."""
+    from bertkit.modernbert import ModernBertConfig, ModernBertForMaskedLM
+
+    bert = BertForPreTraining(BertConfig.preset("tiny", vocab_size=50, num_hidden_layers=1)).bert
+    special = dict(pad_token_id=0, bos_token_id=1, cls_token_id=1, eos_token_id=2, sep_token_id=2)
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48)
+    modern = ModernBertForMaskedLM(ModernBertConfig(vocab_size=50, **special, **small))
+    for model in (bert, modern):
+        dense = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert dense and all(isinstance(m, kernels.Linear) for m in dense)
+    for name in ("model.py", "modernbert.py"):
+        assert "linear(" not in (ROOT / "bertkit" / name).read_text(encoding="utf-8"), name
 
 
 def test_model_py_uses_only_the_kernels_named_calls():
