@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from ..errors import UserError
 from ..kernels import Linear
+from ..kernels.gemm import _ACTS
 
 ENGINES = ("auto", "x86", "fbgemm", "onednn")
 
@@ -73,8 +74,6 @@ class Int8Linear(nn.Module):
         self.act = linear.act if isinstance(linear, Linear) else None
 
     def forward(self, x: Tensor) -> Tensor:
-        from ..kernels.gemm import _ACTS
-
         out = self.linear(x)
         return out if self.act is None else _ACTS[self.act](out)
 
