@@ -1,11 +1,10 @@
 """Export a model directory to ONNX with dynamic batch and sequence axes.
 
 bertkit's own forward packs the real tokens of a padded batch (shapes that depend on the data),
-which a traced graph cannot express. The export therefore traces ``StaticBert``: the same weights
-run through the textbook padded computation (additive attention mask, no data-dependent branches).
-It uses only the Hugging Face module structure of the model (``embeddings``, ``encoder.layer[i]
-.attention.self.query`` ...), and the exported graph is checked against the model's own forward
-with onnxruntime when it is installed.
+which a traced graph cannot express. The export therefore traces the model itself under the reference
+ops (:func:`bertkit.kernels.reference_ops`): the textbook padded computation, masked attention and no
+branch on the inputs' values (:class:`BertGraph`). The exported graph is checked against the model's
+own forward, packed path included, with onnxruntime when it is installed.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import UserError
+from .kernels import reference_ops
 
 logger = logging.getLogger("bertkit")
 
@@ -73,8 +73,8 @@ def load_model(model_dir: str | os.PathLike, encoder_only: bool = False) -> nn.M
     return cls.from_pretrained(model_dir).eval()
 
 
-def static_graph(model: nn.Module) -> nn.Module:
-    """The export-friendly wrapper of ``model``: :class:`StaticBert`, or ModernBERT's
+def export_graph(model: nn.Module) -> nn.Module:
+    """What the exporter traces for ``model``: :class:`BertGraph`, or ModernBERT's
     (:class:`bertkit.export_modernbert.StaticModernBert`)."""
     from .modernbert import ModernBertPreTrainedModel
 
@@ -82,99 +82,57 @@ def static_graph(model: nn.Module) -> nn.Module:
         from .export_modernbert import StaticModernBert
 
         return StaticModernBert(model)
-    return StaticBert(model)
+    return BertGraph(model)
 
 
-class StaticBert(nn.Module):
-    """The padded (mask-based) BERT computation over a bertkit model's modules: export-friendly.
+# each class's outputs, in the graph's order (attributes of its forward's output)
+OUTPUTS = {
+    "BertModel": ["last_hidden_state", "pooler_output"],
+    "BertForSequenceClassification": ["logits"],
+    "BertForTokenClassification": ["logits"],
+    "BertForQuestionAnswering": ["start_logits", "end_logits"],
+    "BertForMaskedLM": ["logits"],
+    "BertForPreTraining": ["prediction_logits", "seq_relationship_logits"],
+}
 
-    Outputs: encoder -> (last_hidden_state, pooler_output); sequence classification -> (logits,);
-    token classification -> (logits,); QA -> (start_logits, end_logits); MLM -> (logits,);
-    pre-training -> (prediction_logits, seq_relationship_logits).
+
+class BertGraph(nn.Module):
+    """A BERT model (encoder or head class) as the tracer takes it: its own forward, called with the three
+    inputs in order, returning its outputs as a tuple (names: :meth:`output_names`).
+
+    Traced under the reference ops (:func:`bertkit.kernels.reference_ops`), the forward is the padded,
+    masked computation, with no branch on the inputs' values, so the graph holds for any batch and length.
     """
 
     input_names = INPUT_NAMES
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        from .model import ACT2FN, BertModel
-
         self.model = model
-        self.bert: BertModel = model if isinstance(model, BertModel) else model.bert
         self.kind = type(model).__name__
         if self.kind == "BertForMultipleChoice":
             raise UserError("ONNX export of BertForMultipleChoice is not supported; use --head encoder")
+        if self.kind not in OUTPUTS:
+            raise UserError(f"ONNX export of {self.kind} is not supported")
         if self.kind == "BertForTokenClassification" and getattr(model, "crf", None) is not None:
             logger.warning("the CRF layer is not exported; the graph outputs the emission logits")
-        config = self.bert.config
-        self.heads = config.num_attention_heads
-        self.head_dim = config.hidden_size // config.num_attention_heads
-        self.act = ACT2FN[config.hidden_act]
 
     def output_names(self) -> list[str]:
-        return {
-            "BertModel": ["last_hidden_state", "pooler_output"]
-            if self.bert.pooler is not None
-            else ["last_hidden_state"],
-            "BertForSequenceClassification": ["logits"],
-            "BertForTokenClassification": ["logits"],
-            "BertForQuestionAnswering": ["start_logits", "end_logits"],
-            "BertForMaskedLM": ["logits"],
-            "BertForPreTraining": ["prediction_logits", "seq_relationship_logits"],
-        }[self.kind]
-
-    def _attention(self, layer: nn.Module, x: Tensor, bias: Tensor) -> Tensor:
-        att = layer.attention.self
-        b, t, h = x.shape
-
-        def heads(lin: nn.Linear) -> Tensor:
-            return lin(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)  # [B, A, T, d]
-
-        q, k, v = heads(att.query), heads(att.key), heads(att.value)
-        scores = torch.matmul(q, k.transpose(-1, -2)) / (self.head_dim**0.5) + bias
-        ctx = torch.matmul(scores.softmax(-1), v).transpose(1, 2).reshape(b, t, h)
-        out = layer.attention.output
-        return out.LayerNorm(out.dense(ctx) + x)
-
-    def encode(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> Tensor:
-        emb = self.bert.embeddings
-        t = input_ids.shape[1]
-        position_ids = emb.position_ids[:, :t]
-        x = emb.word_embeddings(input_ids) + emb.token_type_embeddings(token_type_ids)
-        x = emb.LayerNorm(x + emb.position_embeddings(position_ids))
-        # additive mask: 0 where attending is allowed, a large negative number at padding
-        bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
-        for layer in self.bert.encoder.layer:
-            x = self._attention(layer, x, bias)
-            ffn = layer.output
-            x = ffn.LayerNorm(ffn.dense(self.act(layer.intermediate.dense(x))) + x)
-        return x
+        names = OUTPUTS[self.kind]
+        if self.kind == "BertModel" and self.model.pooler is None:
+            return names[:1]
+        return names
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
     ) -> tuple[Tensor, ...]:
-        x = self.encode(input_ids, attention_mask, token_type_ids)
-        pooler = self.bert.pooler
-        pooled = pooler.activation(pooler.dense(x[:, 0])) if pooler is not None else None
-        m = self.model
-        if self.kind == "BertModel":
-            return (x, pooled) if pooled is not None else (x,)
-        if self.kind == "BertForSequenceClassification":
-            return (m.classifier(pooled),)
-        if self.kind == "BertForTokenClassification":
-            return (m.classifier(x),)
-        if self.kind == "BertForQuestionAnswering":
-            start, end = m.qa_outputs(x).unbind(-1)
-            return start, end
-        if self.kind == "BertForMaskedLM":
-            return (m.cls.predictions(x),)
-        if self.kind == "BertForPreTraining":
-            return m.cls.predictions(x), m.cls.seq_relationship(pooled)
-        raise UserError(f"ONNX export of {self.kind} is not supported")
+        """input_ids, attention_mask, token_type_ids [B, T] -> the outputs of :meth:`output_names`."""
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return tuple(getattr(out, name) for name in self.output_names())
 
 
 def reference_outputs(model: nn.Module, inputs: dict[str, Tensor]) -> list[np.ndarray]:
-    """The model's own forward (packed path included), in StaticBert's output order."""
+    """The model's own forward (packed path included), in the graph's output order."""
     with torch.no_grad():
         kind = type(model).__name__
         if kind in ("BertModel", "ModernBertModel"):
@@ -263,7 +221,7 @@ def export_onnx(
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise UserError(f"--opset {opset}: the exporter writes opsets {MIN_OPSET}..{MAX_OPSET}")
     model = load_model(model_dir, encoder_only=encoder_only)
-    wrapper = static_graph(model).eval()
+    wrapper = export_graph(model).eval()
     names = wrapper.output_names()
     example = _example_inputs(model.config.vocab_size, 2, 8)
     dynamic = {name: {0: "batch", 1: "sequence"} for name in wrapper.input_names}
@@ -280,8 +238,13 @@ def export_onnx(
     try:
         # The TorchScript-based exporter (dynamo=False) handles dynamic_axes without extra packages
         # (the torch.export-based one needs onnxscript); its deprecation notice is silenced here.
-        with torch.no_grad(), warnings.catch_warnings(), _needs_export_packages():
+        # the reference ops: no packing, no custom GEMM, the padded batch with its mask
+        with torch.no_grad(), reference_ops(), warnings.catch_warnings(), _needs_export_packages():
             warnings.simplefilter("ignore", DeprecationWarning)
+            # the forward's check of the length against max_position_embeddings reads a traced size: the
+            # tracer warns that it freezes the example's answer, which is right for any length the graph
+            # takes (the positions table is that long)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 wrapper,
                 tuple(example[name] for name in wrapper.input_names),
@@ -355,7 +318,7 @@ def verify_onnx(
         import onnxruntime as ort
     except ImportError:
         return {"skipped": "onnxruntime is not installed (pip install 'bertkit[export]')"}
-    wrapper = static_graph(model)
+    wrapper = export_graph(model)
     names = wrapper.output_names()
     inputs = _example_inputs(model.config.vocab_size, 3, 13, seed=1)
     inputs = {k: inputs[k] for k in wrapper.input_names}
@@ -381,11 +344,11 @@ def verify_onnx(
 
 
 __all__ = [
-    "StaticBert",
+    "BertGraph",
     "export_onnx",
     "load_model",
     "model_class_for",
+    "export_graph",
     "quantize_onnx_int8",
-    "static_graph",
     "verify_onnx",
 ]

@@ -1,7 +1,7 @@
 """ModernBERT's padded (mask-based) computation over a bertkit model's modules, for the ONNX export.
 
-As :class:`bertkit.export.StaticBert` for BERT: plain tensor operations a trace records with dynamic batch and
-sequence axes (no packing, no block-by-block attention, whose branches on the length a trace would freeze).
+BERT's export traces the model itself (:class:`bertkit.export.BertGraph`); ModernBERT's traces this: plain
+tensor operations a trace records with dynamic batch and sequence axes (no packing, no block-by-block attention, whose branches on the length a trace would freeze).
 The local layers' window is a dense [T, T] additive mask here, built from the traced length. Inputs are
 ``input_ids`` and ``attention_mask`` (ModernBERT has no segment ids)."""
 

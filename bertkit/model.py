@@ -6,8 +6,9 @@ feed-forward width. Parameter names equal transformers' ``BertModel`` state-dict
 move between the two by a rename-free load.
 
 The arithmetic is the paper's. How it runs fast on a CPU lives in :mod:`bertkit.kernels`, behind a few
-named calls (``kernels.linear``, ``kernels.qkv_projection``, ``kernels.scaled_dot_product_attention``,
-``kernels.Dropout``, ``kernels.packing_for``); ``with bertkit.kernels.reference_ops():`` runs the same
+modules and calls (``kernels.Linear``, ``kernels.Dropout``, ``kernels.qkv_projection``,
+``kernels.scaled_dot_product_attention``, ``kernels.packing_for``): the layers are ordinary modules that
+read ``self.dense(x)``, their kernels inside them. ``with bertkit.kernels.reference_ops():`` runs the same
 model on plain PyTorch ops (tests/test_kernels.py checks both agree, outputs and gradients).
 
 One thing the kernels change in the flow: when a batch carries padding, the position-wise work
@@ -27,7 +28,7 @@ from torch import Tensor, nn
 
 from . import kernels
 from .config import BertConfig
-from .kernels import Packing, linear
+from .kernels import Linear, Packing
 from .modeling_utils import BertPreTrainedModel
 
 
@@ -101,9 +102,9 @@ class BertSelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = config.head_dim
         h = config.hidden_size
-        self.query = nn.Linear(h, h)
-        self.key = nn.Linear(h, h)
-        self.value = nn.Linear(h, h)
+        self.query = Linear(h, h)
+        self.key = Linear(h, h)
+        self.value = Linear(h, h)
         self.dropout_p = config.attention_probs_dropout_prob  # on the attention probabilities
 
     def forward(self, x: Tensor, mask: Tensor | None, packing: Packing | None, causal: bool) -> Tensor:
@@ -129,13 +130,13 @@ class BertSelfOutput(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = kernels.Dropout(config.hidden_dropout_prob)
 
     def forward(self, ctx: Tensor, residual: Tensor) -> Tensor:
         """ctx, residual [..., H] -> LayerNorm(residual + dropout(ctx W^T + b)) [..., H]."""
-        return self.LayerNorm(self.dropout(linear(ctx, self.dense.weight, self.dense.bias)) + residual)
+        return self.LayerNorm(self.dropout(self.dense(ctx)) + residual)
 
 
 class BertAttention(nn.Module):
@@ -159,12 +160,11 @@ class BertIntermediate(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.act_name = config.hidden_act
-        self.act = ACT2FN[config.hidden_act]
+        # act(x W^T + b): the activation belongs to the Linear, fused into its GEMM where the kernel can
+        self.dense = Linear(config.hidden_size, config.intermediate_size, act=config.hidden_act)
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.dense.weight, self.dense.bias, act=self.act_name)  # act(x W^T + b)
+        return self.dense(x)
 
 
 class BertOutput(nn.Module):
@@ -172,12 +172,12 @@ class BertOutput(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dense = Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = kernels.Dropout(config.hidden_dropout_prob)
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(linear(x, self.dense.weight, self.dense.bias)) + residual)
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
 
 
 class BertLayer(nn.Module):
@@ -234,12 +234,12 @@ class BertPooler(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.activation = nn.Tanh()
 
     def forward(self, hidden_states: Tensor) -> Tensor:
         """[B, T, H] -> [B, H]"""
-        return self.activation(linear(hidden_states[:, 0], self.dense.weight, self.dense.bias))
+        return self.activation(self.dense(hidden_states[:, 0]))
 
 
 def batch_shape(input_ids: Tensor, max_positions: int) -> tuple[int, int]:
@@ -256,8 +256,14 @@ def batch_shape(input_ids: Tensor, max_positions: int) -> tuple[int, int]:
 
 
 def attention_mask_for(attention_mask: Tensor | None) -> Tensor | None:
-    """[B, T] with 1 for real tokens and 0 for padding -> bool [B, 1, 1, T] (True = may attend), or None."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """[B, T] with 1 for real tokens and 0 for padding -> bool [B, 1, 1, T] (True = may attend), or None.
+
+    A batch without padding needs no mask; that check reads the mask's values, so a trace or a compiled
+    graph skips it (it would freeze the example batch's answer into the graph) and always masks."""
+    if attention_mask is None:
+        return None
+    graph = torch.jit.is_tracing() or torch.compiler.is_compiling()
+    if not graph and bool(attention_mask.all()):
         return None
     return attention_mask.bool()[:, None, None, :]
 

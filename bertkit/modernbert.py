@@ -16,7 +16,7 @@ What differs from :mod:`bertkit.model`'s BERT of 2018:
   a final LayerNorm; LayerNorms and linear layers without biases unless the config asks for them;
 - the feed-forward is GeGLU: ``Wi`` maps H to 2I, split into an input and a gate, act(input) * gate -> ``Wo``.
 
-The speed machinery is :mod:`bertkit.kernels`' named calls, as in BERT: ``kernels.linear``,
+The speed machinery is :mod:`bertkit.kernels`' modules and calls, as in BERT: ``kernels.Linear``,
 ``kernels.scaled_dot_product_attention``, ``kernels.Dropout`` and, for padded batches, ``kernels.packing_for``
 (position-wise work on the real tokens only, attention per group of equal-length sequences).
 ``with bertkit.kernels.reference_ops():`` runs the padded batch with masks instead. The local layers call
@@ -42,7 +42,7 @@ from .heads.finetune import (
     span_loss,
 )
 from .heads.pretraining import MaskedLMOutput, mlm_logits_and_loss
-from .kernels import Packing, linear
+from .kernels import Linear, Packing
 from .model import ACT2FN, batch_shape
 from .modeling_utils import BertPreTrainedModel
 from .modernbert_config import ModernBertConfig
@@ -148,8 +148,8 @@ class ModernBertAttention(nn.Module):
         self.is_global = config.is_global(layer_idx)
         self.window = None if self.is_global else config.window
         h = config.hidden_size
-        self.Wqkv = nn.Linear(h, 3 * h, bias=config.attention_bias)
-        self.Wo = nn.Linear(h, h, bias=config.attention_bias)
+        self.Wqkv = Linear(h, 3 * h, bias=config.attention_bias)
+        self.Wo = Linear(h, h, bias=config.attention_bias)
         self.dropout_p = config.attention_dropout  # on the probabilities, and on the output as transformers
         self.out_drop = kernels.Dropout(config.attention_dropout)
 
@@ -159,13 +159,13 @@ class ModernBertAttention(nn.Module):
         """x [B, T, H] (or [R, H] packed), cos/sin [B or 1, T, d] (or [R, d]) -> [B, T, H] (or [R, H]).
 
         ``key_mask``: bool [B, T], True = a real token, or None (no padding, or packed)."""
-        qkv = linear(x, self.Wqkv.weight, self.Wqkv.bias)  # [..., 3H]
+        qkv = self.Wqkv(x)  # [..., 3H]
         qkv = rotate_queries_and_keys(qkv, cos, sin, self.num_heads)
         if packing is not None:  # each group of equal-length sequences as a dense batch of real tokens
             ctx = kernels.packed_attention(qkv, packing, lambda part: self.attend(part, None))
         else:
             ctx = self.attend(qkv, key_mask)
-        return self.out_drop(linear(ctx, self.Wo.weight, self.Wo.bias))
+        return self.out_drop(self.Wo(ctx))
 
     def attend(self, qkv: Tensor, key_mask: Tensor | None) -> Tensor:
         """qkv [B, T, 3H], key_mask [B, T] (bool, True = a real token) or None -> [B, T, H]."""
@@ -189,14 +189,14 @@ class ModernBertMLP(nn.Module):
 
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__()
-        self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.Wi = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
         self.act = ACT2FN[config.hidden_activation]
         self.drop = kernels.Dropout(config.mlp_dropout)
-        self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.Wo = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        inp, gate = linear(x, self.Wi.weight, self.Wi.bias).chunk(2, dim=-1)  # each [..., I]
-        return linear(self.drop(self.act(inp) * gate), self.Wo.weight, self.Wo.bias)
+        inp, gate = self.Wi(x).chunk(2, dim=-1)  # each [..., I]
+        return self.Wo(self.drop(self.act(inp) * gate))
 
 
 # ------------------------------------------------------------------------------------------------ block
@@ -356,12 +356,12 @@ class ModernBertPredictionHead(nn.Module):
 
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
+        self.dense = Linear(config.hidden_size, config.hidden_size, bias=config.classifier_bias)
         self.act = ACT2FN[config.classifier_activation]
         self.norm = layer_norm(config)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.norm(self.act(linear(x, self.dense.weight, self.dense.bias)))
+        return self.norm(self.act(self.dense(x)))
 
 
 class ModernBertForMaskedLM(ModernBertPreTrainedModel):
@@ -375,7 +375,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         )
         self.model = ModernBertModel(config)
         self.head = ModernBertPredictionHead(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
+        self.decoder = Linear(config.hidden_size, config.vocab_size, bias=config.decoder_bias)
         self.post_init()
 
     def get_output_embeddings(self) -> nn.Linear:
@@ -383,7 +383,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
 
     def logits(self, hidden: Tensor) -> Tensor:
         """[..., H] -> [..., V]"""
-        return linear(self.head(hidden), self.decoder.weight, self.decoder.bias)
+        return self.decoder(self.head(hidden))
 
     def forward(
         self,

@@ -111,6 +111,39 @@ def test_reference_ops_are_torch_ops():
     assert not torch.equal(kernels.dropout(x, 0.3, True), dropped)  # the kernels' own mask is another draw
 
 
+def test_linear_module_is_an_nn_linear_computed_by_the_kernel(monkeypatch):
+    """kernels.Linear keeps nn.Linear's parameters (checkpoints unchanged), computes act(x W^T + b) through
+    kernels.linear, and refuses an activation the kernel does not know."""
+    torch.manual_seed(0)
+    m = kernels.Linear(40, 24, act="gelu")
+    assert isinstance(m, torch.nn.Linear) and list(m.state_dict()) == ["weight", "bias"]
+    x = torch.randn(3, 5, 40)
+    with kernels.reference_ops():
+        assert torch.equal(m(x), F.gelu(F.linear(x, m.weight, m.bias)))
+    calls = []
+    monkeypatch.setattr(gemm, "linear", lambda *a, **k: calls.append(k) or torch.zeros(1))
+    m(x)
+    assert calls == [{"act": "gelu"}]
+    with pytest.raises(ValueError, match="act must be one of"):
+        kernels.Linear(4, 4, act="swish")
+
+
+def test_the_models_read_their_modules():
+    """Every projection of BERT's and ModernBERT's encoders (and ModernBERT's MLM head) is a kernels.Linear,
+    called as a module: neither model file hands a module's weight to a kernel."""
+    from bertkit.modernbert import ModernBertConfig, ModernBertForMaskedLM
+
+    bert = BertForPreTraining(BertConfig.preset("tiny", vocab_size=50, num_hidden_layers=1)).bert
+    special = dict(pad_token_id=0, bos_token_id=1, cls_token_id=1, eos_token_id=2, sep_token_id=2)
+    small = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=48)
+    modern = ModernBertForMaskedLM(ModernBertConfig(vocab_size=50, **special, **small))
+    for model in (bert, modern):
+        dense = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert dense and all(isinstance(m, kernels.Linear) for m in dense)
+    for name in ("model.py", "modernbert.py"):
+        assert "linear(" not in (ROOT / "bertkit" / name).read_text(encoding="utf-8"), name
+
+
 def test_model_py_uses_only_the_kernels_named_calls():
     tree = ast.parse((ROOT / "bertkit" / "model.py").read_text(encoding="utf-8"))
     named = set(kernels.__all__)

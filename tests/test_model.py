@@ -245,3 +245,23 @@ def test_gradient_checkpointing_gives_same_gradients(dropout):
     loss().backward()
     for a, p in zip(plain, model.parameters()):
         assert torch.allclose(a, p.grad, atol=1e-6)
+
+
+def test_a_trace_keeps_the_mask_whatever_the_example():
+    """Traced on a batch without padding, the graph still masks padding in a later batch (the "no padding,
+    no mask" shortcut is skipped under tracing), and takes another batch size and length."""
+    from bertkit import kernels
+    from bertkit.export import BertGraph
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig.preset("tiny", vocab_size=50, num_hidden_layers=1)).eval()
+    ids = torch.randint(5, 50, (2, 6))
+    with torch.no_grad(), kernels.reference_ops():
+        traced = torch.jit.trace(BertGraph(model), (ids, torch.ones_like(ids), torch.zeros_like(ids)))
+    ids = torch.randint(5, 50, (3, 9))
+    mask = (torch.arange(9)[None] < torch.tensor([9, 4, 2])[:, None]).long()
+    with torch.no_grad():
+        got = traced(ids, mask, torch.zeros_like(ids))[0]
+        want = model(ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=1e-5, atol=1e-5)

@@ -117,25 +117,33 @@ def test_the_kernel_is_bound_when_packed(tmp_path):
     )
 
 
-def test_packed_forward_equals_static_bert_at_real_tokens(cls_dir):
-    """The int8 model's computation (Linear layers over the real tokens only) is StaticBert's at every real
-    position, in float; padding positions are zeros."""
-    from bertkit.export import StaticBert
-    from bertkit.serving.quantize import PackedStaticBert
+def test_the_int8_model_is_the_model_with_int8_linears(cls_dir):
+    """int8_static swaps the model's own Linear modules (the class and its forward stay), and that forward
+    packs the real tokens: the int8 GEMMs see no padding rows."""
+    from bertkit.heads.pretraining import BertForMaskedLM
+    from bertkit.kernels import Linear, gemm
+    from bertkit.serving.quantize import Int8Linear
 
     model = BertForSequenceClassification.from_pretrained(cls_dir).eval()
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, 17, (6, 11), generator=g)
-    mask = torch.ones_like(ids)
-    for row, n in enumerate((11, 3, 7, 1, 3, 7)):  # repeated lengths: sequences attended to as one group
-        mask[row, n:] = 0
-    types = (torch.arange(11) > 4).long().expand(6, 11) * mask
+    q = int8_static(model, SUPPORTED[0])
+    assert type(q) is BertForSequenceClassification
+    assert not [n for n, m in q.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert q.bert.encoder.layer[0].intermediate.dense.act == model.config.hidden_act  # GELU kept
+    rows = []
+    q.bert.encoder.layer[0].output.dense.register_forward_hook(lambda m, i, o: rows.append(i[0].shape[0]))
+    ids = torch.randint(5, 17, (4, 11), generator=torch.Generator().manual_seed(1))
+    mask = (torch.arange(11)[None] < torch.tensor([11, 3, 7, 1])[:, None]).long()
     with torch.inference_mode():
-        ref = StaticBert(model).encode(ids, mask, types)
-        packed = PackedStaticBert(model).encode(ids, mask, types)
-        logits_ref = StaticBert(model)(ids, mask, types)[0]
-        logits = PackedStaticBert(model)(ids, mask, types)[0]
-    real = mask.bool()
-    torch.testing.assert_close(packed[real], ref[real], rtol=1e-5, atol=1e-5)
-    assert torch.count_nonzero(packed[~real]) == 0
-    torch.testing.assert_close(logits, logits_ref, rtol=1e-5, atol=1e-5)
+        logits = q(ids, mask, torch.zeros_like(ids))[0]
+        alone = q(ids[2:3, :7], mask[2:3, :7], torch.zeros_like(ids[2:3, :7]))[0]
+    tokens = int(mask.sum())
+    assert rows[0] == (gemm.bucket(tokens) if gemm.onednn_in_use() else tokens) < ids.numel()
+    assert logits.shape == (4, 2) and torch.isfinite(logits).all()
+    torch.testing.assert_close(logits[2:3], alone, atol=0.05, rtol=0)  # padding does not change a row much
+    # a tied weight stays float: the MLM decoder is the word embeddings
+    mlm = BertForMaskedLM(model.config)
+    qm = int8_static(mlm, SUPPORTED[0])
+    assert isinstance(qm.cls.predictions.decoder, torch.nn.Linear)
+    assert isinstance(qm.cls.predictions.transform.dense, Int8Linear)
+    assert qm.cls.predictions.decoder.weight is qm.bert.embeddings.word_embeddings.weight
+    assert isinstance(mlm.cls.predictions.transform.dense, Linear)  # the float model was not touched

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
-from bertkit.kernels import linear
+from bertkit.kernels import Linear, linear
 from bertkit.model import ACT2FN, BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
 
@@ -76,13 +76,12 @@ class BertPredictionHeadTransform(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.hidden_size)
         self.transform_act_fn = ACT2FN[config.hidden_act]
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        # bertkit.kernels.linear: the fp32 CPU GEMM on oneDNN (2-4x the default path here), forward and backward
-        return self.LayerNorm(self.transform_act_fn(linear(x, self.dense.weight, self.dense.bias)))
+        return self.LayerNorm(self.transform_act_fn(self.dense(x)))
 
 
 class BertLMPredictionHead(nn.Module):
@@ -95,6 +94,8 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: Tensor) -> Tensor:
+        # the decoder's weight is the word embeddings' and its bias a parameter of this module
+        # (transformers' names), so the GEMM is called here rather than through ``self.decoder``
         return linear(self.transform(x), self.decoder.weight, self.bias)
 
 

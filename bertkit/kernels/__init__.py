@@ -1,7 +1,8 @@
 """bertkit's CPU speed machinery, behind the few named calls :mod:`bertkit.model` makes.
 
 - :func:`linear`: y = act(x W^T + b) on oneDNN's GEMM where that measured faster on this machine
-  (:mod:`.gemm`, chosen per machine, see :mod:`bertkit.tuning`);
+  (:mod:`.gemm`, chosen per machine, see :mod:`bertkit.tuning`), and :class:`Linear`, the ``nn.Linear``
+  whose forward it is;
 - :func:`qkv_projection`: query, key and value as one GEMM against a cached concatenated weight (:mod:`.qkv`);
 - :func:`dropout` / :class:`Dropout`: inverted dropout with a cheaper random mask (:mod:`.dropout`);
 - :func:`scaled_dot_product_attention`: SDPA, with that dropout on the probabilities in training (:mod:`.attention`);
@@ -20,7 +21,7 @@ the plain PyTorch op instead; tests/test_kernels.py checks both give the same ou
 
 from .attention import scaled_dot_product_attention
 from .dropout import Dropout, dropout
-from .gemm import linear
+from .gemm import Linear, linear
 from .local_attention import sliding_window_attention, window_mask
 from .packing import Packing, packed_attention, packing_for
 from .qkv import qkv_projection
@@ -28,6 +29,7 @@ from .state import enabled, fast_ok, reference_ops, set_enabled
 
 __all__ = [
     "Dropout",
+    "Linear",
     "Packing",
     "dropout",
     "enabled",

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from .. import settings
 from ..tuning import choose, time_alternating
@@ -228,3 +228,31 @@ def _measure_linear_grad() -> tuple[str, dict[str, Any]]:
 def choose_linear() -> str:
     """The fp32 GEMM backend of :func:`bertkit.kernels.linear` on this machine: "onednn" or "torch"."""
     return choose("linear", _measure_linear, override=settings.ONEDNN)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters, same names) whose forward is :func:`linear`: x [..., in] -> [..., out].
+
+    ``act`` (one of :func:`linear`'s names, or None) is applied to the output, fused into the GEMM where
+    oneDNN can; the module then computes ``act(x W^T + b)``. Under the reference ops, torch.compile or
+    tracing it is ``F.linear`` (then ``act``), so an export or a quantiser sees an ordinary Linear."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        act: str | None = None,
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        if act is not None and act not in _ACTS:
+            raise ValueError(f"act must be one of {', '.join(_ACTS)} or None, got {act!r}")
+        self.act = act
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, act=self.act)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", act={self.act}" if self.act else "")

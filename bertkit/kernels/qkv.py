@@ -5,11 +5,12 @@ from __future__ import annotations
 import weakref
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .gemm import linear
+from .gemm import Linear, linear
 from .state import enabled
+
+_FUSABLE = (nn.Linear, Linear)  # the float modules whose weights the fused GEMM reads
 
 # query Linear -> (key of the parameters' identity and versions, [3H, H] weight, [3H] bias)
 _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -33,10 +34,11 @@ def _fused_params(query: nn.Linear, key: nn.Linear, value: nn.Linear) -> tuple[T
     return hit[1], hit[2]
 
 
-def qkv_projection(x: Tensor, query: nn.Linear, key: nn.Linear, value: nn.Linear) -> Tensor:
-    """x [..., H] -> [..., 3H]: the query, key and value projections side by side (one GEMM when the
-    kernels are on; the three ``F.linear`` of the reference otherwise)."""
-    if not enabled():
-        return torch.cat([F.linear(x, m.weight, m.bias) for m in (query, key, value)], dim=-1)
+def qkv_projection(x: Tensor, query: nn.Module, key: nn.Module, value: nn.Module) -> Tensor:
+    """x [..., H] -> [..., 3H]: the query, key and value projections side by side (one GEMM against their
+    concatenated weights when the kernels are on and all three are float ``nn.Linear``; otherwise each
+    module is called: the reference ops, or modules a quantiser swapped in)."""
+    if not enabled() or not all(type(m) in _FUSABLE for m in (query, key, value)):
+        return torch.cat([query(x), key(x), value(x)], dim=-1)
     weight, bias = _fused_params(query, key, value)
     return linear(x, weight, bias)

@@ -1,16 +1,11 @@
-"""``bertkit serve --int8``: dynamic int8 quantisation (PyTorch) of the model's Linear layers, CPU only.
+"""``bertkit serve --int8``: dynamic int8 quantisation (PyTorch) of the model's own Linear layers, CPU only.
 
-bertkit's own forward reads the weights directly (its fused kernels), so the quantised model is the
-``StaticBert`` computation over the same modules (``bertkit.export``), whose Linear layers
-``torch.ao.quantization.quantize_dynamic`` swaps for int8 ones (weights int8, activations quantised per
-call at run time). Its outputs are in ``StaticBert``'s order (see there).
-
-Packed tokens: ``StaticBert`` runs every Linear over the padded ``[B, T, H]`` batch, so a batch of
-sentences of mixed lengths spends most of its int8 GEMMs on padding, while the float path (bertkit's packed
-forward) does not: that alone made ``serve --int8`` slower than float. ``PackedStaticBert`` runs the Linear
-layers over the real tokens only (``[N, H]``, N = tokens in the batch), packed as the float path packs
-them, and attention per group of equal-length sequences; outputs at real positions are ``StaticBert``'s,
-padding positions are zeros.
+:func:`int8_static` copies the model and swaps each of its Linear modules for a dynamically quantised one
+(``torch.ao.nn.quantized.dynamic.Linear``: weights int8, activations quantised per call at run time); the
+copy runs the model's own forward. So the int8 model packs a padded batch's real tokens as the float path
+does (:mod:`bertkit.kernels.packing`): no int8 GEMM is spent on padding, which, run over the padded batch,
+had made ``serve --int8`` slower than float. A Linear whose weight is tied to another parameter (the MLM
+decoder, which is the word embeddings) stays float. The outputs are the model's (``out[0]``, ...).
 
 Which int8 GEMM runs is fixed when the weights are packed: PyTorch's quantised engine at that moment
 (``fbgemm``, ``onednn``, or ``x86``, which packs dynamic Linear weights for fbgemm). The packed weights
@@ -22,51 +17,17 @@ oneDNN's int8 encoder ran well ahead of fbgemm's for the same outputs bound.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+from torch import Tensor, nn
 
 from ..errors import UserError
-from ..export import StaticBert
-from ..kernels.packing import Packing, packed_attention
+from ..kernels import Linear
+from ..kernels.gemm import _ACTS
 
 ENGINES = ("auto", "x86", "fbgemm", "onednn")
-
-
-class PackedStaticBert(StaticBert):
-    """``StaticBert`` with every position-wise layer over the batch's real tokens only (see the module doc).
-
-    The packing is the float path's (:class:`bertkit.kernels.packing.Packing`): real tokens side by side,
-    attention per group of equal-length sequences with no mask, so no int8 GEMM and no attention score is
-    spent on padding.
-    """
-
-    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor):
-        """input_ids, attention_mask, token_type_ids [B, T] -> hidden states [B, T, H] (0 at padding)."""
-        emb = self.bert.embeddings
-        b, t = input_ids.shape
-        packing = Packing(attention_mask.bool())
-        positions = emb.position_ids[0, :t].expand(b, t)
-        x = emb.word_embeddings(packing.pack(input_ids)) + emb.token_type_embeddings(
-            packing.pack(token_type_ids)
-        )
-        x = emb.LayerNorm(x + emb.position_embeddings(packing.pack(positions)))  # [R, H]
-        for layer in self.bert.encoder.layer:
-            att = layer.attention.self
-            qkv = torch.cat([att.query(x), att.key(x), att.value(x)], 1)  # [R, 3H]
-            ctx = packed_attention(qkv, packing, self._attend)  # [R, H]
-            out = layer.attention.output
-            x = out.LayerNorm(out.dense(ctx) + x)
-            ffn = layer.output
-            x = ffn.LayerNorm(ffn.dense(self.act(layer.intermediate.dense(x))) + x)
-        return packing.unpack(x)
-
-    def _attend(self, qkv: torch.Tensor) -> torch.Tensor:
-        """[count, length, 3H] of equal-length sequences -> [count, length, H]: softmax(q k^T / sqrt(d)) v."""
-        count, length, _ = qkv.shape
-        q, k, v = qkv.view(count, length, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)  # [c, A, n, d]
-        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(count, length, -1)
 
 
 def choose_engine(
@@ -98,26 +59,52 @@ def choose_engine(
     raise UserError("--int8: this torch build has no quantised CPU engine (torch.backends.quantized)")
 
 
+class Int8Linear(nn.Module):
+    """A dynamically quantised Linear, then the float module's fused activation (if any): [..., in] -> [..., out]."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+        from torch.ao.quantization import default_dynamic_qconfig
+
+        plain = nn.Linear(linear.in_features, linear.out_features, bias=linear.bias is not None)
+        plain.load_state_dict(linear.state_dict())  # from_float takes exactly nn.Linear, not a subclass
+        plain.qconfig = default_dynamic_qconfig
+        self.linear = DynamicLinear.from_float(plain)  # the weights are packed here, for the current engine
+        self.act = linear.act if isinstance(linear, Linear) else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.linear(x)
+        return out if self.act is None else _ACTS[self.act](out)
+
+
+def _quantize_linears(module: nn.Module, tied: set[int]) -> None:
+    """Swap, in place, every float Linear under ``module`` whose weight is not in ``tied`` for an Int8Linear."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.Linear) and id(child.weight) not in tied:
+            setattr(module, name, Int8Linear(child))
+        else:
+            _quantize_linears(child, tied)
+
+
 def int8_static(model: Any, engine: str = "auto") -> Any:
-    """An int8 ``PackedStaticBert`` over ``model`` (a BertModel or a head class), its Linear weights packed for
-    ``engine`` (see ``choose_engine``); the float model and the process's engine setting are untouched."""
-    import copy
-
-    from torch.ao.quantization import quantize_dynamic
-
+    """An int8 copy of ``model`` (a BertModel or a head class): the same class and forward, its Linear weights
+    int8 and packed for ``engine`` (see ``choose_engine``); the float model and the process's engine setting
+    are untouched."""
     chosen = choose_engine(engine)
+    q = copy.deepcopy(model).cpu().eval()
+    seen: set[int] = set()
+    tied: set[int] = set()
+    for _, p in q.named_parameters(remove_duplicate=False):  # a weight met twice is shared: stays float
+        (tied if id(p) in seen else seen).add(id(p))
     before = torch.backends.quantized.engine
     torch.backends.quantized.engine = chosen
     try:
-        q = quantize_dynamic(
-            PackedStaticBert(copy.deepcopy(model).cpu().eval()).eval(),
-            {torch.nn.Linear},
-            dtype=torch.qint8,
-        )
+        _quantize_linears(q, tied)
     finally:
         torch.backends.quantized.engine = before
     q.int8_engine = chosen
     return q
 
 
-__all__ = ["ENGINES", "PackedStaticBert", "choose_engine", "int8_static"]
+__all__ = ["ENGINES", "Int8Linear", "choose_engine", "int8_static"]
