@@ -91,7 +91,13 @@ def create_app(
 
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse, Response
-    from pydantic import BaseModel, Field
+    from pydantic import BaseModel as _PydanticModel
+    from pydantic import ConfigDict, Field
+
+    class BaseModel(_PydanticModel):
+        # an unknown field is refused (422 naming it), not ignored: a misspelt option would otherwise
+        # silently do nothing
+        model_config = ConfigDict(extra="forbid")
 
     metrics = Metrics()
     if not isinstance(service, InferenceService):
@@ -127,6 +133,7 @@ def create_app(
         inputs: Texts | None = Field(None, description="TEI's shape: one text or a list")
         normalize: bool | None = None
         truncate: bool | None = None
+        truncation_direction: str = "Right"
         dimensions: int | None = None
         long_text: str | None = None
 
@@ -202,8 +209,8 @@ def create_app(
             raise validation("give either texts (bertkit) or inputs (TEI), not both or neither")
         tei = req.inputs is not None
         texts = _as_list(req.inputs) if tei else req.texts
-        # TEI normalises by default; bertkit's shape keeps the model's own setting
-        normalize = req.normalize if req.normalize is not None else tei
+        # TEI normalises by default; bertkit's shape keeps the model's own setting (None)
+        normalize = req.normalize if req.normalize is not None else (True if tei else None)
         t0 = time.perf_counter()
         vecs, _ = svc.embed(
             texts,
@@ -212,6 +219,7 @@ def create_app(
             truncate=req.truncate is not False,
             long_text=req.long_text,
             field="inputs" if tei else "texts",
+            truncation_direction=req.truncation_direction,
         )
         if tei:
             return _json(vecs.tolist())

@@ -57,6 +57,10 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
         ctx = err.get("ctx") or {}
         return one_line(f"the body is not valid JSON: {ctx.get('error', 'parse error')}")
     field = _field(tuple(err.get("loc") or ()))
+    if err.get("type") == "extra_forbidden":
+        return one_line(
+            f"unknown field {field!r}: this route does not take it (docs/serving.md lists each route's fields)"
+        )
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return one_line(f"{field}: {err.get('msg', 'invalid value')}{more}")
 

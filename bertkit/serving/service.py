@@ -32,6 +32,7 @@ from .limits import (
 from .pairs import encode_pairs
 
 LONG_TEXT = ("truncate", "windows")
+TRUNCATION_DIRECTIONS = ("right", "left")
 
 
 class InferenceService:
@@ -123,6 +124,10 @@ class InferenceService:
         limit = self.config.max_position_embeddings
         self.max_length = min(max_length or limit, limit)
         self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
+        if self.architecture == "SentenceTransformer":
+            # the folder's own max_seq_length is the one limit: /info reports it, truncation cuts there
+            # and truncate: false refuses past it
+            self.max_length = self.encoder.max_seq_length
         self.window_stride = window_stride or max(self.max_length // 2, 1)
         if not 0 < self.window_stride:
             raise UserError(f"--window-stride must be >= 1, got {window_stride}")
@@ -192,6 +197,7 @@ class InferenceService:
             "num_hidden_layers": c.num_hidden_layers,
             "vocab_size": c.vocab_size,
             "max_length": self.max_length,
+            "max_input_length": self.max_length,  # TEI's name for the same limit
             "max_batch_size": self.limits.max_batch_size,
             "limits": self.limits.to_dict(),
             "long_text": self.long_text,
@@ -284,12 +290,18 @@ class InferenceService:
         long_text: str | None = None,
         for_embedding: bool = False,
         truncate: bool = True,
+        truncation_direction: str = "right",
+        field: str = "inputs",
     ) -> tuple[list[list[int]], list[list[int]], list[int]]:
         """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
 
         ``long_text="windows"`` gives a long text several windows (single texts only); ``truncate=False``
-        refuses a text over ``max_length`` tokens instead of cutting it.
+        refuses a text over ``max_length`` tokens instead of cutting it; ``truncation_direction="left"``
+        keeps a long embedding text's last tokens instead of its first.
         """
+        direction = truncation_direction.lower()
+        if direction not in TRUNCATION_DIRECTIONS:
+            raise validation(f"truncation_direction must be Right or Left, got {truncation_direction!r}")
         long_text = long_text or self.long_text
         if long_text not in LONG_TEXT:
             raise validation(f"long_text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
@@ -309,7 +321,10 @@ class InferenceService:
                         ids.append(w)
                         owner.append(i)
                 return ids, [[0] * len(x) for x in ids], owner
-            if for_embedding:
+            if for_embedding and truncate and direction == "left":
+                ids = self._left_truncated(texts)
+                types = [[0] * len(x) for x in ids]
+            elif for_embedding:
                 ids = self.encoder.tokenize(texts) if truncate else self._untruncated(texts)
                 types = [[0] * len(x) for x in ids]
             elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
@@ -329,8 +344,8 @@ class InferenceService:
                     raise ApiError(
                         413,
                         "payload_too_large",
-                        f"inputs[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
-                        "(send truncate: true)",
+                        f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
+                        "(GET /info: max_input_length); send truncate: true to cut it",
                     )
         return ids, types, list(range(len(ids)))
 
@@ -339,6 +354,15 @@ class InferenceService:
             texts = [t.lower() for t in texts]
         enc = self.tokenizer(texts, max_length=None, truncation=False, padding=False, return_tensors=None)
         return enc["input_ids"]
+
+    def _left_truncated(self, texts: list[str]) -> list[list[int]]:
+        """[CLS] t [SEP] keeping each text's last ``max_length - 2`` tokens."""
+        if self.encoder.lowercase_input:
+            texts = [t.lower() for t in texts]
+        room = self.max_length - 2
+        pieces = self.tokenizer.encode_batch_ids(texts, add_special_tokens=False)
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        return [[cls_id, *p[max(len(p) - room, 0) :], sep_id] for p in pieces]
 
     @staticmethod
     def _combine(outputs: list[Any], owner: list[int], n: int) -> list[np.ndarray]:
@@ -354,32 +378,45 @@ class InferenceService:
     def embed(
         self,
         texts: list[str],
-        normalize: bool = False,
+        normalize: bool | None = None,
         dimensions: int | None = None,
         truncate: bool = True,
         long_text: str | None = None,
         field: str = "texts",
+        truncation_direction: str = "right",
     ) -> tuple[np.ndarray, int]:
-        """float32 [N, D] vectors and the number of tokens run."""
+        """float32 [N, D] vectors and the number of tokens run.
+
+        ``normalize``: None keeps the model's own setting (a Normalize module), True / False force unit
+        or raw vectors."""
         check_texts(texts, field, self.limits)
-        return self._embed(texts, normalize, dimensions, truncate, long_text)
+        return self._embed(texts, normalize, dimensions, truncate, long_text, field, truncation_direction)
 
     def _embed(
         self,
         texts: list[str],
-        normalize: bool = False,
+        normalize: bool | None = None,
         dimensions: int | None = None,
         truncate: bool = True,
         long_text: str | None = None,
+        field: str = "texts",
+        truncation_direction: str = "right",
     ) -> tuple[np.ndarray, int]:
         """:meth:`embed` of texts the caller has already checked against the limits."""
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
             raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
-        ids, _, owner = self.encode(texts, long_text=long_text, for_embedding=True, truncate=truncate)
+        ids, _, owner = self.encode(
+            texts,
+            long_text=long_text,
+            for_embedding=True,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            field=field,
+        )
         vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, len(texts)))
         if dimensions is not None:
             vecs = vecs[:, :dimensions]
-        if normalize or self.encoder.normalize:
+        if self.encoder.normalize if normalize is None else normalize:
             vecs = F.normalize(torch.from_numpy(vecs), p=2, dim=1).numpy()
         return vecs, sum(len(x) for x in ids)
 
