@@ -32,6 +32,7 @@ from .errors import UserError
 from .inference_precision import check_inference_precision, inference_autocast, resolve_inference_precision
 from .io import atomic_write, path_inside
 from .pooling import POOLING_MODES, pool
+from .prompts import Prompts
 
 logger = logging.getLogger("bertkit")
 
@@ -211,6 +212,7 @@ class SentenceEncoder:
         lowercase_input: bool = False,
         dense: Sequence[Dense] = (),
         precision: str = "fp32",
+        prompts: Prompts | None = None,
     ) -> None:
         check_inference_precision(precision)
         if pooling not in POOLING_MODES:
@@ -223,6 +225,7 @@ class SentenceEncoder:
         self.max_seq_length = min(max_seq_length or limit, limit)
         self.lowercase_input = lowercase_input
         self.dense = list(dense)  # applied after pooling, before normalisation
+        self.prompts = prompts or Prompts()  # the folder's named prompts (query: / passage: ...)
         for d in self.dense:
             d.to(model.device).eval()
         self.precision = precision  # fp32, bf16 or auto (bertkit.inference_precision)
@@ -282,6 +285,7 @@ class SentenceEncoder:
             lowercase_input=bool(st_cfg.get("do_lower_case", False)),
             dense=dense,
             precision=precision,
+            prompts=Prompts.from_folder(model_dir),
         )
 
     @property
@@ -319,14 +323,20 @@ class SentenceEncoder:
         normalize: bool = False,
         show_progress: bool = False,
         convert_to_numpy: bool = True,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """Texts -> float32 array [N, H] (a single str gives [H]).
 
         ``normalize=True`` (or a Normalize module in the folder) returns unit vectors, whose dot
-        products are cosine similarities.
+        products are cosine similarities. ``prompt_name`` (one of the folder's prompts) or ``prompt`` (a
+        text) is prepended to every text; with neither, the folder's ``default_prompt_name`` applies.
         """
         single = isinstance(texts, str)
-        ids = self.tokenize([texts] if single else texts)
+        batch = [texts] if single else list(texts)
+        if all(isinstance(t, str) for t in batch):  # tokenize() names a non-text
+            batch = self.prompts.apply(batch, prompt_name, prompt)
+        ids = self.tokenize(batch)
         n = len(ids)
         out = np.zeros((n, self.dim), dtype=np.float32)
         if n == 0:

@@ -134,6 +134,7 @@ def create_app(
         normalize: bool | None = None
         truncate: bool | None = None
         truncation_direction: str = "Right"
+        prompt_name: str | None = None
         dimensions: int | None = None
         long_text: str | None = None
 
@@ -220,6 +221,7 @@ def create_app(
             long_text=req.long_text,
             field="inputs" if tei else "texts",
             truncation_direction=req.truncation_direction,
+            prompt_name=req.prompt_name,
         )
         if tei:
             return _json(vecs.tolist())

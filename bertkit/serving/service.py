@@ -203,6 +203,8 @@ class InferenceService:
             "long_text": self.long_text,
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
+            "prompts": self.encoder.prompts.prompts,
+            "default_prompt_name": self.encoder.prompts.default_name,
             "rerank": "cross-encoder" if self.cross_encoder else "cosine",
             "precision": self.precision,
             "int8": self.int8,
@@ -384,12 +386,17 @@ class InferenceService:
         long_text: str | None = None,
         field: str = "texts",
         truncation_direction: str = "right",
+        prompt_name: str | None = None,
     ) -> tuple[np.ndarray, int]:
         """float32 [N, D] vectors and the number of tokens run.
 
         ``normalize``: None keeps the model's own setting (a Normalize module), True / False force unit
-        or raw vectors."""
+        or raw vectors. ``prompt_name``: one of the folder's prompts, prepended to every text (None: the
+        folder's default prompt, if it names one)."""
         check_texts(texts, field, self.limits)
+        if prompt_name is not None:
+            check_text(prompt_name, "prompt_name", self.limits)
+        texts = self.encoder.prompts.apply(texts, prompt_name)
         return self._embed(texts, normalize, dimensions, truncate, long_text, field, truncation_direction)
 
     def _embed(
