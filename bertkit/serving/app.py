@@ -139,7 +139,8 @@ def create_app(
         long_text: str | None = None
 
     class OpenAIEmbeddingsRequest(BaseModel):
-        input: Texts
+        # texts, or token ids (one sequence or several: what LangChain sends)
+        input: str | list[str] | list[int] | list[list[int]]
         model: str | None = None
         encoding_format: str = "float"
         dimensions: int | None = None
@@ -238,10 +239,15 @@ def create_app(
     def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:
         if req.encoding_format not in ("float", "base64"):
             raise validation(f"encoding_format must be float or base64, got {req.encoding_format!r}")
-        texts = _as_list(req.input)
         if req.model is not None:  # echoed in the answer: it must be valid Unicode
             check_text(req.model, "model", svc.limits)
-        vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
+        inp = req.input
+        if isinstance(inp, list) and inp and not all(isinstance(x, str) for x in inp):
+            ids = [inp] if isinstance(inp[0], int) else inp
+            vecs, tokens = svc.embed_ids(ids, normalize=True, dimensions=req.dimensions, field="input")
+        else:
+            texts = _as_list(inp)
+            vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
         data = []
         for i, v in enumerate(vecs):
             emb: Any = v.tolist()

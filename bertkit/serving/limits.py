@@ -110,10 +110,10 @@ class BodyLimit:
         self.max_bytes = max_bytes
         self.on_error = on_error
 
-    async def _refuse(self, send: Any, status: int, error_type: str, message: str) -> None:
+    async def _refuse(self, send: Any, status: int, error_type: str, message: str, path: str = "") -> None:
         if self.on_error is not None:
             self.on_error(status, error_type)
-        body = json.dumps(error_body(status, error_type, message)).encode()
+        body = json.dumps(error_body(status, error_type, message, path)).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -128,15 +128,16 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope.get("path", "")
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None:
             try:
                 declared = int(length)
             except ValueError:
-                await self._refuse(send, 400, "validation", "the Content-Length header is not a number")
+                await self._refuse(send, 400, "validation", "the Content-Length header is not a number", path)
                 return
             if declared > self.max_bytes:
-                await self._refuse(send, 413, "payload_too_large", self._over(declared))
+                await self._refuse(send, 413, "payload_too_large", self._over(declared), path)
                 return
         # Read the whole body here (at most max_bytes + one chunk), then replay it to the app.
         chunks: list[bytes] = []
@@ -149,7 +150,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._refuse(send, 413, "payload_too_large", self._over(f"over {self.max_bytes}"))
+                await self._refuse(send, 413, "payload_too_large", self._over(f"over {self.max_bytes}"), path)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)

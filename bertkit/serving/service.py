@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
-from .errors import ApiError, validation
+from .errors import ApiError, too_large, validation
 from .limits import (
     Limits,
     check_budget,
@@ -420,7 +420,52 @@ class InferenceService:
             truncation_direction=truncation_direction,
             field=field,
         )
-        vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, len(texts)))
+        return self._vectors(ids, owner, len(texts), normalize, dimensions)
+
+    def embed_ids(
+        self,
+        ids: list[list[int]],
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        field: str = "input",
+    ) -> tuple[np.ndarray, int]:
+        """:meth:`embed` of sequences already tokenised (OpenAI's token-id input): each runs as given,
+        special tokens included; ids outside the vocabulary or sequences over ``max_length`` are refused."""
+        if not ids:
+            raise validation(f"{field} must hold at least one sequence")
+        if len(ids) > self.limits.max_batch_size:
+            raise too_large(
+                f"{field} holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
+                "per request (--max-batch-size)"
+            )
+        vocab = self.config.vocab_size
+        for i, seq in enumerate(ids):
+            name = f"{field}[{i}]" if len(ids) > 1 else field
+            if not seq:
+                raise validation(f"{name} holds no token ids")
+            if len(seq) > self.max_length:
+                raise too_large(
+                    f"{name} is {len(seq)} tokens long; this model takes at most {self.max_length} "
+                    "(GET /info: max_input_length)"
+                )
+            bad = next((t for t in seq if isinstance(t, bool) or not 0 <= t < vocab), None)
+            if bad is not None:
+                raise validation(f"{name} holds token id {bad}; this model's ids are 0..{vocab - 1}")
+        check_budget(sum(len(x) for x in ids), self.limits)
+        if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
+            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+        return self._vectors(ids, list(range(len(ids))), len(ids), normalize, dimensions)
+
+    def _vectors(
+        self,
+        ids: list[list[int]],
+        owner: list[int],
+        n: int,
+        normalize: bool | None,
+        dimensions: int | None,
+    ) -> tuple[np.ndarray, int]:
+        """Run ``ids`` through the batcher: [n, D] vectors (mean over each text's windows) and the tokens."""
+        vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, n))
         if dimensions is not None:
             vecs = vecs[:, :dimensions]
         if self.encoder.normalize if normalize is None else normalize:
