@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model-id", default=None, help="the name /info and /v1/embeddings report (default: dir name)"
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("BERTKIT_API_KEY"),
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on every route but /health (401 otherwise; default: "
+        "$BERTKIT_API_KEY, else off; the variable keeps the key out of the process list)",
     )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
@@ -161,6 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         max_connections=args.max_connections,
         read_timeout=args.read_timeout,
         keep_alive=args.keep_alive,
+        api_key=args.api_key,
         limits=limits,
         max_length=args.max_length,
         device=args.device,

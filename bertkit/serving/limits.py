@@ -32,6 +32,7 @@ class Limits:
     max_batch_size: int = 64
     max_request_tokens: int = 32_768
     max_fill_mask_predictions: int = 1_000
+    max_embed_all_values: int = 1_000_000  # /embed_all: tokens x hidden size floats (~10 MB of JSON)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -77,6 +78,15 @@ def check_fill_mask(masks: int, top_k: int, limits: Limits) -> None:
             f"{masks} masks x top_k {top_k} = {masks * top_k} predictions; this server returns at most "
             f"{limits.max_fill_mask_predictions} per request (--max-fill-mask-predictions): send fewer masks "
             "or a smaller top_k"
+        )
+
+
+def check_embed_all(tokens: int, dim: int, limits: Limits) -> None:
+    """``/embed_all`` returns ``dim`` floats per token: bound the answer, not only the model work."""
+    if tokens * dim > limits.max_embed_all_values:
+        raise too_large(
+            f"{tokens} tokens x {dim} dimensions = {tokens * dim} values; /embed_all returns at most "
+            f"{limits.max_embed_all_values} per request: send fewer or shorter texts"
         )
 
 
@@ -171,6 +181,7 @@ __all__ = [
     "BodyLimit",
     "Limits",
     "check_budget",
+    "check_embed_all",
     "check_fill_mask",
     "check_text",
     "check_texts",

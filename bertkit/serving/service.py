@@ -23,6 +23,7 @@ from .errors import ApiError, too_large, validation
 from .limits import (
     Limits,
     check_budget,
+    check_embed_all,
     check_fill_mask,
     check_text,
     check_texts,
@@ -159,7 +160,8 @@ class InferenceService:
         return self.can_predict and self.config.num_labels == 1
 
     def routes(self) -> list[str]:
-        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
+        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/decode", "/embed", "/embed_all"]
+        eps += ["/similarity", "/v1/embeddings", "/rerank"]
         for ok, route in (
             (self.can_predict, "/predict"),
             (self.can_fill_mask, "/fill-mask"),
@@ -235,6 +237,9 @@ class InferenceService:
         if task == "embed":
             hidden = self.encoder.hidden_states(t_ids, mask)
             return list(self.encoder.sentence_vectors(hidden, mask).cpu().numpy())
+        if task == "hidden":
+            hidden = self.encoder.hidden_states(t_ids, mask).cpu().numpy()
+            return [hidden[i, : len(x)] for i, x in enumerate(ids)]
         with inference_autocast(self.precision, t_ids.device):
             out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
         if task == "classify":
@@ -248,8 +253,10 @@ class InferenceService:
         raise ValueError(f"unknown task {task!r}")
 
     def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
-        if task == "embed":
+        if task in ("embed", "hidden"):
             hidden = self._int8_encoder(t_ids, mask, t_types)[0]
+            if task == "hidden":
+                return [hidden[i, : len(x)].float().numpy() for i, x in enumerate(ids)]
             return list(self.encoder.sentence_vectors(hidden, mask).numpy())
         out = self._int8_head(t_ids, mask, t_types)
         if task == "classify":
@@ -667,6 +674,82 @@ class InferenceService:
                 )
             with inference_autocast(self.precision, self.device):
                 return fill_mask(self.model, self.tokenizer, text, top_k=top_k)
+
+    def embed_all(
+        self,
+        texts: list[str],
+        truncate: bool = True,
+        truncation_direction: str = "right",
+        prompt_name: str | None = None,
+        field: str = "inputs",
+    ) -> list[np.ndarray]:
+        """TEI's /embed_all: the last hidden state of every token, [T_i, H] per text (no pooling)."""
+        check_texts(texts, field, self.limits)
+        texts = self.encoder.prompts.apply(texts, prompt_name)
+        ids, _, _ = self.encode(
+            texts,
+            long_text="truncate",
+            for_embedding=True,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            field=field,
+        )
+        check_embed_all(sum(len(x) for x in ids), self.config.hidden_size, self.limits)
+        return self.batcher.submit("hidden", ids)
+
+    def similarity(self, source: str, sentences: list[str], prompt_name: str | None = None) -> list[float]:
+        """TEI's /similarity: cosine similarity of ``source`` with each of ``sentences``."""
+        check_text(source, "inputs.source_sentence", self.limits)
+        check_texts(sentences, "inputs.sentences", self.limits)
+        texts = self.encoder.prompts.apply([source, *sentences], prompt_name)
+        check_budget(self._budget(texts, None, self.long_text), self.limits)
+        vecs, _ = self._embed(texts, normalize=True)
+        return [float(s) for s in vecs[1:] @ vecs[0]]
+
+    def tei_tokens(
+        self, texts: list[str], add_special_tokens: bool = True, prompt_name: str | None = None
+    ) -> list[list[dict[str, Any]]]:
+        """TEI's /tokenize: per text, ``{id, text, special, start, stop}`` per token; ``start``/``stop``
+        are character offsets into the text (null for special tokens)."""
+        check_texts(texts, "inputs", self.limits)
+        texts = self.encoder.prompts.apply(texts, prompt_name)
+        specials = set(self.tokenizer.all_special_ids)
+        out = []
+        with self._tok_lock:
+            encs = [self.tokenizer.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+        for t, enc in zip(texts, encs):
+            row = []
+            for tid, tok, (a, b) in zip(enc.ids, enc.tokens, enc.offsets):
+                special = tid in specials
+                row.append(
+                    {
+                        "id": tid,
+                        "text": tok if special else t[a:b],
+                        "special": special,
+                        "start": None if special else a,
+                        "stop": None if special else b,
+                    }
+                )
+            out.append(row)
+        return out
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """TEI's /decode: token ids back to text, one string per sequence."""
+        if not ids:
+            raise validation("ids must hold at least one sequence")
+        if len(ids) > self.limits.max_batch_size:
+            raise too_large(
+                f"ids holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
+                "per request (--max-batch-size)"
+            )
+        check_budget(sum(len(x) for x in ids), self.limits)
+        vocab = len(self.tokenizer)
+        for i, seq in enumerate(ids):
+            bad = next((t for t in seq if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise validation(f"ids[{i}] holds token id {bad}; this model's ids are 0..{vocab - 1}")
+        with self._tok_lock:
+            return [self.tokenizer.decode(x, skip_special_tokens=skip_special_tokens) for x in ids]
 
     def tokenize(self, text: str, pair: str | None = None) -> dict[str, Any]:
         check_text(text, "text", self.limits)
