@@ -139,3 +139,17 @@ def test_packed_forward_equals_static_bert_at_real_tokens(cls_dir):
     torch.testing.assert_close(packed[real], ref[real], rtol=1e-5, atol=1e-5)
     assert torch.count_nonzero(packed[~real]) == 0
     torch.testing.assert_close(logits, logits_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_embed_all_runs_the_int8_encoder(cls_dir):
+    """/embed_all's per-token states from the int8 copy: same shapes, close to float (cosine > 0.98)."""
+    plain, q = InferenceService(cls_dir), InferenceService(cls_dir, int8=True)
+    try:
+        a, b = plain.embed_all(TEXTS), q.embed_all(TEXTS)
+        for x, y in zip(a, b):
+            assert x.shape == y.shape and not np.allclose(x, y, atol=1e-6)
+            cos = np.sum(x * y, axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+            assert float(cos.min()) > 0.98
+    finally:
+        plain.close()
+        q.close()
