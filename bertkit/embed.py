@@ -148,13 +148,13 @@ def _safetensors_bytes(tensors: dict[str, Tensor]) -> bytes:
 
 def _sentence_transformers_layout(
     model_dir: Path,
-) -> tuple[Path, str | None, bool, dict[str, Any], list[Dense]]:
-    """(transformer dir, pooling mode or None, normalize, sentence_bert_config, Dense modules) of an ST
-    folder."""
+) -> tuple[Path, str | None, bool, dict[str, Any], list[Dense], bool]:
+    """(transformer dir, pooling mode or None, normalize, sentence_bert_config, Dense modules, whether
+    pooling includes a prompt's tokens) of an ST folder."""
     modules = _read_json(model_dir / "modules.json")
     if not isinstance(modules, list):
         raise UserError(f"{model_dir / 'modules.json'}: expected a list of modules")
-    transformer_dir, mode, normalize = model_dir, None, False
+    transformer_dir, mode, normalize, include_prompt = model_dir, None, False, True
     dense: list[Dense] = []
     for module in sorted(modules, key=lambda m: m.get("idx", 0)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
@@ -165,6 +165,7 @@ def _sentence_transformers_layout(
             cfg_file = path / "config.json"
             if cfg_file.is_file():
                 cfg = _read_json(cfg_file)
+                include_prompt = cfg.get("include_prompt", True) is not False
                 for key, name in _ST_POOLING_KEYS:
                     if cfg.get(key):
                         mode = name
@@ -196,7 +197,7 @@ def _sentence_transformers_layout(
         if (candidate / "sentence_bert_config.json").is_file():
             st_cfg = _read_json(candidate / "sentence_bert_config.json")
             break
-    return transformer_dir, mode, normalize, st_cfg, dense
+    return transformer_dir, mode, normalize, st_cfg, dense, include_prompt
 
 
 class SentenceEncoder:
@@ -264,11 +265,12 @@ class SentenceEncoder:
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
             raise UserError(f"{model_dir}: model directory not found")
-        st_mode, st_norm, st_cfg, dense = None, False, {}, []
+        st_mode, st_norm, st_cfg, dense, include_prompt = None, False, {}, [], True
         transformer_dir = model_dir
         sentence_transformers_folder = (model_dir / "modules.json").is_file()
         if sentence_transformers_folder:
-            transformer_dir, st_mode, st_norm, st_cfg, dense = _sentence_transformers_layout(model_dir)
+            layout = _sentence_transformers_layout(model_dir)
+            transformer_dir, st_mode, st_norm, st_cfg, dense, include_prompt = layout
         model = load_encoder(transformer_dir)
         if device is not None:
             model.to(device)
@@ -285,7 +287,7 @@ class SentenceEncoder:
             lowercase_input=bool(st_cfg.get("do_lower_case", False)),
             dense=dense,
             precision=precision,
-            prompts=Prompts.from_folder(model_dir),
+            prompts=Prompts.from_folder(model_dir, include_prompt=include_prompt),
         )
 
     @property

@@ -20,9 +20,12 @@ CONFIG_NAME = "config_sentence_transformers.json"
 class Prompts:
     prompts: dict[str, str] = field(default_factory=dict)
     default_name: str | None = None
+    # a Pooling module with include_prompt: false leaves the prompt's tokens out of the mean (INSTRUCTOR
+    # style); bertkit's pooling does not, so such a folder refuses prompts rather than answer differently
+    include_prompt: bool = True
 
     @classmethod
-    def from_folder(cls, model_dir: str | Path) -> Prompts:
+    def from_folder(cls, model_dir: str | Path, include_prompt: bool = True) -> Prompts:
         """The folder's prompts (none when it has no config_sentence_transformers.json)."""
         path = Path(model_dir) / CONFIG_NAME
         cfg = read_json_object(path)  # {} when absent
@@ -34,7 +37,7 @@ class Prompts:
         default = cfg.get("default_prompt_name")
         if default is not None and default not in prompts:
             raise UserError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
-        return cls(dict(prompts), default)
+        return cls(dict(prompts), default, include_prompt)
 
     def text(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
         """The text to prepend: ``prompt`` itself, else the named prompt, else the default one, else ""."""
@@ -49,6 +52,11 @@ class Prompts:
 
     def apply(self, texts: list[str], prompt_name: str | None = None, prompt: str | None = None) -> list[str]:
         pre = self.text(prompt_name, prompt)
+        if pre and not self.include_prompt:
+            raise UserError(
+                "this folder's Pooling module excludes prompt tokens (include_prompt: false), which bertkit "
+                "does not implement: send texts without a prompt"
+            )
         return [pre + t for t in texts] if pre else list(texts)
 
 

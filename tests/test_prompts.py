@@ -92,3 +92,17 @@ def test_bad_prompt_configs_are_one_line(tmp_path, cfg, words):
     assert "config_sentence_transformers.json" in str(e.value)
     for w in words:
         assert w in str(e.value)
+
+
+def test_pooling_that_excludes_the_prompt_refuses_prompts(prompted, tmp_path):
+    """include_prompt: false pools without the prompt's tokens; bertkit refuses rather than differ."""
+    folder = tmp_path / "excl"
+    shutil.copytree(prompted, folder)
+    pooling = folder / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "include_prompt": False}))
+    enc = SentenceEncoder.from_pretrained(folder)
+    with pytest.raises(UserError, match="include_prompt"):
+        enc.encode(TEXTS)  # the default prompt
+    np.testing.assert_allclose(
+        enc.encode(TEXTS, prompt=""), SentenceEncoder.from_pretrained(prompted).encode(TEXTS, prompt="")
+    )
