@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = Limits()
     p = subparsers.add_parser(
         "serve",
-        help="HTTP server: /embed /v1/embeddings /rerank /predict /fill-mask /tokenize /metrics, playground at /",
+        help="HTTP server: /embed /v1/embeddings /rerank /predict /fill-mask /similarity /tokenize ... "
+        "(TEI and OpenAI shapes), playground at /",
         description="Serve a model directory over HTTP (needs: pip install 'bertkit[serve]'). "
         "/predict needs a sequence-classification dir, /fill-mask an MLM or pre-training dir. "
         "Every request is bounded by the limits below; over a limit -> 413/422 naming it.",
