@@ -32,6 +32,7 @@ from .errors import UserError
 from .inference_precision import check_inference_precision, inference_autocast, resolve_inference_precision
 from .io import atomic_write, path_inside
 from .pooling import POOLING_MODES, pool
+from .prompts import Prompts
 
 logger = logging.getLogger("bertkit")
 
@@ -147,13 +148,13 @@ def _safetensors_bytes(tensors: dict[str, Tensor]) -> bytes:
 
 def _sentence_transformers_layout(
     model_dir: Path,
-) -> tuple[Path, str | None, bool, dict[str, Any], list[Dense]]:
-    """(transformer dir, pooling mode or None, normalize, sentence_bert_config, Dense modules) of an ST
-    folder."""
+) -> tuple[Path, str | None, bool, dict[str, Any], list[Dense], bool]:
+    """(transformer dir, pooling mode or None, normalize, sentence_bert_config, Dense modules, whether
+    pooling includes a prompt's tokens) of an ST folder."""
     modules = _read_json(model_dir / "modules.json")
     if not isinstance(modules, list):
         raise UserError(f"{model_dir / 'modules.json'}: expected a list of modules")
-    transformer_dir, mode, normalize = model_dir, None, False
+    transformer_dir, mode, normalize, include_prompt = model_dir, None, False, True
     dense: list[Dense] = []
     for module in sorted(modules, key=lambda m: m.get("idx", 0)):
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
@@ -164,6 +165,7 @@ def _sentence_transformers_layout(
             cfg_file = path / "config.json"
             if cfg_file.is_file():
                 cfg = _read_json(cfg_file)
+                include_prompt = cfg.get("include_prompt", True) is not False
                 for key, name in _ST_POOLING_KEYS:
                     if cfg.get(key):
                         mode = name
@@ -195,7 +197,7 @@ def _sentence_transformers_layout(
         if (candidate / "sentence_bert_config.json").is_file():
             st_cfg = _read_json(candidate / "sentence_bert_config.json")
             break
-    return transformer_dir, mode, normalize, st_cfg, dense
+    return transformer_dir, mode, normalize, st_cfg, dense, include_prompt
 
 
 class SentenceEncoder:
@@ -211,6 +213,7 @@ class SentenceEncoder:
         lowercase_input: bool = False,
         dense: Sequence[Dense] = (),
         precision: str = "fp32",
+        prompts: Prompts | None = None,
     ) -> None:
         check_inference_precision(precision)
         if pooling not in POOLING_MODES:
@@ -223,6 +226,7 @@ class SentenceEncoder:
         self.max_seq_length = min(max_seq_length or limit, limit)
         self.lowercase_input = lowercase_input
         self.dense = list(dense)  # applied after pooling, before normalisation
+        self.prompts = prompts or Prompts()  # the folder's named prompts (query: / passage: ...)
         for d in self.dense:
             d.to(model.device).eval()
         self.precision = precision  # fp32, bf16 or auto (bertkit.inference_precision)
@@ -261,11 +265,12 @@ class SentenceEncoder:
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
             raise UserError(f"{model_dir}: model directory not found")
-        st_mode, st_norm, st_cfg, dense = None, False, {}, []
+        st_mode, st_norm, st_cfg, dense, include_prompt = None, False, {}, [], True
         transformer_dir = model_dir
         sentence_transformers_folder = (model_dir / "modules.json").is_file()
         if sentence_transformers_folder:
-            transformer_dir, st_mode, st_norm, st_cfg, dense = _sentence_transformers_layout(model_dir)
+            layout = _sentence_transformers_layout(model_dir)
+            transformer_dir, st_mode, st_norm, st_cfg, dense, include_prompt = layout
         model = load_encoder(transformer_dir)
         if device is not None:
             model.to(device)
@@ -282,6 +287,7 @@ class SentenceEncoder:
             lowercase_input=bool(st_cfg.get("do_lower_case", False)),
             dense=dense,
             precision=precision,
+            prompts=Prompts.from_folder(model_dir, include_prompt=include_prompt),
         )
 
     @property
@@ -319,14 +325,20 @@ class SentenceEncoder:
         normalize: bool = False,
         show_progress: bool = False,
         convert_to_numpy: bool = True,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """Texts -> float32 array [N, H] (a single str gives [H]).
 
         ``normalize=True`` (or a Normalize module in the folder) returns unit vectors, whose dot
-        products are cosine similarities.
+        products are cosine similarities. ``prompt_name`` (one of the folder's prompts) or ``prompt`` (a
+        text) is prepended to every text; with neither, the folder's ``default_prompt_name`` applies.
         """
         single = isinstance(texts, str)
-        ids = self.tokenize([texts] if single else texts)
+        batch = [texts] if single else list(texts)
+        if all(isinstance(t, str) for t in batch):  # tokenize() names a non-text
+            batch = self.prompts.apply(batch, prompt_name, prompt)
+        ids = self.tokenize(batch)
         n = len(ids)
         out = np.zeros((n, self.dim), dtype=np.float32)
         if n == 0:

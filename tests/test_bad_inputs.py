@@ -362,6 +362,7 @@ CASES = [
     ("pretrain-device-bogus", [*PRE, "--out", OUT, "--device", "bogus"], ["--device", "bogus"]),
     ("serve-device-bogus", ["serve", M, "--device", "bogus"], ["--device", "bogus"]),
     ("serve-device-cuda-99", ["serve", M, "--device", "cuda:99"], ["--device", "cuda:99"]),
+    ("serve-api-key-empty", ["serve", M, "--api-key", ""], ["--api-key", "empty"]),
     # damaged indexes
     ("index-garbage-db", ["index", "info", "idx_garbage"], ["idx_garbage/store.db", "not a bertkit index"]),
     ("index-meta-not-json", ["index", "info", "idx_meta_not_json"], ["idx_meta_not_json/store.db", "not JSON"]),

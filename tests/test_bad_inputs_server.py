@@ -57,6 +57,63 @@ MLM_CASES = [
         422,
         ["texts[0]", "surrogate"],
     ),
+    ("decode id range", "POST", "/decode", j({"ids": [[2, 3], [2, 17]]}), 422, ["ids[1]", "token id 17"]),
+    ("decode no ids", "POST", "/decode", j({"ids": []}), 422, ["ids", "at least one"]),
+    ("decode text", "POST", "/decode", j({"ids": "the cat"}), 422, ["ids"]),
+    (
+        "tokenize text and inputs",
+        "POST",
+        "/tokenize",
+        j({"text": "a", "inputs": "a"}),
+        422,
+        ["text", "inputs"],
+    ),
+    ("tokenize tei pair", "POST", "/tokenize", j({"inputs": "a", "pair": "b"}), 422, ["pair"]),
+    ("tokenize tei empty", "POST", "/tokenize", j({"inputs": []}), 422, ["inputs", "at least one"]),
+    ("embed_all empty", "POST", "/embed_all", j({"inputs": []}), 422, ["inputs", "at least one"]),
+    (
+        "embed_all truncate false",
+        "POST",
+        "/embed_all",
+        j({"inputs": "the cat " * 20, "truncate": False}),
+        413,
+        ["inputs[0]", "42 tokens"],
+    ),
+    ("embed_all unknown prompt", "POST", "/embed_all", j({"inputs": "a", "prompt_name": "q"}), 422, ["'q'"]),
+    (
+        "similarity no sentences",
+        "POST",
+        "/similarity",
+        j({"inputs": {"source_sentence": "a", "sentences": []}}),
+        422,
+        ["inputs.sentences", "at least one"],
+    ),
+    (
+        "similarity flat",
+        "POST",
+        "/similarity",
+        j({"source_sentence": "a", "sentences": ["b"]}),
+        422,
+        ["inputs", "required"],
+    ),
+    ("embed unknown field", "POST", "/embed", j({"inputs": "a", "normalise": True}), 422, ["'normalise'"]),
+    ("rerank unknown field", "POST", "/rerank", j({"query": "a", "texts": ["b"], "x": 1}), 422, ["'x'"]),
+    (
+        "embed truncation direction",
+        "POST",
+        "/embed",
+        j({"inputs": "a", "truncation_direction": "Up"}),
+        422,
+        ["truncation_direction", "Up"],
+    ),
+    (
+        "embed truncate false over the limit",
+        "POST",
+        "/embed",
+        j({"inputs": ["a", "the cat " * 20], "truncate": False}),
+        413,
+        ["inputs[1]", "42 tokens", "32", "max_input_length"],
+    ),
     ("lone low surrogate", "POST", "/embed", b'{"texts": ["ok", "\\udc00"]}', 422, ["texts[1]", "surrogate"]),
     (
         "tei inputs surrogate",
@@ -120,7 +177,21 @@ MLM_CASES = [
         422,
         ["model", "surrogate"],
     ),
-    ("openai token ids", "POST", "/v1/embeddings", j({"input": [[1, 2, 3]]}), 422, ["input"]),
+    ("openai token id range", "POST", "/v1/embeddings", j({"input": [[2, 17, 3]]}), 422, ["token id 17"]),
+    ("openai negative token id", "POST", "/v1/embeddings", j({"input": [2, -1]}), 422, ["token id -1"]),
+    ("openai empty ids", "POST", "/v1/embeddings", j({"input": [[2, 3], []]}), 422, ["input[1]", "no token"]),
+    ("openai ids too long", "POST", "/v1/embeddings", j({"input": [[5] * 33]}), 413, ["33 tokens", "32"]),
+    ("openai ids and texts", "POST", "/v1/embeddings", j({"input": ["a", [2, 3]]}), 422, ["input"]),
+    ("openai ids batch", "POST", "/v1/embeddings", j({"input": [[2, 3]] * 9}), 413, ["--max-batch-size"]),
+    ("openai unknown field", "POST", "/v1/embeddings", j({"input": "a", "top_p": 1}), 422, ["'top_p'"]),
+    (
+        "openai body over limit",
+        "POST",
+        "/v1/embeddings",
+        j({"input": ["a" * 70000]}),
+        413,
+        ["--max-body-bytes", "65536"],
+    ),
     ("rerank no texts", "POST", "/rerank", j({"query": "the"}), 422, ["texts"]),
     (
         "rerank query surrogate",
@@ -353,8 +424,13 @@ def _check(server: Server, case) -> None:
     name, method, path, raw, status, words = case
     got, body, _ = server.request(method, path, raw=raw)
     assert got == status, (name, got, body)
-    assert isinstance(body, dict) and set(body) == {"error", "error_type"}, (name, body)
-    msg = body["error"]
+    if path.startswith("/v1/"):  # OpenAI's shape, so its clients show the message
+        assert isinstance(body, dict) and set(body) == {"error"}, (name, body)
+        assert set(body["error"]) == {"message", "type", "param", "code"}, (name, body)
+        msg = body["error"]["message"]
+    else:
+        assert isinstance(body, dict) and set(body) == {"error", "error_type"}, (name, body)
+        msg = body["error"]
     assert "\n" not in msg and 0 < len(msg) <= 300, (name, msg)
     for w in words:
         assert w in msg, (name, w, msg)

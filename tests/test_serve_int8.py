@@ -147,3 +147,17 @@ def test_the_int8_model_is_the_model_with_int8_linears(cls_dir):
     assert isinstance(qm.cls.predictions.transform.dense, Int8Linear)
     assert qm.cls.predictions.decoder.weight is qm.bert.embeddings.word_embeddings.weight
     assert isinstance(mlm.cls.predictions.transform.dense, Linear)  # the float model was not touched
+
+
+def test_embed_all_runs_the_int8_encoder(cls_dir):
+    """/embed_all's per-token states from the int8 copy: same shapes, close to float (cosine > 0.98)."""
+    plain, q = InferenceService(cls_dir), InferenceService(cls_dir, int8=True)
+    try:
+        a, b = plain.embed_all(TEXTS), q.embed_all(TEXTS)
+        for x, y in zip(a, b):
+            assert x.shape == y.shape and not np.allclose(x, y, atol=1e-6)
+            cos = np.sum(x * y, axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))
+            assert float(cos.min()) > 0.98
+    finally:
+        plain.close()
+        q.close()

@@ -455,5 +455,67 @@ def test_nan_weights_answer_a_json_error_not_invalid_json(tiny, tmp_path):
     ):
         r = client.post(path, json=body)
         got = _strict_json(r.text)
+        if path.startswith("/v1/"):  # OpenAI's error shape
+            got = {"error": got["error"]["message"], "error_type": got["error"]["code"]}
         assert r.status_code == 500 and got["error_type"] == "model_output", (path, body, r.text[:200])
         assert "NaN" in got["error"]
+
+
+def _st_folder(base, out, max_seq_length=8, **config_st):
+    """A sentence-transformers folder (mean pooling, Normalize, ``max_seq_length``) over ``base``'s weights;
+    ``config_st`` goes to config_sentence_transformers.json (prompts)."""
+    import shutil
+
+    shutil.copytree(base, out)
+    st = "sentence_transformers.models."
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": st + "Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": st + "Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": st + "Normalize"},
+    ]
+    (out / "modules.json").write_text(json.dumps(modules))
+    (out / "1_Pooling").mkdir()
+    hidden = json.loads((out / "config.json").read_text())["hidden_size"]
+    (out / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": hidden, "pooling_mode_mean_tokens": True})
+    )
+    (out / "2_Normalize").mkdir()
+    (out / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": max_seq_length, "do_lower_case": False})
+    )
+    if config_st:
+        (out / "config_sentence_transformers.json").write_text(json.dumps(config_st))
+    return out
+
+
+def test_tei_embed_normalize_truncate_and_direction(tiny, tmp_path):
+    """A folder with a Normalize module: ``normalize: false`` gives the raw pooled vector; ``truncate`` cuts
+    at (and ``truncate: false`` refuses past) the one limit /info reports; ``Left`` keeps the last tokens."""
+    folder = _st_folder(tiny["enc"], tmp_path / "st", max_seq_length=8)
+    client = TestClient(create_app(folder))
+    info = client.get("/info").json()
+    assert info["max_input_length"] == info["max_length"] == 8
+    raw = SentenceEncoder.from_pretrained(tiny["enc"], max_seq_length=8).encode(TEXTS)
+    got = np.array(client.post("/embed", json={"inputs": TEXTS, "normalize": False}).json())
+    np.testing.assert_allclose(got, raw, atol=1e-5)
+    assert not np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-3)
+    unit = np.array(client.post("/embed", json={"texts": TEXTS}).json()["embeddings"])  # the folder's own
+    np.testing.assert_allclose(unit, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-5)
+
+    long = "the cat sat on the mat a dog bad movie"  # 10 words: 12 tokens with [CLS]/[SEP]
+    short = "the cat sat on the mat"  # 8 tokens: exactly the limit
+    r = client.post("/embed", json={"inputs": long, "truncate": False})
+    assert r.status_code == 413 and "inputs[0] is 12 tokens" in r.json()["error"] and "8" in r.json()["error"]
+    ok = client.post("/embed", json={"inputs": short, "truncate": False})
+    assert ok.status_code == 200, ok.text
+    right = client.post("/embed", json={"inputs": long, "truncate": True}).json()
+    np.testing.assert_allclose(right, client.post("/embed", json={"inputs": short}).json(), atol=1e-6)
+    left = client.post(
+        "/embed", json={"inputs": long, "truncate": True, "truncation_direction": "Left"}
+    ).json()
+    tail = client.post("/embed", json={"inputs": "the mat a dog bad movie"}).json()
+    np.testing.assert_allclose(left, tail, atol=1e-6)
+    assert not np.allclose(left, right, atol=1e-3)
+    # unknown fields are refused by name, not ignored
+    r = client.post("/embed", json={"inputs": "a dog", "normalise": False})
+    assert r.status_code == 422 and "'normalise'" in r.json()["error"]

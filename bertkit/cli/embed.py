@@ -26,6 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--text-field", default="text", help="JSONL field holding the text (default: text)")
     p.add_argument("--pooling", choices=("mean", "cls", "max", "mean_sqrt_len"), default=None)
     p.add_argument("--normalize", action="store_true", help="L2-normalise the vectors")
+    p.add_argument(
+        "--prompt-name",
+        default=None,
+        metavar="NAME",
+        help="one of the folder's prompts (config_sentence_transformers.json), prepended to every text "
+        "(default: the folder's default_prompt_name, if any)",
+    )
     p.add_argument("--batch-size", type=A.positive_int, default=32)
     p.add_argument("--max-seq-length", type=A.int_range(8, 8192), default=None)
     p.add_argument(
@@ -140,6 +147,7 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
         device=device,
         precision=args.precision,
     )
+    prompt = encoder.prompts.text(args.prompt_name)  # an unknown name is refused before any work
     t0 = time.perf_counter()
     if getattr(args, "long_text", "truncate") == "windows":
         from .predict_spans import embed_windows
@@ -147,7 +155,11 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
         vectors = embed_windows(args, texts)
     else:
         vectors = encoder.encode(
-            texts, batch_size=args.batch_size, normalize=args.normalize, show_progress=True
+            texts,
+            batch_size=args.batch_size,
+            normalize=args.normalize,
+            show_progress=True,
+            prompt_name=args.prompt_name,
         )
     seconds = time.perf_counter() - t0
     if args.out.suffix == ".npy":
@@ -168,6 +180,7 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
         "pooling": encoder.pooling,
         "normalized": bool(args.normalize or encoder.normalize),
         "max_seq_length": encoder.max_seq_length,
+        "prompt": prompt,
         "precision": encoder.precision_in_use,
         "seconds": round(seconds, 3),
         "texts_per_second": round(len(texts) / seconds, 1) if seconds > 0 else None,

@@ -134,7 +134,13 @@ def embed_windows(args: Any, texts: list[str]) -> Any:
     if args.pooling:
         svc.encoder.pooling = args.pooling
     out = [
-        svc.embed(chunk, normalize=args.normalize, long_text="windows")[0]
+        # --normalize absent: the model's own setting (None), not raw vectors
+        svc.embed(
+            chunk,
+            normalize=args.normalize or None,
+            long_text="windows",
+            prompt_name=getattr(args, "prompt_name", None),
+        )[0]
         for chunk in _chunks(texts, "embed")
     ]
     svc.close()

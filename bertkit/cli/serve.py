@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = Limits()
     p = subparsers.add_parser(
         "serve",
-        help="HTTP server: /embed /v1/embeddings /rerank /predict /fill-mask /tokenize /metrics, playground at /",
+        help="HTTP server: /embed /v1/embeddings /rerank /predict /fill-mask /similarity /tokenize ... "
+        "(TEI and OpenAI shapes), playground at /",
         description="Serve a model directory over HTTP (needs: pip install 'bertkit[serve]'). "
         "/predict needs a sequence-classification dir, /fill-mask an MLM or pre-training dir. "
         "Every request is bounded by the limits below; over a limit -> 413/422 naming it.",
@@ -58,6 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--model-id", default=None, help="the name /info and /v1/embeddings report (default: dir name)"
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("BERTKIT_API_KEY"),
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on every route but /health (401 otherwise; default: "
+        "$BERTKIT_API_KEY, else off; the variable keeps the key out of the process list)",
     )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
@@ -161,6 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         max_connections=args.max_connections,
         read_timeout=args.read_timeout,
         keep_alive=args.keep_alive,
+        api_key=args.api_key,
         limits=limits,
         max_length=args.max_length,
         device=args.device,

@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import UserError
 from .connections import DEFAULT_KEEP_ALIVE, DEFAULT_READ_TIMEOUT, connection_cap, protocol_class
 from .errors import ApiError, install_handlers, validation
+from .headers import ApiKey, RequestMeta
 from .limits import BodyLimit, Limits, check_text
 from .metrics import Metrics
 from .service import InferenceService
@@ -79,19 +80,29 @@ def create_app(
     service: "InferenceService | str | os.PathLike",
     docs: bool = False,
     threads: int = 256,
+    api_key: str | None = None,
     **service_kwargs: Any,
 ):
     """The ASGI application for a model directory (or an already-built service).
 
     ``docs=True`` serves ``/docs`` and ``/openapi.json`` (off by default: they describe the server to
     anyone who can reach it). ``threads``: request threads (each waits on the batcher while its batch runs).
+    ``api_key``: every route but /health then needs ``Authorization: Bearer KEY`` (``headers.ApiKey``).
     """
+    if api_key is not None and not api_key:
+        raise UserError("--api-key must not be empty")
     require_server_deps()
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse, Response
-    from pydantic import BaseModel, Field
+    from pydantic import BaseModel as _PydanticModel
+    from pydantic import ConfigDict, Field
+
+    class BaseModel(_PydanticModel):
+        # an unknown field is refused (422 naming it), not ignored: a misspelt option would otherwise
+        # silently do nothing
+        model_config = ConfigDict(extra="forbid")
 
     metrics = Metrics()
     if not isinstance(service, InferenceService):
@@ -127,11 +138,14 @@ def create_app(
         inputs: Texts | None = Field(None, description="TEI's shape: one text or a list")
         normalize: bool | None = None
         truncate: bool | None = None
+        truncation_direction: str = "Right"
+        prompt_name: str | None = None
         dimensions: int | None = None
         long_text: str | None = None
 
     class OpenAIEmbeddingsRequest(BaseModel):
-        input: Texts
+        # texts, or token ids (one sequence or several: what LangChain sends)
+        input: str | list[str] | list[int] | list[list[int]]
         model: str | None = None
         encoding_format: str = "float"
         dimensions: int | None = None
@@ -174,8 +188,32 @@ def create_app(
         top_k: int = 5
 
     class TokenizeRequest(BaseModel):
-        text: str
+        text: str | None = Field(None, description="bertkit's shape: one text (and an optional pair)")
         pair: str | None = None
+        inputs: Texts | None = Field(None, description="TEI's shape: one text or a list")
+        add_special_tokens: bool = True
+        prompt_name: str | None = None
+
+    class DecodeRequest(BaseModel):
+        ids: list[int] | list[list[int]]
+        skip_special_tokens: bool = True
+
+    class EmbedAllRequest(BaseModel):
+        inputs: Texts
+        truncate: bool | None = None
+        truncation_direction: str = "Right"
+        prompt_name: str | None = None
+
+    class SimilarityInput(BaseModel):
+        source_sentence: str
+        sentences: list[str]
+
+    class SimilarityParameters(BaseModel):
+        prompt_name: str | None = None
+
+    class SimilarityRequest(BaseModel):
+        inputs: SimilarityInput
+        parameters: SimilarityParameters | None = None
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -202,8 +240,8 @@ def create_app(
             raise validation("give either texts (bertkit) or inputs (TEI), not both or neither")
         tei = req.inputs is not None
         texts = _as_list(req.inputs) if tei else req.texts
-        # TEI normalises by default; bertkit's shape keeps the model's own setting
-        normalize = req.normalize if req.normalize is not None else tei
+        # TEI normalises by default; bertkit's shape keeps the model's own setting (None)
+        normalize = req.normalize if req.normalize is not None else (True if tei else None)
         t0 = time.perf_counter()
         vecs, _ = svc.embed(
             texts,
@@ -212,6 +250,8 @@ def create_app(
             truncate=req.truncate is not False,
             long_text=req.long_text,
             field="inputs" if tei else "texts",
+            truncation_direction=req.truncation_direction,
+            prompt_name=req.prompt_name,
         )
         if tei:
             return _json(vecs.tolist())
@@ -228,10 +268,15 @@ def create_app(
     def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:
         if req.encoding_format not in ("float", "base64"):
             raise validation(f"encoding_format must be float or base64, got {req.encoding_format!r}")
-        texts = _as_list(req.input)
         if req.model is not None:  # echoed in the answer: it must be valid Unicode
             check_text(req.model, "model", svc.limits)
-        vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
+        inp = req.input
+        if isinstance(inp, list) and inp and not all(isinstance(x, str) for x in inp):
+            ids = [inp] if isinstance(inp[0], int) else inp
+            vecs, tokens = svc.embed_ids(ids, normalize=True, dimensions=req.dimensions, field="input")
+        else:
+            texts = _as_list(inp)
+            vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
         data = []
         for i, v in enumerate(vecs):
             emb: Any = v.tolist()
@@ -332,12 +377,43 @@ def create_app(
         return {"masks": svc.fill_mask(req.text, req.top_k)}
 
     @app.post("/tokenize")
-    def tokenize(req: TokenizeRequest) -> dict[str, Any]:
-        return svc.tokenize(req.text, req.pair)
+    def tokenize(req: TokenizeRequest) -> Any:
+        if (req.text is None) == (req.inputs is None):
+            raise validation("give either text (bertkit) or inputs (TEI), not both or neither")
+        if req.inputs is None:
+            return svc.tokenize(req.text, req.pair)
+        if req.pair is not None:
+            raise validation("pair goes with text (bertkit's shape); TEI's inputs are single texts")
+        return svc.tei_tokens(_as_list(req.inputs), req.add_special_tokens, req.prompt_name)
+
+    @app.post("/decode")
+    def decode(req: DecodeRequest) -> list[str]:
+        ids = req.ids
+        seqs = ids if ids and isinstance(ids[0], list) else ([ids] if ids else [])  # one or several
+        return svc.decode(seqs, req.skip_special_tokens)
+
+    @app.post("/embed_all")
+    def embed_all(req: EmbedAllRequest) -> Any:
+        states = svc.embed_all(
+            _as_list(req.inputs),
+            truncate=req.truncate is not False,
+            truncation_direction=req.truncation_direction,
+            prompt_name=req.prompt_name,
+        )
+        return _json([x.tolist() for x in states])
+
+    @app.post("/similarity")
+    def similarity(req: SimilarityRequest) -> Any:
+        prompt = req.parameters.prompt_name if req.parameters is not None else None
+        return _json(svc.similarity(req.inputs.source_sentence, req.inputs.sentences, prompt))
 
     known = {r.path for r in app.routes if hasattr(r, "path")}
+    # the last added runs first: ids and timing on every answer, then the key, then the body limit
     app.add_middleware(BodyLimit, max_bytes=svc.limits.max_body_bytes, on_error=metrics.on_error)
+    if api_key is not None:
+        app.add_middleware(ApiKey, key=api_key, on_error=metrics.on_error)
     app.add_middleware(_Timing, metrics=metrics, routes=known)
+    app.add_middleware(RequestMeta)
     return app
 
 
@@ -350,6 +426,7 @@ def serve(
     max_connections: int | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     keep_alive: float = DEFAULT_KEEP_ALIVE,
+    api_key: str | None = None,
     **service_kwargs: Any,
 ) -> None:
     """Build the app and run it with uvicorn until interrupted. ``max_connections``, ``read_timeout`` and
@@ -359,7 +436,7 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError(INSTALL_HINT) from None
-    app = create_app(model_dir, docs=docs, **service_kwargs)
+    app = create_app(model_dir, docs=docs, api_key=api_key, **service_kwargs)
     # h11's own limit on headers stays; the body limit is ours (BodyLimit)
     uvicorn.run(
         app,

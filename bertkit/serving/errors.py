@@ -1,6 +1,7 @@
 """One error path for the server: every refusal is an ``ApiError`` and leaves as ``{"error", "error_type"}``.
 
-The shape is text-embeddings-inference's (TEI). Handlers are installed once on the app, so a route never
+The shape is text-embeddings-inference's (TEI); on the OpenAI routes (``/v1/...``) it is OpenAI's,
+``{"error": {"message", "type", "param", "code"}}``, which its clients read the message from. Handlers are installed once on the app, so a route never
 needs its own try/except: bad input raises ``ApiError`` (or a pydantic validation error, or a ``UserError``
 from the library), and anything else is a bug, answered 500 with its traceback in the server log only.
 """
@@ -57,11 +58,22 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
         ctx = err.get("ctx") or {}
         return one_line(f"the body is not valid JSON: {ctx.get('error', 'parse error')}")
     field = _field(tuple(err.get("loc") or ()))
+    if err.get("type") == "extra_forbidden":
+        return one_line(
+            f"unknown field {field!r}: this route does not take it (docs/serving.md lists each route's fields)"
+        )
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return one_line(f"{field}: {err.get('msg', 'invalid value')}{more}")
 
 
-def error_body(status: int, error_type: str, message: str) -> dict[str, Any]:
+OPENAI_PREFIX = "/v1/"
+
+
+def error_body(status: int, error_type: str, message: str, path: str = "") -> dict[str, Any]:
+    """TEI's error shape, or OpenAI's for a ``/v1/`` ``path`` (``code`` carries TEI's error type)."""
+    if path.startswith(OPENAI_PREFIX):
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        return {"error": {"message": message, "type": kind, "param": None, "code": error_type}}
     return {"error": message, "error_type": error_type}
 
 
@@ -71,22 +83,23 @@ def install_handlers(app: Any, on_error: Any = None) -> None:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    def respond(status: int, error_type: str, message: str) -> JSONResponse:
+    def respond(status: int, error_type: str, message: str, request: Any = None) -> JSONResponse:
         if on_error is not None:
             on_error(status, error_type)
-        return JSONResponse(error_body(status, error_type, message), status_code=status)
+        path = request.url.path if request is not None else ""
+        return JSONResponse(error_body(status, error_type, message, path), status_code=status)
 
     @app.exception_handler(ApiError)
     async def _api_error(request, exc: ApiError):
-        return respond(exc.status, exc.error_type, one_line(exc.message))
+        return respond(exc.status, exc.error_type, one_line(exc.message), request)
 
     @app.exception_handler(UserError)
     async def _user_error(request, exc: UserError):
-        return respond(422, "validation", one_line(str(exc)))
+        return respond(422, "validation", one_line(str(exc)), request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, exc: RequestValidationError):
-        return respond(422, "validation", validation_message(list(exc.errors())))
+        return respond(422, "validation", validation_message(list(exc.errors())), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, exc: StarletteHTTPException):
@@ -98,12 +111,12 @@ def install_handlers(app: Any, on_error: Any = None) -> None:
             detail = "the body could not be parsed as JSON (malformed or nested too deeply)"
         elif exc.status_code == 405:
             detail = f"{request.method} is not allowed on {request.url.path}"
-        return respond(exc.status_code, kind, one_line(detail))
+        return respond(exc.status_code, kind, one_line(detail), request)
 
     @app.exception_handler(Exception)
     async def _bug(request, exc: Exception):  # a bug, not bad input: keep the traceback in the log
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return respond(500, "internal", "internal server error (see the server log)")
+        return respond(500, "internal", "internal server error (see the server log)", request)
 
 
 __all__ = ["ApiError", "error_body", "install_handlers", "one_line", "too_large", "validation"]

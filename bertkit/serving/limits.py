@@ -32,6 +32,7 @@ class Limits:
     max_batch_size: int = 64
     max_request_tokens: int = 32_768
     max_fill_mask_predictions: int = 1_000
+    max_embed_all_values: int = 1_000_000  # /embed_all: tokens x hidden size floats (~10 MB of JSON)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -80,6 +81,15 @@ def check_fill_mask(masks: int, top_k: int, limits: Limits) -> None:
         )
 
 
+def check_embed_all(tokens: int, dim: int, limits: Limits) -> None:
+    """``/embed_all`` returns ``dim`` floats per token: bound the answer, not only the model work."""
+    if tokens * dim > limits.max_embed_all_values:
+        raise too_large(
+            f"{tokens} tokens x {dim} dimensions = {tokens * dim} values; /embed_all returns at most "
+            f"{limits.max_embed_all_values} per request: send fewer or shorter texts"
+        )
+
+
 def truncated_tokens(chars: int, max_length: int, specials: int = 2) -> int:
     """Upper bound on the tokens of one truncated sequence of ``chars`` characters."""
     return min(chars + specials, max_length)
@@ -110,10 +120,10 @@ class BodyLimit:
         self.max_bytes = max_bytes
         self.on_error = on_error
 
-    async def _refuse(self, send: Any, status: int, error_type: str, message: str) -> None:
+    async def _refuse(self, send: Any, status: int, error_type: str, message: str, path: str = "") -> None:
         if self.on_error is not None:
             self.on_error(status, error_type)
-        body = json.dumps(error_body(status, error_type, message)).encode()
+        body = json.dumps(error_body(status, error_type, message, path)).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -128,15 +138,16 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope.get("path", "")
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None:
             try:
                 declared = int(length)
             except ValueError:
-                await self._refuse(send, 400, "validation", "the Content-Length header is not a number")
+                await self._refuse(send, 400, "validation", "the Content-Length header is not a number", path)
                 return
             if declared > self.max_bytes:
-                await self._refuse(send, 413, "payload_too_large", self._over(declared))
+                await self._refuse(send, 413, "payload_too_large", self._over(declared), path)
                 return
         # Read the whole body here (at most max_bytes + one chunk), then replay it to the app.
         chunks: list[bytes] = []
@@ -149,7 +160,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._refuse(send, 413, "payload_too_large", self._over(f"over {self.max_bytes}"))
+                await self._refuse(send, 413, "payload_too_large", self._over(f"over {self.max_bytes}"), path)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -170,6 +181,7 @@ __all__ = [
     "BodyLimit",
     "Limits",
     "check_budget",
+    "check_embed_all",
     "check_fill_mask",
     "check_text",
     "check_texts",

@@ -19,10 +19,11 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
-from .errors import ApiError, validation
+from .errors import ApiError, too_large, validation
 from .limits import (
     Limits,
     check_budget,
+    check_embed_all,
     check_fill_mask,
     check_text,
     check_texts,
@@ -32,6 +33,7 @@ from .limits import (
 from .pairs import encode_pairs
 
 LONG_TEXT = ("truncate", "windows")
+TRUNCATION_DIRECTIONS = ("right", "left")
 
 
 class InferenceService:
@@ -123,6 +125,10 @@ class InferenceService:
         limit = self.config.max_position_embeddings
         self.max_length = min(max_length or limit, limit)
         self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
+        if self.architecture == "SentenceTransformer":
+            # the folder's own max_seq_length is the one limit: /info reports it, truncation cuts there
+            # and truncate: false refuses past it
+            self.max_length = self.encoder.max_seq_length
         self.window_stride = window_stride or max(self.max_length // 2, 1)
         if not 0 < self.window_stride:
             raise UserError(f"--window-stride must be >= 1, got {window_stride}")
@@ -154,7 +160,8 @@ class InferenceService:
         return self.can_predict and self.config.num_labels == 1
 
     def routes(self) -> list[str]:
-        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/embed", "/v1/embeddings", "/rerank"]
+        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/decode", "/embed", "/embed_all"]
+        eps += ["/similarity", "/v1/embeddings", "/rerank"]
         for ok, route in (
             (self.can_predict, "/predict"),
             (self.can_fill_mask, "/fill-mask"),
@@ -192,11 +199,14 @@ class InferenceService:
             "num_hidden_layers": c.num_hidden_layers,
             "vocab_size": c.vocab_size,
             "max_length": self.max_length,
+            "max_input_length": self.max_length,  # TEI's name for the same limit
             "max_batch_size": self.limits.max_batch_size,
             "limits": self.limits.to_dict(),
             "long_text": self.long_text,
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
+            "prompts": self.encoder.prompts.prompts,
+            "default_prompt_name": self.encoder.prompts.default_name,
             "rerank": "cross-encoder" if self.cross_encoder else "cosine",
             "precision": self.precision,
             "int8": self.int8,
@@ -227,6 +237,9 @@ class InferenceService:
         if task == "embed":
             hidden = self.encoder.hidden_states(t_ids, mask)
             return list(self.encoder.sentence_vectors(hidden, mask).cpu().numpy())
+        if task == "hidden":
+            hidden = self.encoder.hidden_states(t_ids, mask).cpu().numpy()
+            return [hidden[i, : len(x)] for i, x in enumerate(ids)]
         with inference_autocast(self.precision, t_ids.device):
             out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
         if task == "classify":
@@ -240,8 +253,10 @@ class InferenceService:
         raise ValueError(f"unknown task {task!r}")
 
     def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
-        if task == "embed":
+        if task in ("embed", "hidden"):
             hidden = self._int8_encoder(t_ids, mask, t_types)[0]
+            if task == "hidden":
+                return [hidden[i, : len(x)].float().numpy() for i, x in enumerate(ids)]
             return list(self.encoder.sentence_vectors(hidden, mask).numpy())
         out = self._int8_head(t_ids, mask, t_types)
         if task == "classify":
@@ -284,12 +299,18 @@ class InferenceService:
         long_text: str | None = None,
         for_embedding: bool = False,
         truncate: bool = True,
+        truncation_direction: str = "right",
+        field: str = "inputs",
     ) -> tuple[list[list[int]], list[list[int]], list[int]]:
         """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
 
         ``long_text="windows"`` gives a long text several windows (single texts only); ``truncate=False``
-        refuses a text over ``max_length`` tokens instead of cutting it.
+        refuses a text over ``max_length`` tokens instead of cutting it; ``truncation_direction="left"``
+        keeps a long embedding text's last tokens instead of its first.
         """
+        direction = truncation_direction.lower()
+        if direction not in TRUNCATION_DIRECTIONS:
+            raise validation(f"truncation_direction must be Right or Left, got {truncation_direction!r}")
         long_text = long_text or self.long_text
         if long_text not in LONG_TEXT:
             raise validation(f"long_text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
@@ -309,7 +330,10 @@ class InferenceService:
                         ids.append(w)
                         owner.append(i)
                 return ids, [[0] * len(x) for x in ids], owner
-            if for_embedding:
+            if for_embedding and truncate and direction == "left":
+                ids = self._left_truncated(texts)
+                types = [[0] * len(x) for x in ids]
+            elif for_embedding:
                 ids = self.encoder.tokenize(texts) if truncate else self._untruncated(texts)
                 types = [[0] * len(x) for x in ids]
             elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
@@ -329,8 +353,8 @@ class InferenceService:
                     raise ApiError(
                         413,
                         "payload_too_large",
-                        f"inputs[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
-                        "(send truncate: true)",
+                        f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
+                        "(GET /info: max_input_length); send truncate: true to cut it",
                     )
         return ids, types, list(range(len(ids)))
 
@@ -339,6 +363,15 @@ class InferenceService:
             texts = [t.lower() for t in texts]
         enc = self.tokenizer(texts, max_length=None, truncation=False, padding=False, return_tensors=None)
         return enc["input_ids"]
+
+    def _left_truncated(self, texts: list[str]) -> list[list[int]]:
+        """[CLS] t [SEP] keeping each text's last ``max_length - 2`` tokens."""
+        if self.encoder.lowercase_input:
+            texts = [t.lower() for t in texts]
+        room = self.max_length - 2
+        pieces = self.tokenizer.encode_batch_ids(texts, add_special_tokens=False)
+        cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        return [[cls_id, *p[max(len(p) - room, 0) :], sep_id] for p in pieces]
 
     @staticmethod
     def _combine(outputs: list[Any], owner: list[int], n: int) -> list[np.ndarray]:
@@ -354,32 +387,95 @@ class InferenceService:
     def embed(
         self,
         texts: list[str],
-        normalize: bool = False,
+        normalize: bool | None = None,
         dimensions: int | None = None,
         truncate: bool = True,
         long_text: str | None = None,
         field: str = "texts",
+        truncation_direction: str = "right",
+        prompt_name: str | None = None,
     ) -> tuple[np.ndarray, int]:
-        """float32 [N, D] vectors and the number of tokens run."""
+        """float32 [N, D] vectors and the number of tokens run.
+
+        ``normalize``: None keeps the model's own setting (a Normalize module), True / False force unit
+        or raw vectors. ``prompt_name``: one of the folder's prompts, prepended to every text (None: the
+        folder's default prompt, if it names one)."""
         check_texts(texts, field, self.limits)
-        return self._embed(texts, normalize, dimensions, truncate, long_text)
+        if prompt_name is not None:
+            check_text(prompt_name, "prompt_name", self.limits)
+        texts = self.encoder.prompts.apply(texts, prompt_name)
+        return self._embed(texts, normalize, dimensions, truncate, long_text, field, truncation_direction)
 
     def _embed(
         self,
         texts: list[str],
-        normalize: bool = False,
+        normalize: bool | None = None,
         dimensions: int | None = None,
         truncate: bool = True,
         long_text: str | None = None,
+        field: str = "texts",
+        truncation_direction: str = "right",
     ) -> tuple[np.ndarray, int]:
         """:meth:`embed` of texts the caller has already checked against the limits."""
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
             raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
-        ids, _, owner = self.encode(texts, long_text=long_text, for_embedding=True, truncate=truncate)
-        vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, len(texts)))
+        ids, _, owner = self.encode(
+            texts,
+            long_text=long_text,
+            for_embedding=True,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            field=field,
+        )
+        return self._vectors(ids, owner, len(texts), normalize, dimensions)
+
+    def embed_ids(
+        self,
+        ids: list[list[int]],
+        normalize: bool | None = None,
+        dimensions: int | None = None,
+        field: str = "input",
+    ) -> tuple[np.ndarray, int]:
+        """:meth:`embed` of sequences already tokenised (OpenAI's token-id input): each runs as given,
+        special tokens included; ids outside the vocabulary or sequences over ``max_length`` are refused."""
+        if not ids:
+            raise validation(f"{field} must hold at least one sequence")
+        if len(ids) > self.limits.max_batch_size:
+            raise too_large(
+                f"{field} holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
+                "per request (--max-batch-size)"
+            )
+        vocab = self.config.vocab_size
+        for i, seq in enumerate(ids):
+            name = f"{field}[{i}]" if len(ids) > 1 else field
+            if not seq:
+                raise validation(f"{name} holds no token ids")
+            if len(seq) > self.max_length:
+                raise too_large(
+                    f"{name} is {len(seq)} tokens long; this model takes at most {self.max_length} "
+                    "(GET /info: max_input_length)"
+                )
+            bad = next((t for t in seq if isinstance(t, bool) or not 0 <= t < vocab), None)
+            if bad is not None:
+                raise validation(f"{name} holds token id {bad}; this model's ids are 0..{vocab - 1}")
+        check_budget(sum(len(x) for x in ids), self.limits)
+        if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
+            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+        return self._vectors(ids, list(range(len(ids))), len(ids), normalize, dimensions)
+
+    def _vectors(
+        self,
+        ids: list[list[int]],
+        owner: list[int],
+        n: int,
+        normalize: bool | None,
+        dimensions: int | None,
+    ) -> tuple[np.ndarray, int]:
+        """Run ``ids`` through the batcher: [n, D] vectors (mean over each text's windows) and the tokens."""
+        vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, n))
         if dimensions is not None:
             vecs = vecs[:, :dimensions]
-        if normalize or self.encoder.normalize:
+        if self.encoder.normalize if normalize is None else normalize:
             vecs = F.normalize(torch.from_numpy(vecs), p=2, dim=1).numpy()
         return vecs, sum(len(x) for x in ids)
 
@@ -578,6 +674,82 @@ class InferenceService:
                 )
             with inference_autocast(self.precision, self.device):
                 return fill_mask(self.model, self.tokenizer, text, top_k=top_k)
+
+    def embed_all(
+        self,
+        texts: list[str],
+        truncate: bool = True,
+        truncation_direction: str = "right",
+        prompt_name: str | None = None,
+        field: str = "inputs",
+    ) -> list[np.ndarray]:
+        """TEI's /embed_all: the last hidden state of every token, [T_i, H] per text (no pooling)."""
+        check_texts(texts, field, self.limits)
+        texts = self.encoder.prompts.apply(texts, prompt_name)
+        ids, _, _ = self.encode(
+            texts,
+            long_text="truncate",
+            for_embedding=True,
+            truncate=truncate,
+            truncation_direction=truncation_direction,
+            field=field,
+        )
+        check_embed_all(sum(len(x) for x in ids), self.config.hidden_size, self.limits)
+        return self.batcher.submit("hidden", ids)
+
+    def similarity(self, source: str, sentences: list[str], prompt_name: str | None = None) -> list[float]:
+        """TEI's /similarity: cosine similarity of ``source`` with each of ``sentences``."""
+        check_text(source, "inputs.source_sentence", self.limits)
+        check_texts(sentences, "inputs.sentences", self.limits)
+        texts = self.encoder.prompts.apply([source, *sentences], prompt_name)
+        check_budget(self._budget(texts, None, self.long_text), self.limits)
+        vecs, _ = self._embed(texts, normalize=True)
+        return [float(s) for s in vecs[1:] @ vecs[0]]
+
+    def tei_tokens(
+        self, texts: list[str], add_special_tokens: bool = True, prompt_name: str | None = None
+    ) -> list[list[dict[str, Any]]]:
+        """TEI's /tokenize: per text, ``{id, text, special, start, stop}`` per token; ``start``/``stop``
+        are character offsets into the text (null for special tokens)."""
+        check_texts(texts, "inputs", self.limits)
+        texts = self.encoder.prompts.apply(texts, prompt_name)
+        specials = set(self.tokenizer.all_special_ids)
+        out = []
+        with self._tok_lock:
+            encs = [self.tokenizer.encode(t, add_special_tokens=add_special_tokens) for t in texts]
+        for t, enc in zip(texts, encs):
+            row = []
+            for tid, tok, (a, b) in zip(enc.ids, enc.tokens, enc.offsets):
+                special = tid in specials
+                row.append(
+                    {
+                        "id": tid,
+                        "text": tok if special else t[a:b],
+                        "special": special,
+                        "start": None if special else a,
+                        "stop": None if special else b,
+                    }
+                )
+            out.append(row)
+        return out
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """TEI's /decode: token ids back to text, one string per sequence."""
+        if not ids:
+            raise validation("ids must hold at least one sequence")
+        if len(ids) > self.limits.max_batch_size:
+            raise too_large(
+                f"ids holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
+                "per request (--max-batch-size)"
+            )
+        check_budget(sum(len(x) for x in ids), self.limits)
+        vocab = len(self.tokenizer)
+        for i, seq in enumerate(ids):
+            bad = next((t for t in seq if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise validation(f"ids[{i}] holds token id {bad}; this model's ids are 0..{vocab - 1}")
+        with self._tok_lock:
+            return [self.tokenizer.decode(x, skip_special_tokens=skip_special_tokens) for x in ids]
 
     def tokenize(self, text: str, pair: str | None = None) -> dict[str, Any]:
         check_text(text, "text", self.limits)
