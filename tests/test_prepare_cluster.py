@@ -82,6 +82,38 @@ def test_a_shard_failing_on_a_worker_stops_the_run_in_one_line(
     assert not list(out.glob("shard_*")) and not (out / "manifest.json").exists()
 
 
+def test_tasks_name_the_output_folder_absolutely(tmp_path, monkeypatch):
+    """A relative --out is sent as an absolute path: remote workers run in another directory."""
+    pytest.importorskip("distributed")
+    from concurrent.futures import Future
+
+    from bertkit.data.cluster import build_on_cluster
+
+    class Client:  # the two calls build_on_cluster makes, answered at once
+        def __init__(self):
+            self.submitted: list = []
+
+        def nthreads(self):
+            return {"w1": 1}
+
+        def submit(self, fn, task, lowercase, key):
+            self.submitted.append(task)
+            f = Future()
+            f.set_result({"index": task[0]})
+            return f
+
+    class Bar:
+        def update(self, n):
+            pass
+
+    monkeypatch.chdir(tmp_path)
+    client, records = Client(), []
+    tasks = [((k, [["a ."]], "0" * 64, "out", "uint16", {}), 1) for k in range(3)]
+    build_on_cluster(client, iter(tasks), True, records, Bar())
+    assert records == [{"index": 0}, {"index": 1}, {"index": 2}]
+    assert [t[3] for t in client.submitted] == [str(tmp_path / "out")] * 3
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

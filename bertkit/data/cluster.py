@@ -173,6 +173,8 @@ def build_on_cluster(client, tasks: Iterator[tuple[tuple, int]], lowercase: bool
     quiet = {"distributed.admin.large-graph-warning-threshold": "4GiB"}
     try:
         for task, size in tasks:
+            # the output folder as an absolute path: a worker elsewhere runs in another directory
+            task = (*task[:3], os.path.abspath(task[3]), *task[4:])
             key = f"bertkit-prepare-{_shard_name(task[0])}-{run}"
             with dask.config.set(quiet):
                 future = client.submit(_build_on_worker, task, lowercase, key=key)
