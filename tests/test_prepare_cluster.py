@@ -82,7 +82,7 @@ def test_a_shard_failing_on_a_worker_stops_the_run_in_one_line(
     assert not list(out.glob("shard_*")) and not (out / "manifest.json").exists()
 
 
-def test_tasks_name_the_output_folder_absolutely(tmp_path, monkeypatch):
+def test_tasks_name_the_output_folder_absolutely_and_a_missing_module_is_one_line(tmp_path, monkeypatch):
     """A relative --out is sent as an absolute path: remote workers run in another directory."""
     pytest.importorskip("distributed")
     from concurrent.futures import Future
@@ -95,6 +95,9 @@ def test_tasks_name_the_output_folder_absolutely(tmp_path, monkeypatch):
 
         def nthreads(self):
             return {"w1": 1}
+
+        def cancel(self, futures):
+            self.cancelled = len(futures)
 
         def submit(self, fn, task, lowercase, key):
             self.submitted.append(task)
@@ -112,6 +115,18 @@ def test_tasks_name_the_output_folder_absolutely(tmp_path, monkeypatch):
     build_on_cluster(client, iter(tasks), True, records, Bar())
     assert records == [{"index": 0}, {"index": 1}, {"index": 2}]
     assert [t[3] for t in client.submitted] == [str(tmp_path / "out")] * 3
+
+    # a worker host without bertkit: the task fails there with ModuleNotFoundError, reported in one line
+    def fail(*args, **kwargs):
+        f = Future()
+        f.set_exception(ModuleNotFoundError("No module named 'bertkit'", name="bertkit"))
+        f.key = "bertkit-prepare-shard_00000-x"
+        return f
+
+    client.submit = fail
+    with pytest.raises(UserError, match="install bertkit on every worker host"):
+        build_on_cluster(client, iter(tasks), True, [], Bar())
+    assert client.cancelled == 1  # the other shard in flight is cancelled, not left running
 
 
 def _free_port() -> int:

@@ -164,6 +164,10 @@ def build_on_cluster(client, tasks: Iterator[tuple[tuple, int]], lowercase: bool
             raise UserError(
                 f"{future.key}: the workers building this shard died ({_first_line(e)})"
             ) from None
+        except ModuleNotFoundError as e:  # raised where the task ran: a worker without bertkit (or numpy...)
+            raise UserError(
+                f"{future.key}: a worker cannot import {e.name!r}; install bertkit on every worker host"
+            ) from None
         except (concurrent.futures.CancelledError, asyncio.CancelledError):
             raise UserError(f"{future.key}: cancelled (lost the connection to the scheduler?)") from None
         bar.update(size)
