@@ -82,6 +82,7 @@ SLOW_MODULES = frozenset(
         "test_glue_tasks",
         "test_kernels",
         "test_pretrain_run",
+        "test_prepare_cluster",
         "test_report",
         "test_retrieval_train",
         "test_serve_http",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bertkit.cli import args as A
 from bertkit.data.corpus import FORMATS, describe_files, expand_paths
+from bertkit.errors import UserError
 
 
 def _prepare_started(path: Path) -> bool:
@@ -73,6 +74,19 @@ def register(subparsers) -> None:
         help="worker processes (default 1; at most the usable CPUs and the shards)",
     )
     p.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="build the shards on a Dask cluster: a running scheduler (tcp://host:8786; --out must be on "
+        "storage every worker sees) or local:N for N local worker processes (needs bertkit[cluster])",
+    )
+    p.add_argument(
+        "--cluster-timeout",
+        type=A.positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the scheduler and its first worker (default 30)",
+    )
+    p.add_argument(
         "--shard-size-mb", type=A.positive_float, default=4.0, help="text per shard (memory ~ workers x this)"
     )
     p.add_argument("--static", action="store_true", help="also write the original's static instances")
@@ -104,6 +118,8 @@ def run_vocab(args: argparse.Namespace) -> dict:
 def run_prepare(args: argparse.Namespace) -> dict:
     from bertkit.data.shards import prepare
 
+    if args.cluster is not None and args.workers != 1:
+        raise UserError("--workers and --cluster: give one (a cluster's processes are its workers)")
     _announce_files(args)
     result = prepare(
         args.corpus,
@@ -116,6 +132,8 @@ def run_prepare(args: argparse.Namespace) -> dict:
         on_error=args.on_error,
         shard_size_mb=args.shard_size_mb,
         progress=not args.quiet,
+        cluster=args.cluster,
+        cluster_timeout=args.cluster_timeout,
     )
     if args.static:
         from bertkit.data.instances import create_static_from_shards

@@ -11,7 +11,8 @@ Layout of ``DATA_DIR``::
 
 The corpus is streamed (compressed files too, see :mod:`bertkit.data.corpus`): the main process groups documents into shards of about ``shard_size_mb`` of text
 and hands them to ``workers`` processes (at most ``2 * workers`` shards in flight, so memory is bounded by
-the shard size, not the corpus size). A shard whose record matches the text it would be built from (sha256),
+the shard size, not the corpus size), or, with ``cluster``, to the workers of a Dask cluster
+(:mod:`bertkit.data.cluster`). A shard whose record matches the text it would be built from (sha256),
 the vocabulary and the options, and whose files still match their checksums, is skipped, so re-running after an interruption only does the rest.
 Loading checks every file's size and structure (``verify=True`` also its sha256) and raises
 :class:`bertkit.errors.UserError` naming the broken file.
@@ -180,11 +181,14 @@ def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache
     return flat, lengths
 
 
-def _build_shard(task: tuple) -> dict:
-    """Tokenize one group of documents and write its arrays + record (runs in a worker)."""
+def _build_shard(task: tuple, tok=None, cache: ChunkCache | None = None) -> dict:
+    """Tokenize one group of documents and write its arrays + record (runs in a worker; ``tok`` and ``cache``
+    default to the worker's own)."""
     index, docs, text_sha, out_dir, dtype, options = task
     sentences = [s for doc in docs for s in doc]
-    ids, lengths = encode_sentences(_WORKER["tok"], sentences, dtype, _WORKER["cache"])
+    tok = _WORKER["tok"] if tok is None else tok
+    cache = _WORKER["cache"] if cache is None else cache
+    ids, lengths = encode_sentences(tok, sentences, dtype, cache)
     # Drop sentences that tokenize to nothing, then documents left empty.
     doc_sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
     doc_of_sent = np.repeat(np.arange(len(docs)), doc_sizes)
@@ -297,6 +301,13 @@ def _prepare_in_pool(
         _WORKER.pop("inherited", None)
 
 
+def _copy_vocab(vocab_file: Path, out_dir: Path) -> None:
+    """``out_dir/vocab.txt`` = ``vocab_file`` (nothing to do when it is that file)."""
+    if out_dir.resolve() != vocab_file.parent.resolve() or vocab_file.name != "vocab.txt":
+        with atomic_write(out_dir / "vocab.txt", "wb") as f, open(vocab_file, "rb") as src:
+            shutil.copyfileobj(src, f)
+
+
 def prepare(
     corpus: Iterable[str | os.PathLike],
     vocab_file: str | os.PathLike,
@@ -308,8 +319,13 @@ def prepare(
     on_error: str = "raise",
     shard_size_mb: float = 4.0,
     progress: bool = True,
+    cluster: str | None = None,
+    cluster_timeout: float = 30.0,
 ) -> dict:
-    """Tokenize a corpus into shards under ``out_dir``; returns the manifest (plus run statistics)."""
+    """Tokenize a corpus into shards under ``out_dir``; returns the manifest (plus run statistics).
+
+    ``cluster`` builds the shards on a Dask cluster instead of ``workers`` local processes: a scheduler's
+    address, or ``local:N`` for N local worker processes (see :mod:`bertkit.data.cluster`)."""
     from tqdm import tqdm
 
     t0 = time.perf_counter()
@@ -334,8 +350,9 @@ def prepare(
     records: list[dict] = []
     skipped = 0
     total_bytes = sum(p.stat().st_size for p in expand_paths(corpus))  # for the ETA
-    if workers > 1:  # the pool starts every worker at once: no more than the CPUs and the shards can use
-        workers = clamp_workers(workers, -(-total_bytes // max(1, int(shard_size_mb * 2**20))))
+    max_shards = -(-total_bytes // max(1, int(shard_size_mb * 2**20)))
+    if workers > 1 and cluster is None:  # the pool starts every worker at once: no more than can help
+        workers = clamp_workers(workers, max_shards)
     bar = tqdm(
         total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1
     )
@@ -355,7 +372,13 @@ def prepare(
             yield (index, docs, text_sha, str(out_dir), dtype, options), size
 
     try:
-        if workers <= 1:
+        if cluster is not None:
+            from bertkit.data.cluster import build_on_cluster, connect
+
+            with connect(cluster, cluster_timeout, max_workers=max_shards) as client:
+                _copy_vocab(vocab_file, out_dir)  # the workers load it from there (see bertkit.data.cluster)
+                build_on_cluster(client, tasks(), lowercase, records, bar)
+        elif workers <= 1:
             _WORKER.update(tok=tokenizer, cache=ChunkCache())
             for task, size in tasks():
                 records.append(_build_shard(task))
@@ -380,9 +403,8 @@ def prepare(
             for key in _ARRAYS:
                 (out_dir / f"{p.stem}.{key}.npy").unlink(missing_ok=True)
             p.unlink()
-    if out_dir.resolve() != vocab_file.parent.resolve() or vocab_file.name != "vocab.txt":
-        with atomic_write(out_dir / "vocab.txt", "wb") as f, open(vocab_file, "rb") as src:
-            shutil.copyfileobj(src, f)
+    if cluster is None:
+        _copy_vocab(vocab_file, out_dir)
     manifest = {
         "format": "bertkit-shards",
         "version": FORMAT_VERSION,
@@ -415,6 +437,7 @@ def prepare(
         "skipped": stats.skipped,
         "seconds": round(seconds, 3),
         "mb_per_s": round(stats.bytes / 2**20 / max(seconds, 1e-9), 3),
+        **({"cluster": cluster} if cluster is not None else {}),
     }
 
 
