@@ -26,6 +26,9 @@ Variable                          Values       Default          Meaning
                                                                 nothing)
 ``BERTKIT_KEEP_FREED_MEMORY``     flag         1                keep freed memory in the process while
                                                                 training (:mod:`bertkit.kernels.freed_memory`)
+``BERTKIT_API_KEY``               token        see meaning      the bearer key ``bertkit serve`` requires when
+                                                                ``--api-key`` is not given (unset: no key);
+                                                                kept out of the process list
 ================================  ===========  ===============  ===============================================
 
 "measured": unset, the choice is measured once per machine and cached (:func:`bertkit.tuning.choose`); set,
@@ -97,6 +100,13 @@ def one_of(*values: str) -> Callable[[str], str]:
     return parse
 
 
+def bearer_token(text: str) -> str:
+    """A key as the ``Authorization: Bearer`` header carries it: printable ASCII, no spaces."""
+    if not text.isascii() or not text.isprintable() or any(c.isspace() for c in text):
+        raise ValueError("printable ASCII without spaces")
+    return text
+
+
 KERNELS = Setting("BERTKIT_KERNELS", parse_flag, default=True)
 ONEDNN = Setting("BERTKIT_ONEDNN", flag_choice("torch", "onednn"))
 TOKENIZER_FAST_PATH = Setting("BERTKIT_TOKENIZER_FAST_PATH", flag_choice("off", "on"))
@@ -105,6 +115,7 @@ INFERENCE_PRECISION = Setting("BERTKIT_INFERENCE_PRECISION", one_of("fp32", "bf1
 CACHE_DIR = Setting("BERTKIT_CACHE_DIR", Path)
 CHOICE_CACHE = Setting("BERTKIT_CHOICE_CACHE", parse_flag, default=True)
 KEEP_FREED_MEMORY = Setting("BERTKIT_KEEP_FREED_MEMORY", parse_flag, default=True)
+API_KEY = Setting("BERTKIT_API_KEY", bearer_token)
 
 ALL: tuple[Setting, ...] = (
     KERNELS,
@@ -115,6 +126,7 @@ ALL: tuple[Setting, ...] = (
     CACHE_DIR,
     CHOICE_CACHE,
     KEEP_FREED_MEMORY,
+    API_KEY,
 )
 
 
@@ -141,3 +153,8 @@ def choice_cache_enabled() -> bool:
 def keep_freed_memory_enabled() -> bool:
     """Whether the trainer may keep freed memory in the process."""
     return bool(KEEP_FREED_MEMORY.value())
+
+
+def api_key() -> str | None:
+    """The key ``bertkit serve`` requires when its ``--api-key`` flag is not given; None: no key."""
+    return API_KEY.value()

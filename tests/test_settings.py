@@ -73,7 +73,7 @@ def test_only_the_settings_module_names_a_bertkit_variable():
 def test_the_docstring_table_lists_every_variable_with_its_values_and_default():
     table = re.findall(r"^``(BERTKIT_[A-Z_]+)``\s+(\S+)\s+(\S+)", settings.__doc__, re.M)
     rows = {name: (values, default) for name, values, default in table}
-    assert len(rows) == len(table) == len(settings.ALL) == 8
+    assert len(rows) == len(table) == len(settings.ALL) == 9
     assert set(rows) == {s.name for s in settings.ALL}
     for s in settings.ALL:
         values, default = rows[s.name]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..serving.connections import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
 from ..serving.limits import Limits
 from ..serving.quantize import ENGINES
@@ -63,10 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--api-key",
-        default=os.environ.get("BERTKIT_API_KEY"),
+        default=settings.api_key(),
         metavar="KEY",
         help="require 'Authorization: Bearer KEY' on every route but /health (401 otherwise; default: "
-        "$BERTKIT_API_KEY, else off; the variable keeps the key out of the process list)",
+        "the environment's key (bertkit.settings), else off; the variable keeps it out of the process list)",
     )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
