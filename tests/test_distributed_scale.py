@@ -165,3 +165,19 @@ def test_two_nodes_by_c10d_rendezvous_match_one_process(tmp_path, one_process):
     res = json.loads((out / "results.json").read_text())
     assert res["world_size"] == 2 and res["phases"][0]["distributed"] == "ddp"
     assert_matches(one_process["run"], out)
+
+
+def test_a_command_destroys_the_process_group_it_ran_under(tmp_path, tiny_model):
+    """Left to the interpreter's exit, gloo's teardown could abort a rank after its work was done."""
+    import torch.distributed as dist
+
+    from bertkit.cli import main
+
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        assert main(["info", str(tiny_model)]) == 0
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -7,6 +7,7 @@ handler takes the parsed ``args`` and returns a JSON-able dict, which ``main`` p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import io
@@ -14,7 +15,7 @@ import json
 import logging
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .. import __version__
@@ -97,6 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _process_group_closed() -> Iterator[None]:
+    """Destroy the torch.distributed process group a command opened (under torchrun) when it ends: left to
+    the interpreter's exit, gloo's threads are torn down in no set order and a rank could abort with
+    "terminate called without an active exception" after its work was done."""
+    try:
+        yield
+    finally:
+        if "torch" in sys.modules:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from bertkit.tuning import apply_process_defaults
 
@@ -125,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .args import claim_outputs
 
     try:
-        with claim_outputs(args):  # refuses an existing output before anything runs; cleans up on failure
+        with claim_outputs(args), _process_group_closed():  # refuses an existing output before anything runs
             result = args.func(args)
     except UserError as e:
         return _fail(args.command, str(e))
