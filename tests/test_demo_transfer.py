@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.demo import TRANSFER_TASKS, random_model, transfer
+import pytest
+
+from lab.demo import COMMITTED_MODEL, TRANSFER_TASKS, random_model, transfer, transfer_plan
 
 SENTENCES = [
     [("Alice", "B-PER"), ("visited", "O"), ("Paris", "B-LOC"), (".", "O")],
@@ -77,3 +79,41 @@ def test_make_run_end_to_end_on_a_small_corpus_says_when_the_model_still_reads_a
     printed = capsys.readouterr().out
     assert "after 30 steps the model has not learned word order yet" in printed
     assert "run again with --steps 5000" in printed
+
+
+def test_with_several_seeds_each_side_runs_every_seed_and_the_verdict_compares_worst_with_best(
+    tiny_model, tmp_path
+):
+    shared = tmp_path / "data"
+    (shared / "conll2003").mkdir(parents=True)
+    _conll(shared / "conll2003" / "train.txt", repeat=4)
+    _conll(shared / "conll2003" / "valid.txt", repeat=1)
+    twin = random_model(tmp_path / "twin", tiny_model, seed=1)
+    res = transfer(tiny_model, twin, shared, tmp_path / "out", _args(), TRANSFER_TASKS[:1], seeds=(0, 1, 2))
+    r = res["CoNLL-2003"]
+    assert r["seeds"] == [0, 1, 2] and len(r["pretrained_scores"]) == len(r["random_scores"]) == 3
+    assert r["pretrained"] == round(sum(r["pretrained_scores"]) / 3, 2)
+    assert r["beyond_spread"] == (min(r["pretrained_scores"]) > max(r["random_scores"]))
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        f"conll2003-{side}-{s}" for side in ("pretrained", "random") for s in (0, 1, 2)
+    ]
+    # the same weights on both sides never count as beyond the spread
+    same = transfer(
+        tiny_model, tiny_model, shared, tmp_path / "same", _args(), TRANSFER_TASKS[:1], seeds=(0, 1)
+    )
+    assert same["CoNLL-2003"]["beyond_spread"] is False
+
+
+def test_step_5_fine_tunes_the_committed_model_when_there_else_the_demos_own(tmp_path, monkeypatch):
+    import lab.demo as demo
+
+    demo_model = tmp_path / "demo-model"
+    if (COMMITTED_MODEL / "config.json").is_file():
+        path, tasks, seeds = transfer_plan(None, demo_model)
+        assert path == COMMITTED_MODEL and seeds == demo.COMMITTED_SEEDS and len(seeds) >= 3
+        assert tasks == demo.COMMITTED_TRANSFER_TASKS
+    assert transfer_plan("demo", demo_model) == (demo_model, TRANSFER_TASKS, None)
+    monkeypatch.setattr(demo, "COMMITTED_MODEL", tmp_path / "absent")
+    assert transfer_plan(None, demo_model)[0] == demo_model  # nothing committed: the demo's own model
+    with pytest.raises(SystemExit, match="has no config.json"):
+        transfer_plan(str(tmp_path / "nowhere"), demo_model)
