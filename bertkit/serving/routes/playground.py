@@ -1,0 +1,14 @@
+"""GET /: a self-contained page to try the model's routes (no CDN: the server runs offline)."""
+
+from importlib import resources
+from typing import Any
+
+
+def handler(svc: Any) -> Any:
+    from fastapi.responses import HTMLResponse
+
+    def playground() -> HTMLResponse:
+        page = resources.files("bertkit.serving").joinpath("playground.html").read_text(encoding="utf-8")
+        return HTMLResponse(page)
+
+    return playground
