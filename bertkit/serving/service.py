@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
-from .errors import ApiError, validation
+from .errors import too_large, validation
 from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
 from .pairs import encode_pairs
 
@@ -135,13 +135,9 @@ class InferenceService:
         return self.architecture == "BertForSequenceClassification" and self.config.num_labels == 1
 
     def labels(self) -> list[str]:
-        c = self.config
-        n = c.num_labels
-        return (
-            [c.id2label.get(i, f"LABEL_{i}") for i in range(n)]
-            if c.id2label
-            else [f"LABEL_{i}" for i in range(n)]
-        )
+        """One name per output of the head (``LABEL_i`` where the config names none)."""
+        names = self.config.id2label or {}
+        return [names.get(i, f"LABEL_{i}") for i in range(self.config.num_labels)]
 
     def info(self) -> dict[str, Any]:
         from .routes import served
@@ -305,9 +301,7 @@ class InferenceService:
         if not truncate:
             for i, x in enumerate(ids):
                 if len(x) > self.max_length:
-                    raise ApiError(
-                        413,
-                        "payload_too_large",
+                    raise too_large(
                         f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
                         "(GET /info: max_input_length); send truncate: true to cut it",
                     )
@@ -384,6 +378,13 @@ class InferenceService:
             field=field,
         )
         return self.vectors(ids, owner, len(texts), normalize, dimensions)
+
+    def cosines(self, texts: list[str]) -> list[float]:
+        """Cosine similarity of each of ``texts[1:]`` with ``texts[0]`` (texts already checked, one by one,
+        against the limits; the request's token budget is checked here)."""
+        check_budget(self.budget(texts, None, self.long_text), self.limits)
+        vecs, _ = self.embed_checked(texts, normalize=True)
+        return [float(s) for s in vecs[1:] @ vecs[0]]
 
     def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:

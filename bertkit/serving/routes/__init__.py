@@ -9,27 +9,10 @@ answers 404 (``require``) on a model whose architecture is not one of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError
-from . import (
-    decode,
-    embed,
-    embed_all,
-    fill_mask,
-    health,
-    info,
-    ner,
-    openai_embeddings,
-    playground,
-    predict,
-    prometheus,
-    qa,
-    rerank,
-    similarity,
-    tokenize,
-)
 
 if TYPE_CHECKING:
     from ..service import InferenceService
@@ -37,32 +20,33 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Route:
-    """``path`` answered for ``method`` by ``module.handler``; ``heads``: the architectures it applies to
-    (empty: every model), ``head``: what the 404 calls the head the others lack."""
+    """``path`` answered for ``method`` by ``handler`` of the module ``module`` (of this package);
+    ``heads``: the architectures it applies to (empty: every model), ``head``: what the 404 calls the
+    head the others lack."""
 
     path: str
     method: str
-    module: ModuleType
+    module: str
     heads: tuple[str, ...] = ()
     head: str = ""
 
 
 ROUTES = [
-    Route("/", "GET", playground),
-    Route("/health", "GET", health),
-    Route("/info", "GET", info),
-    Route("/metrics", "GET", prometheus),
-    Route("/tokenize", "POST", tokenize),
-    Route("/decode", "POST", decode),
-    Route("/embed", "POST", embed),
-    Route("/embed_all", "POST", embed_all),
-    Route("/similarity", "POST", similarity),
-    Route("/v1/embeddings", "POST", openai_embeddings),
-    Route("/rerank", "POST", rerank),
-    Route("/predict", "POST", predict, ("BertForSequenceClassification",), "sequence-classification"),
-    Route("/fill-mask", "POST", fill_mask, ("BertForMaskedLM", "BertForPreTraining"), "masked-LM"),
-    Route("/qa", "POST", qa, ("BertForQuestionAnswering",), "question-answering"),
-    Route("/ner", "POST", ner, ("BertForTokenClassification",), "token-classification"),
+    Route("/", "GET", "playground"),
+    Route("/health", "GET", "health"),
+    Route("/info", "GET", "info"),
+    Route("/metrics", "GET", "prometheus"),
+    Route("/tokenize", "POST", "tokenize"),
+    Route("/decode", "POST", "decode"),
+    Route("/embed", "POST", "embed"),
+    Route("/embed_all", "POST", "embed_all"),
+    Route("/similarity", "POST", "similarity"),
+    Route("/v1/embeddings", "POST", "openai_embeddings"),
+    Route("/rerank", "POST", "rerank"),
+    Route("/predict", "POST", "predict", ("BertForSequenceClassification",), "sequence-classification"),
+    Route("/fill-mask", "POST", "fill_mask", ("BertForMaskedLM", "BertForPreTraining"), "masked-LM"),
+    Route("/qa", "POST", "qa", ("BertForQuestionAnswering",), "question-answering"),
+    Route("/ner", "POST", "ner", ("BertForTokenClassification",), "token-classification"),
 ]
 
 
@@ -86,8 +70,10 @@ def require(svc: InferenceService, path: str) -> None:
 def register(app: Any, svc: InferenceService) -> None:
     """Mount every route of ``ROUTES`` on the FastAPI ``app``."""
     for r in ROUTES:
-        name = r.module.__name__.rpartition(".")[2]  # the operation's name in /openapi.json
-        app.add_api_route(r.path, r.module.handler(svc), methods=[r.method], name=name)
+        endpoint = import_module(f"{__name__}.{r.module}").handler(svc)
+        # an endpoint may name its response class (HTML, say); JSON otherwise
+        options = {"response_class": endpoint.response_class} if hasattr(endpoint, "response_class") else {}
+        app.add_api_route(r.path, endpoint, methods=[r.method], name=r.module, **options)
 
 
 __all__ = ["ROUTES", "Route", "register", "require", "served"]

@@ -6,12 +6,12 @@ from ...inference_precision import inference_autocast
 from ..errors import too_large, validation
 from ..limits import check_budget, check_fill_mask, check_text, truncated_tokens
 from ..service import InferenceService
+from . import require
 
 
 def fill_mask(svc: InferenceService, text: str, top_k: int = 5) -> list[list[dict[str, Any]]]:
     """Per mask, ``top_k`` candidates; runs the float model directly (not batched, not int8)."""
     from ...heads.pretraining import fill_mask as predict_masks
-    from . import require
 
     require(svc, "/fill-mask")
     check_text(text, "text", svc.limits)

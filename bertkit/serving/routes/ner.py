@@ -5,6 +5,7 @@ from typing import Any
 from ..errors import validation
 from ..limits import check_budget, check_text, windowed_tokens
 from ..service import InferenceService
+from . import require
 
 
 def ner(
@@ -12,7 +13,6 @@ def ner(
 ) -> dict[str, Any]:
     """Entities with character offsets into ``text`` (or into ``" ".join(words)``, with the words' tags)."""
     from ...pipelines.ner import AGGREGATIONS, entities, split_words
-    from . import require
 
     require(svc, "/ner")
     if (text is None) == (words is None):

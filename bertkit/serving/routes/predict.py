@@ -8,6 +8,7 @@ import torch
 
 from ..errors import validation
 from ..service import InferenceService
+from . import require
 
 
 def predict(
@@ -19,8 +20,6 @@ def predict(
 ) -> list[dict[str, Any]]:
     """bertkit's shape: per text the best label, its probability and all of them (a regression head or
     one output: the score alone)."""
-    from . import require
-
     require(svc, "/predict")
     logits = svc.classify_logits(texts, pairs, long_text, field)
     labels = svc.labels()
@@ -41,21 +40,13 @@ def tei_predict(
     svc: InferenceService, items: list[Any], raw_scores: bool, long_text: str | None
 ) -> list[Any]:
     """TEI's shape: per item (a text or [text, pair]), every label with its score, best first."""
-    from . import require
-
     texts, pairs = [], []
     for k, item in enumerate(items):
-        if isinstance(item, str):
-            texts.append(item)
-            pairs.append(None)
-        elif len(item) == 2:
-            texts.append(item[0])
-            pairs.append(item[1])
-        elif len(item) == 1:
-            texts.append(item[0])
-            pairs.append(None)
-        else:
+        item = [item] if isinstance(item, str) else item
+        if len(item) not in (1, 2):
             raise validation(f"inputs[{k}] must be a text or a [text, pair] list, got {len(item)} items")
+        texts.append(item[0])
+        pairs.append(item[1] if len(item) == 2 else None)
     if any(p is not None for p in pairs) and any(p is None for p in pairs):
         raise validation("inputs mixes single texts and pairs; send one kind per request")
     require(svc, "/predict")

@@ -5,6 +5,7 @@ from typing import Any
 from ..errors import validation
 from ..limits import check_budget, check_count, check_text, windowed_tokens
 from ..service import InferenceService
+from . import require
 
 
 def answer(
@@ -19,7 +20,6 @@ def answer(
     """One answer per (question, context); see ``pipelines.qa.answer``."""
     from ...pipelines.qa import QASettings
     from ...pipelines.qa import answer as answer_spans
-    from . import require
 
     require(svc, "/qa")
     if not items:

@@ -4,7 +4,7 @@ from typing import Any
 
 import numpy as np
 
-from ..limits import check_budget, check_text, check_texts
+from ..limits import check_text, check_texts
 from ..service import InferenceService
 
 
@@ -17,10 +17,8 @@ def rerank(svc: InferenceService, query: str, texts: list[str], raw_scores: bool
         logits = svc.classify_logits([query] * len(texts), list(texts))[:, 0]
         scores = logits if raw_scores else 1.0 / (1.0 + np.exp(-logits))
         return [float(s) for s in scores]
-    check_budget(svc.budget([query, *texts], None, svc.long_text), svc.limits)
     # the query is not one of the --max-batch-size texts: checked above on its own
-    vecs, _ = svc.embed_checked([query, *texts], normalize=True)
-    return [float(s) for s in vecs[1:] @ vecs[0]]
+    return svc.cosines([query, *texts])
 
 
 def handler(svc: InferenceService) -> Any:

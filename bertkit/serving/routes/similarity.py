@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from ..limits import check_budget, check_text, check_texts
+from ..limits import check_text, check_texts
 from ..service import InferenceService
 
 
@@ -13,9 +13,7 @@ def similarity(
     check_text(source, "inputs.source_sentence", svc.limits)
     check_texts(sentences, "inputs.sentences", svc.limits)
     texts = svc.encoder.prompts.apply([source, *sentences], prompt_name)
-    check_budget(svc.budget(texts, None, svc.long_text), svc.limits)
-    vecs, _ = svc.embed_checked(texts, normalize=True)
-    return [float(s) for s in vecs[1:] @ vecs[0]]
+    return svc.cosines(texts)
 
 
 def handler(svc: InferenceService) -> Any:
