@@ -238,6 +238,7 @@ class InferenceService:
             start += stride
 
     def budget(self, texts: list[str], pairs: list[str] | None, long_text: str) -> int:
+        """Upper bound on the tokens the model runs for ``texts`` (from their lengths, before tokenising)."""
         if long_text == "windows":
             return sum(windowed_tokens(len(t), 2, self.max_length, self.window_stride) for t in texts)
         extra = [len(p) + 1 for p in pairs] if pairs is not None else [0] * len(texts)
