@@ -219,6 +219,7 @@ def test_serving_on_the_gpu_gives_the_cpus_embeddings_and_fill_mask(gpu_model_di
     """The inference service on the GPU (fp32, TF32 off) embeds and fills masks as on the CPU."""
     import numpy as np
 
+    from bertkit.serving.routes.fill_mask import fill_mask
     from bertkit.serving.service import InferenceService
 
     texts = ["the module defines a class", "return the value of the attribute", "a list"]
@@ -232,8 +233,8 @@ def test_serving_on_the_gpu_gives_the_cpus_embeddings_and_fill_mask(gpu_model_di
         # every token's probability (near-ties in a random model's ranking may order differently)
         masked = f"return the {cpu.tokenizer.mask_token} of the attribute"
         every = len(cpu.tokenizer)
-        want = {p["token"]: p["score"] for p in cpu.fill_mask(masked, top_k=every)[0]}
-        got = {p["token"]: p["score"] for p in gpu.fill_mask(masked, top_k=every)[0]}
+        want = {p["token"]: p["score"] for p in fill_mask(cpu, masked, top_k=every)[0]}
+        got = {p["token"]: p["score"] for p in fill_mask(gpu, masked, top_k=every)[0]}
         assert got.keys() == want.keys() and len(got) == every
         assert max(abs(got[t] - want[t]) for t in want) <= 1e-4  # the scores are rounded to 4 decimals
     finally:

@@ -9,6 +9,8 @@ import torch
 from bertkit.errors import UserError
 from bertkit.heads.finetune import BertForSequenceClassification
 from bertkit.serving.quantize import ENGINES, choose_engine, int8_static
+from bertkit.serving.routes.embed_all import embed_all
+from bertkit.serving.routes.predict import predict
 from bertkit.serving.service import InferenceService
 from tests.serving_utils import tiny_dir
 
@@ -55,7 +57,7 @@ def float_outputs(cls_dir):
     plain = InferenceService(cls_dir)
     try:
         return plain.embed(TEXTS, normalize=True)[0], [
-            p["probabilities"]["pos"] for p in plain.predict(TEXTS)
+            p["probabilities"]["pos"] for p in predict(plain, TEXTS)
         ]
     finally:
         plain.close()
@@ -71,7 +73,7 @@ def test_every_engine_close_to_float(cls_dir, float_outputs, engine):
         b, _ = q.embed(TEXTS, normalize=True)
         assert float(np.min(np.sum(a * b, axis=1))) > 0.99
         assert not np.allclose(a, b, atol=1e-6)  # the int8 path ran
-        pb = [p["probabilities"]["pos"] for p in q.predict(TEXTS)]
+        pb = [p["probabilities"]["pos"] for p in predict(q, TEXTS)]
         np.testing.assert_allclose(pa, pb, atol=0.02)
     finally:
         q.close()
@@ -153,7 +155,7 @@ def test_embed_all_runs_the_int8_encoder(cls_dir):
     """/embed_all's per-token states from the int8 copy: same shapes, close to float (cosine > 0.98)."""
     plain, q = InferenceService(cls_dir), InferenceService(cls_dir, int8=True)
     try:
-        a, b = plain.embed_all(TEXTS), q.embed_all(TEXTS)
+        a, b = embed_all(plain, TEXTS), embed_all(q, TEXTS)
         for x, y in zip(a, b):
             assert x.shape == y.shape and not np.allclose(x, y, atol=1e-6)
             cos = np.sum(x * y, axis=1) / (np.linalg.norm(x, axis=1) * np.linalg.norm(y, axis=1))

@@ -32,6 +32,7 @@ from bertkit.heads.finetune import (  # noqa: E402
 )
 from bertkit.model import BertModel  # noqa: E402
 from bertkit.serving import InferenceService, create_app  # noqa: E402
+from bertkit.serving.routes.predict import predict  # noqa: E402
 from bertkit.tokenizer import Tokenizer  # noqa: E402
 
 CONLL_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
@@ -324,10 +325,10 @@ def test_predict_long_text_windows_cli(tiny, tmp_path):
         == 0
     )
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
-    want = InferenceService(tiny["cls"], max_length=32).predict([text, "bad"], long_text="windows")
+    want = predict(InferenceService(tiny["cls"], max_length=32), [text, "bad"], long_text="windows")
     assert [r["label"] for r in rows] == [w["label"] for w in want]
     assert rows[0]["score"] == pytest.approx(want[0]["score"], abs=1e-6)
-    truncated = InferenceService(tiny["cls"], max_length=32).predict([text])[0]
+    truncated = predict(InferenceService(tiny["cls"], max_length=32), [text])[0]
     assert truncated["score"] != pytest.approx(want[0]["score"], abs=1e-6)
 
 
@@ -358,8 +359,8 @@ def test_batching_same_outputs_as_unbatched(tiny):
     sizes = []
     merged.batcher.on_batch = lambda task, n, tokens: sizes.append(n)
     requests = [([t], None) for t in TEXTS] * 3 + [(TEXTS, None), (TEXTS[:2], TEXTS[2:4])]
-    want = [plain.predict(t, p) for t, p in requests]
-    got = _concurrent(merged.predict, requests)
+    want = [predict(plain, t, p) for t, p in requests]
+    got = _concurrent(lambda t, p: predict(merged, t, p), requests)
     for w, g in zip(want, got):
         for a, b in zip(w, g):
             assert a["label"] == b["label"] and a["score"] == pytest.approx(b["score"], abs=1e-5)
@@ -407,8 +408,8 @@ def test_int8_close_to_float(tiny):
     b, _ = q.embed(TEXTS, normalize=True)
     assert float(np.min(np.sum(a * b, axis=1))) > 0.99  # cosine of float vs int8 vectors
     assert not np.allclose(a, b, atol=1e-6)  # it did run the int8 path
-    pa = [p["probabilities"]["pos"] for p in plain.predict(TEXTS)]
-    pb = [p["probabilities"]["pos"] for p in q.predict(TEXTS)]
+    pa = [p["probabilities"]["pos"] for p in predict(plain, TEXTS)]
+    pb = [p["probabilities"]["pos"] for p in predict(q, TEXTS)]
     np.testing.assert_allclose(pa, pb, atol=0.02)
     plain.close()
     q.close()

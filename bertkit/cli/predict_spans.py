@@ -1,5 +1,5 @@
 """``bertkit predict`` on question-answering and tagging dirs, and ``--long-text windows``: files of any
-size through the server's own pipelines (``InferenceService.qa`` / ``.ner`` / ``.predict``), so a file gives
+size through the server's own pipelines (the model calls of ``serving.routes``: ``qa``, ``ner``, ``predict``), so a file gives
 the answers and entities (with character offsets) the routes give."""
 
 from __future__ import annotations
@@ -73,13 +73,16 @@ def _chunks(items: list, desc: str) -> Iterator[list]:
 
 
 def predict_qa(args: Any, out: Any) -> int:
+    from bertkit.serving.routes import qa
+
     svc = service(args.model_dir, args.max_seq_length or 384)
     items = read_questions(Path(args.input))
     if not items:
         raise UserError(f"{args.input}: no questions")
     n = 0
     for chunk in _chunks(items, "qa"):
-        answers = svc.qa(
+        answers = qa.answer(
+            svc,
             [(q, c) for _, q, c in chunk],
             doc_stride=args.doc_stride,
             max_answer_length=args.max_answer_length,
@@ -94,6 +97,7 @@ def predict_qa(args: Any, out: Any) -> int:
 
 def predict_ner(args: Any, out: Any) -> int:
     """CoNLL files keep their words (the tags are ``finetune ner``'s); other text files are one text a line."""
+    from bertkit.serving.routes.ner import ner
     from bertkit.tasks.ner import read_conll
 
     svc = service(args.model_dir, args.max_seq_length or 128)
@@ -108,7 +112,7 @@ def predict_ner(args: Any, out: Any) -> int:
         raise UserError(f"{path} is empty")
     for chunk in _chunks(rows, "ner"):
         for row in chunk:
-            result = svc.ner(row.get("text"), row.get("words"), args.aggregation)
+            result = ner(svc, row.get("text"), row.get("words"), args.aggregation)
             out.write(json.dumps({**row, **result}, ensure_ascii=False) + "\n")
     svc.close()
     return len(rows)
@@ -116,10 +120,12 @@ def predict_ner(args: Any, out: Any) -> int:
 
 def predict_windows(args: Any, texts: list[str], out: Any) -> int:
     """Sequence classification with ``--long-text windows``: each text's windows' logits averaged."""
+    from bertkit.serving.routes.predict import predict
+
     svc = service(args.model_dir, args.max_seq_length or 128)
     indexed = list(enumerate(texts))
     for chunk in _chunks(indexed, "predict"):
-        for (_, text), pred in zip(chunk, svc.predict([t for _, t in chunk], long_text="windows")):
+        for (_, text), pred in zip(chunk, predict(svc, [t for _, t in chunk], long_text="windows")):
             out.write(json.dumps({"text": text, **pred}, ensure_ascii=False) + "\n")
     svc.close()
     return len(texts)

@@ -1,6 +1,7 @@
 """The HTTP server (``bertkit serve``): one process for every head a BERT dir has.
 
-- ``app``: the FastAPI routes (bertkit's, TEI's and OpenAI's request shapes), ``serve()``
+- ``app``: the FastAPI application (middleware, lifespan, the route table) and ``serve()``
+- ``routes``: one module per route (bertkit's, TEI's and OpenAI's request shapes) and the table of them
 - ``service``: the model behind them, usable without HTTP
 - ``batching``: cross-request dynamic batching (token budget, maximum wait, N workers)
 - ``limits`` / ``errors``: what a request may cost, and the one error path

@@ -71,6 +71,15 @@ def check_texts(texts: list[str], field: str, limits: Limits, allow_empty_list: 
         check_text(t, f"{field}[{i}]", limits)
 
 
+def check_count(n: int, field: str, unit: str, limits: Limits) -> None:
+    """``n`` sequences or questions (``unit``) in one request: at most ``max_batch_size``."""
+    if n > limits.max_batch_size:
+        raise too_large(
+            f"{field} holds {n} {unit}; this server takes at most {limits.max_batch_size} per request "
+            "(--max-batch-size)"
+        )
+
+
 def check_fill_mask(masks: int, top_k: int, limits: Limits) -> None:
     """``masks`` x ``top_k`` candidates, the rows ``/fill-mask`` would return."""
     if masks * top_k > limits.max_fill_mask_predictions:
@@ -181,6 +190,7 @@ __all__ = [
     "BodyLimit",
     "Limits",
     "check_budget",
+    "check_count",
     "check_embed_all",
     "check_fill_mask",
     "check_text",

@@ -1,8 +1,9 @@
-"""The model behind the server, usable without HTTP: load a dir, check a request's limits, tokenise, hand
-the sequences to the batcher, shape the outputs.
+"""The model behind the server, usable without HTTP: load a dir (precision, int8 copies), tokenise, and run
+sequences through the batcher. The routes' own model calls live in ``serving.routes``; the ones several
+routes share (sentence vectors, classifier logits) are here.
 
 Every public method takes already-parsed Python values, checks them against ``Limits`` before any
-tokenisation (``ApiError`` names the field or limit), and returns JSON-able values.
+tokenisation (``ApiError`` names the field or limit), and returns numpy arrays or JSON-able values.
 """
 
 from __future__ import annotations
@@ -19,17 +20,8 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
-from .errors import ApiError, too_large, validation
-from .limits import (
-    Limits,
-    check_budget,
-    check_embed_all,
-    check_fill_mask,
-    check_text,
-    check_texts,
-    truncated_tokens,
-    windowed_tokens,
-)
+from .errors import too_large, validation
+from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
 from .pairs import encode_pairs
 
 LONG_TEXT = ("truncate", "windows")
@@ -71,7 +63,6 @@ class InferenceService:
     ) -> None:
         from ..config import BertConfig
         from ..embed import SentenceEncoder
-        from ..export import model_class_for
         from ..model import BertModel
         from ..tokenizer import Tokenizer
 
@@ -90,7 +81,7 @@ class InferenceService:
         self.long_text = long_text
         self.model_id = model_id or self.model_dir.resolve().name
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self._tok_lock = threading.Lock()  # the tokenizer's truncation settings are shared state
+        self.tok_lock = threading.Lock()  # the tokenizer's truncation settings are shared state
         if (self.model_dir / "modules.json").is_file():  # a sentence-transformers folder
             self.encoder = SentenceEncoder.from_pretrained(
                 self.model_dir, device=self.device, precision=precision
@@ -100,7 +91,7 @@ class InferenceService:
             self.architecture = "SentenceTransformer"
         else:
             config = BertConfig.from_pretrained(self.model_dir)
-            cls = model_class_for((config.architectures or ["BertModel"])[0])
+            cls = _model_class((config.architectures or ["BertModel"])[0])
             self.model = cls.from_pretrained(self.model_dir).to(self.device).eval()
             self.tokenizer = Tokenizer.from_pretrained(self.model_dir)
             bert = self.model if isinstance(self.model, BertModel) else self.model.bert
@@ -139,58 +130,18 @@ class InferenceService:
 
     # ------------------------------------------------------------ capabilities
     @property
-    def can_predict(self) -> bool:
-        return self.architecture == "BertForSequenceClassification"
-
-    @property
-    def can_fill_mask(self) -> bool:
-        return self.architecture in ("BertForMaskedLM", "BertForPreTraining")
-
-    @property
-    def can_qa(self) -> bool:
-        return self.architecture == "BertForQuestionAnswering"
-
-    @property
-    def can_ner(self) -> bool:
-        return self.architecture == "BertForTokenClassification"
-
-    @property
     def cross_encoder(self) -> bool:
         """A one-output sequence classifier scores (query, text) pairs jointly; others rank by cosine."""
-        return self.can_predict and self.config.num_labels == 1
-
-    def routes(self) -> list[str]:
-        eps = ["/", "/health", "/info", "/metrics", "/tokenize", "/decode", "/embed", "/embed_all"]
-        eps += ["/similarity", "/v1/embeddings", "/rerank"]
-        for ok, route in (
-            (self.can_predict, "/predict"),
-            (self.can_fill_mask, "/fill-mask"),
-            (self.can_qa, "/qa"),
-            (self.can_ner, "/ner"),
-        ):
-            if ok:
-                eps.append(route)
-        return eps
-
-    def require(self, ok: bool, route: str, head: str) -> None:
-        if not ok:
-            raise ApiError(
-                404,
-                "unsupported",
-                f"this model ({self.architecture}) has no {head} head, so {route} is unavailable; "
-                f"it serves {' '.join(self.routes())}",
-            )
+        return self.architecture == "BertForSequenceClassification" and self.config.num_labels == 1
 
     def labels(self) -> list[str]:
-        c = self.config
-        n = c.num_labels
-        return (
-            [c.id2label.get(i, f"LABEL_{i}") for i in range(n)]
-            if c.id2label
-            else [f"LABEL_{i}" for i in range(n)]
-        )
+        """One name per output of the head (``LABEL_i`` where the config names none)."""
+        names = self.config.id2label or {}
+        return [names.get(i, f"LABEL_{i}") for i in range(self.config.num_labels)]
 
     def info(self) -> dict[str, Any]:
+        from .routes import served
+
         c = self.config
         out: dict[str, Any] = {
             "model_id": self.model_id,  # the dir's name only: no filesystem path leaves the server
@@ -212,9 +163,9 @@ class InferenceService:
             "int8": self.int8,
             "int8_engine": self.int8_engine,
             "device": str(self.device),
-            "endpoints": self.routes(),
+            "endpoints": served(self),
         }
-        if self.can_predict or self.can_ner:
+        if self.architecture in ("BertForSequenceClassification", "BertForTokenClassification"):
             out["labels"] = self.labels()
             out["num_labels"] = c.num_labels
         return out
@@ -286,7 +237,8 @@ class InferenceService:
                 return out
             start += stride
 
-    def _budget(self, texts: list[str], pairs: list[str] | None, long_text: str) -> int:
+    def budget(self, texts: list[str], pairs: list[str] | None, long_text: str) -> int:
+        """Upper bound on the tokens the model runs for ``texts`` (from their lengths, before tokenising)."""
         if long_text == "windows":
             return sum(windowed_tokens(len(t), 2, self.max_length, self.window_stride) for t in texts)
         extra = [len(p) + 1 for p in pairs] if pairs is not None else [0] * len(texts)
@@ -318,8 +270,8 @@ class InferenceService:
             raise validation(
                 "long_text 'windows' is for single texts; pairs are truncated (send long_text 'truncate')"
             )
-        check_budget(self._budget(texts, pairs, long_text), self.limits)
-        with self._tok_lock:
+        check_budget(self.budget(texts, pairs, long_text), self.limits)
+        with self.tok_lock:
             if long_text == "windows":
                 if for_embedding and self.encoder.lowercase_input:
                     texts = [t.lower() for t in texts]
@@ -350,9 +302,7 @@ class InferenceService:
         if not truncate:
             for i, x in enumerate(ids):
                 if len(x) > self.max_length:
-                    raise ApiError(
-                        413,
-                        "payload_too_large",
+                    raise too_large(
                         f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
                         "(GET /info: max_input_length); send truncate: true to cut it",
                     )
@@ -383,7 +333,7 @@ class InferenceService:
             counts[i] += 1
         return [(s / c).astype(np.float32) for s, c in zip(sums, counts)]
 
-    # ------------------------------------------------------------ routes' work
+    # ------------------------------------------------------------ the model calls routes share
     def embed(
         self,
         texts: list[str],
@@ -404,9 +354,11 @@ class InferenceService:
         if prompt_name is not None:
             check_text(prompt_name, "prompt_name", self.limits)
         texts = self.encoder.prompts.apply(texts, prompt_name)
-        return self._embed(texts, normalize, dimensions, truncate, long_text, field, truncation_direction)
+        return self.embed_checked(
+            texts, normalize, dimensions, truncate, long_text, field, truncation_direction
+        )
 
-    def _embed(
+    def embed_checked(
         self,
         texts: list[str],
         normalize: bool | None = None,
@@ -417,8 +369,7 @@ class InferenceService:
         truncation_direction: str = "right",
     ) -> tuple[np.ndarray, int]:
         """:meth:`embed` of texts the caller has already checked against the limits."""
-        if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
-            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+        self.check_dimensions(dimensions)
         ids, _, owner = self.encode(
             texts,
             long_text=long_text,
@@ -427,43 +378,20 @@ class InferenceService:
             truncation_direction=truncation_direction,
             field=field,
         )
-        return self._vectors(ids, owner, len(texts), normalize, dimensions)
+        return self.vectors(ids, owner, len(texts), normalize, dimensions)
 
-    def embed_ids(
-        self,
-        ids: list[list[int]],
-        normalize: bool | None = None,
-        dimensions: int | None = None,
-        field: str = "input",
-    ) -> tuple[np.ndarray, int]:
-        """:meth:`embed` of sequences already tokenised (OpenAI's token-id input): each runs as given,
-        special tokens included; ids outside the vocabulary or sequences over ``max_length`` are refused."""
-        if not ids:
-            raise validation(f"{field} must hold at least one sequence")
-        if len(ids) > self.limits.max_batch_size:
-            raise too_large(
-                f"{field} holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
-                "per request (--max-batch-size)"
-            )
-        vocab = self.config.vocab_size
-        for i, seq in enumerate(ids):
-            name = f"{field}[{i}]" if len(ids) > 1 else field
-            if not seq:
-                raise validation(f"{name} holds no token ids")
-            if len(seq) > self.max_length:
-                raise too_large(
-                    f"{name} is {len(seq)} tokens long; this model takes at most {self.max_length} "
-                    "(GET /info: max_input_length)"
-                )
-            bad = next((t for t in seq if isinstance(t, bool) or not 0 <= t < vocab), None)
-            if bad is not None:
-                raise validation(f"{name} holds token id {bad}; this model's ids are 0..{vocab - 1}")
-        check_budget(sum(len(x) for x in ids), self.limits)
+    def cosines(self, texts: list[str]) -> list[float]:
+        """Cosine similarity of each of ``texts[1:]`` with ``texts[0]`` (texts already checked, one by one,
+        against the limits; the request's token budget is checked here)."""
+        check_budget(self.budget(texts, None, self.long_text), self.limits)
+        vecs, _ = self.embed_checked(texts, normalize=True)
+        return [float(s) for s in vecs[1:] @ vecs[0]]
+
+    def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
             raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
-        return self._vectors(ids, list(range(len(ids))), len(ids), normalize, dimensions)
 
-    def _vectors(
+    def vectors(
         self,
         ids: list[list[int]],
         owner: list[int],
@@ -471,7 +399,7 @@ class InferenceService:
         normalize: bool | None,
         dimensions: int | None,
     ) -> tuple[np.ndarray, int]:
-        """Run ``ids`` through the batcher: [n, D] vectors (mean over each text's windows) and the tokens."""
+        """Run ``ids`` (``owner[k]``: the text of sequence k) through the batcher: [n, D] vectors (mean over each text's windows) and the tokens."""
         vecs = np.stack(self._combine(self.batcher.submit("embed", ids), owner, n))
         if dimensions is not None:
             vecs = vecs[:, :dimensions]
@@ -486,6 +414,7 @@ class InferenceService:
         long_text: str | None = None,
         field: str = "texts",
     ) -> np.ndarray:
+        """float32 [N, num_labels] logits of a sequence classifier (a text's windows averaged)."""
         check_texts(texts, field, self.limits)
         if pairs is not None:
             if len(pairs) != len(texts):
@@ -496,273 +425,16 @@ class InferenceService:
         ids, types, owner = self.encode(texts, pairs, long_text=long_text)
         return np.stack(self._combine(self.batcher.submit("classify", ids, types), owner, len(texts)))
 
-    def predict(
-        self,
-        texts: list[str],
-        pairs: list[str] | None = None,
-        long_text: str | None = None,
-        field: str = "texts",
-    ) -> list[dict[str, Any]]:
-        self.require(self.can_predict, "/predict", "sequence-classification")
-        logits = self.classify_logits(texts, pairs, long_text, field)
-        labels = self.labels()
-        results = []
-        for row in logits:
-            if len(row) == 1 or self.config.problem_type == "regression":
-                results.append({"score": float(row[0])})
-                continue
-            probs = torch.from_numpy(row).softmax(-1).tolist()
-            best = int(np.argmax(probs))
-            results.append(
-                {"label": labels[best], "score": probs[best], "probabilities": dict(zip(labels, probs))}
-            )
-        return results
 
-    def rerank(self, query: str, texts: list[str], raw_scores: bool = False) -> list[float]:
-        """One score per text (input order): a cross-encoder's logit (sigmoid unless ``raw_scores``), or
-        the cosine similarity of the embeddings."""
-        check_text(query, "query", self.limits)
-        check_texts(texts, "texts", self.limits)
-        if self.cross_encoder:
-            logits = self.classify_logits([query] * len(texts), list(texts))[:, 0]
-            scores = logits if raw_scores else 1.0 / (1.0 + np.exp(-logits))
-            return [float(s) for s in scores]
-        check_budget(self._budget([query, *texts], None, self.long_text), self.limits)
-        # the query is not one of the --max-batch-size texts: checked above on its own
-        vecs, _ = self._embed([query, *texts], normalize=True)
-        return [float(s) for s in vecs[1:] @ vecs[0]]
+def _model_class(architecture: str) -> Any:
+    """The class a config's ``architectures[0]`` names: a BERT task head of ``bertkit.heads`` (those of
+    ``architectures.HEADS``, and pre-training's), else the bare encoder."""
+    from .. import heads
+    from ..architectures import HEADS
+    from ..model import BertModel
 
-    def qa(
-        self,
-        items: list[tuple[str, str]],
-        doc_stride: int | None = None,
-        max_answer_length: int = 30,
-        handle_impossible_answer: bool = False,
-        null_threshold: float = 0.0,
-        field: str = "inputs",
-    ) -> list[dict[str, Any]]:
-        """One answer per (question, context); see ``pipelines.qa.answer``."""
-        from ..pipelines.qa import QASettings, answer
-
-        self.require(self.can_qa, "/qa", "question-answering")
-        if not items:
-            raise validation(f"{field} must hold at least one question")
-        if len(items) > self.limits.max_batch_size:
-            raise ApiError(
-                413,
-                "payload_too_large",
-                f"{field} holds {len(items)} questions; this server takes at most {self.limits.max_batch_size} "
-                "per request (--max-batch-size)",
-            )
-        window = min(384, self.max_length)
-        query = min(64, self.max_length // 4)
-        if doc_stride is None:  # run_squad.py's 128, or the whole room of a smaller model's window
-            doc_stride = min(128, window - query - 3)
-        settings = QASettings(
-            max_seq_length=window,
-            doc_stride=doc_stride,
-            max_query_length=query,
-            max_answer_length=max_answer_length,
-            version_2_with_negative=handle_impossible_answer,
-            null_threshold=null_threshold,
-        )
-        if not 1 <= doc_stride <= settings.max_seq_length - settings.max_query_length - 3:
-            raise validation(
-                f"doc_stride must be in 1..{settings.max_seq_length - settings.max_query_length - 3} "
-                f"(the window), got {doc_stride}"
-            )
-        if max_answer_length < 1:
-            raise validation(f"max_answer_length must be >= 1, got {max_answer_length}")
-        budget = 0
-        for i, (q, c) in enumerate(items):
-            name = f"{field}[{i}]" if field == "inputs" else ""
-            check_text(q, f"{name}.question" if name else "question", self.limits)
-            check_text(c, f"{name}.context" if name else "context", self.limits)
-            if not q.strip() or not c.strip():
-                raise validation(f"{name or 'the request'}: question and context must hold some text")
-            with self._tok_lock:  # e.g. only zero-width or control characters: the model would see nothing
-                empty = [f for f, t in (("question", q), ("context", c)) if not self.tokenizer.tokenize(t)]
-            if empty:
-                raise validation(
-                    f"{name or 'the request'}: the {empty[0]} holds no tokens (only characters the tokenizer "
-                    "drops, such as zero-width or control characters)"
-                )
-            fixed = min(len(q), settings.max_query_length) + 3
-            budget += windowed_tokens(len(c), fixed, settings.max_seq_length, doc_stride)
-        check_budget(budget, self.limits)
-
-        def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
-            return self.batcher.submit("span", ids, types)
-
-        qs = [(str(i), q, c) for i, (q, c) in enumerate(items)]
-        return answer(self.tokenizer, qs, run, settings, lock=self._tok_lock)
-
-    def ner(
-        self,
-        text: str | None = None,
-        words: list[str] | None = None,
-        aggregation: str = "first",
-    ) -> dict[str, Any]:
-        """Entities with character offsets into ``text`` (or into ``" ".join(words)``)."""
-        from ..pipelines.ner import AGGREGATIONS, entities, split_words
-
-        self.require(self.can_ner, "/ner", "token-classification")
-        if (text is None) == (words is None):
-            raise validation("give either text or words (a pre-split sentence), not both or neither")
-        if aggregation not in AGGREGATIONS:
-            raise validation(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
-        if words is not None:
-            if not words:
-                raise validation("words must hold at least one word")
-            for i, w in enumerate(words):
-                check_text(w, f"words[{i}]", self.limits)
-                if not w or any(c.isspace() for c in w):
-                    raise validation(f"words[{i}] must be a non-empty word without whitespace")
-            text = " ".join(words)
-            check_text(text, "words (joined)", self.limits)
-            spans, pos = [], 0
-            for w in words:
-                spans.append((pos, pos + len(w)))
-                pos += len(w) + 1
-        else:
-            check_text(text, "text", self.limits)
-        # every word costs at least one token; windows hold whole words
-        check_budget(windowed_tokens(len(text), 2, self.max_length, self.max_length - 2), self.limits)
-        with self._tok_lock:
-            if words is None:
-                spans = split_words(self.tokenizer, text)
-
-        def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
-            return self.batcher.submit("tokens", ids, types)
-
-        ents, tagged = entities(
-            self.model,
-            self.tokenizer,
-            text,
-            spans,
-            run,
-            self.labels(),
-            self.max_length,
-            aggregation,
-            self._tok_lock,
-        )
-        out: dict[str, Any] = {"entities": ents}
-        if words is not None:
-            out["tags"] = tagged["tags"]
-        return out
-
-    def fill_mask(self, text: str, top_k: int = 5) -> list[list[dict[str, Any]]]:
-        from ..heads.pretraining import fill_mask
-
-        self.require(self.can_fill_mask, "/fill-mask", "masked-LM")
-        check_text(text, "text", self.limits)
-        vocab = len(self.tokenizer)
-        if not 1 <= top_k <= vocab:
-            raise validation(f"top_k must be in 1..{vocab} (the vocabulary size), got {top_k}")
-        mask = self.tokenizer.mask_token
-        if mask not in text:
-            raise validation(f"text must contain at least one {mask} token")
-        check_fill_mask(text.count(mask), top_k, self.limits)
-        check_budget(truncated_tokens(len(text), self.max_length), self.limits)
-        with self._tok_lock:
-            n = len(self.tokenizer.encode(text).ids)
-            if n > self.max_length:
-                raise ApiError(
-                    413,
-                    "payload_too_large",
-                    f"text is {n} tokens long; this model takes at most {self.max_length}",
-                )
-            with inference_autocast(self.precision, self.device):
-                return fill_mask(self.model, self.tokenizer, text, top_k=top_k)
-
-    def embed_all(
-        self,
-        texts: list[str],
-        truncate: bool = True,
-        truncation_direction: str = "right",
-        prompt_name: str | None = None,
-        field: str = "inputs",
-    ) -> list[np.ndarray]:
-        """TEI's /embed_all: the last hidden state of every token, [T_i, H] per text (no pooling)."""
-        check_texts(texts, field, self.limits)
-        texts = self.encoder.prompts.apply(texts, prompt_name)
-        ids, _, _ = self.encode(
-            texts,
-            long_text="truncate",
-            for_embedding=True,
-            truncate=truncate,
-            truncation_direction=truncation_direction,
-            field=field,
-        )
-        check_embed_all(sum(len(x) for x in ids), self.config.hidden_size, self.limits)
-        return self.batcher.submit("hidden", ids)
-
-    def similarity(self, source: str, sentences: list[str], prompt_name: str | None = None) -> list[float]:
-        """TEI's /similarity: cosine similarity of ``source`` with each of ``sentences``."""
-        check_text(source, "inputs.source_sentence", self.limits)
-        check_texts(sentences, "inputs.sentences", self.limits)
-        texts = self.encoder.prompts.apply([source, *sentences], prompt_name)
-        check_budget(self._budget(texts, None, self.long_text), self.limits)
-        vecs, _ = self._embed(texts, normalize=True)
-        return [float(s) for s in vecs[1:] @ vecs[0]]
-
-    def tei_tokens(
-        self, texts: list[str], add_special_tokens: bool = True, prompt_name: str | None = None
-    ) -> list[list[dict[str, Any]]]:
-        """TEI's /tokenize: per text, ``{id, text, special, start, stop}`` per token; ``start``/``stop``
-        are character offsets into the text (null for special tokens)."""
-        check_texts(texts, "inputs", self.limits)
-        texts = self.encoder.prompts.apply(texts, prompt_name)
-        specials = set(self.tokenizer.all_special_ids)
-        out = []
-        with self._tok_lock:
-            encs = [self.tokenizer.encode(t, add_special_tokens=add_special_tokens) for t in texts]
-        for t, enc in zip(texts, encs):
-            row = []
-            for tid, tok, (a, b) in zip(enc.ids, enc.tokens, enc.offsets):
-                special = tid in specials
-                row.append(
-                    {
-                        "id": tid,
-                        "text": tok if special else t[a:b],
-                        "special": special,
-                        "start": None if special else a,
-                        "stop": None if special else b,
-                    }
-                )
-            out.append(row)
-        return out
-
-    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
-        """TEI's /decode: token ids back to text, one string per sequence."""
-        if not ids:
-            raise validation("ids must hold at least one sequence")
-        if len(ids) > self.limits.max_batch_size:
-            raise too_large(
-                f"ids holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
-                "per request (--max-batch-size)"
-            )
-        check_budget(sum(len(x) for x in ids), self.limits)
-        vocab = len(self.tokenizer)
-        for i, seq in enumerate(ids):
-            bad = next((t for t in seq if not 0 <= t < vocab), None)
-            if bad is not None:
-                raise validation(f"ids[{i}] holds token id {bad}; this model's ids are 0..{vocab - 1}")
-        with self._tok_lock:
-            return [self.tokenizer.decode(x, skip_special_tokens=skip_special_tokens) for x in ids]
-
-    def tokenize(self, text: str, pair: str | None = None) -> dict[str, Any]:
-        check_text(text, "text", self.limits)
-        if pair is not None:
-            check_text(pair, "pair", self.limits)
-        with self._tok_lock:
-            enc = self.tokenizer.encode(text, pair)
-        return {
-            "tokens": enc.tokens,
-            "ids": enc.ids,
-            "type_ids": enc.type_ids,
-            "offsets": [list(o) for o in enc.offsets],
-        }
+    known = {"Bert" + suffix for suffix in HEADS.values()} | {"BertForPreTraining"}
+    return getattr(heads, architecture) if architecture in known else BertModel
 
 
 __all__ = ["LONG_TEXT", "InferenceService"]
