@@ -29,6 +29,7 @@ import torch
 from bertkit.flops import encoder_flops
 from bertkit.inference_precision import MIN_TOKEN_COSINE, outputs_agree, resolve_inference_precision
 
+from .below_peak import largest_gemm
 from .common import Mismatch, bf16_supported, check_close, compare, suite_main
 from .inputs import conll_sentences, minilm_dir, minilm_weights, sample_batches, sst2_sentences
 
@@ -140,6 +141,10 @@ def _extra(ours, batches: list[dict], **more: Any) -> dict[str, Any]:
     return {
         "padding_fraction": round(1 - real / padded, 3),
         "batches": len(batches),
+        # ours runs each batch's real tokens packed: its typical largest GEMM has the mean batch's rows
+        "gemm_shape": largest_gemm(
+            real // max(len(batches), 1), ours.config.hidden_size, ours.config.intermediate_size
+        ),
         # the encoder over every real token, plus the pooler
         "model_flops_per_call": sum(
             encoder_flops(ours.config, b["attention_mask"].sum(1).tolist())

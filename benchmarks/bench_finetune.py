@@ -31,6 +31,7 @@ import torch
 
 from bertkit.flops import encoder_flops
 
+from .below_peak import largest_gemm
 from .common import Mismatch, check_close, compare, suite_main
 from .inputs import SHARED_DATA, NoData, minilm_dir, minilm_weights, sample_batches
 
@@ -178,6 +179,9 @@ def bench(task: str, repeats: int, tok=None) -> dict[str, Any]:
             "padding_fraction": round(1 - float(batch["attention_mask"].float().mean()), 3),
             # forward + backward of the encoder over the real tokens (the small heads are not counted)
             "model_flops_per_call": 3.0 * encoder_flops(ours.config, batch["attention_mask"].sum(1).tolist()),
+            "gemm_shape": largest_gemm(
+                int(batch["attention_mask"].sum()), ours.config.hidden_size, ours.config.intermediate_size
+            ),
         },
     )
 

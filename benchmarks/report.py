@@ -126,6 +126,19 @@ def section(report: dict[str, Any], source: str, extra: list[str] | None = None)
             "where other work on the machine eased later, a row ran faster than that measurement. Under a varying "
             "load, compare ours and the reference within a row (they alternate) rather than against the peak.",
         ]
+    below = [r for r in report["results"] if r.get("below_half_reason")]
+    if below:
+        lines += [
+            "",
+            "Rows below half the GEMM peak of their precision, and why (`benchmarks/below_peak.py`: each row's "
+            "largest GEMM timed alone at its precision and threads, against the same peak):",
+            "",
+            *(
+                f"- {r['name']}: {r['ours_fraction_of_peak']:.0%} of the {r.get('ours_peak_dtype', 'fp32')} "
+                f"peak; {r['below_half_reason']}"
+                for r in below
+            ),
+        ]
     work = [
         r for r in report["results"] if r.get("ref_work_flops_per_call") and r.get("model_flops_per_call")
     ]

@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bertkit.io import atomic_write_json
 
+    from .below_peak import explain as explain_below_half
     from .common import Mismatch, add_fraction_of_peak, environment, machine_peaks, pin_threads
     from .inputs import minilm_record
 
@@ -277,9 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         """One finished row: kept, printed, and in --out and --jsonl at once."""
         row = _normalise(row, suite)
         add_fraction_of_peak(row, env["gemm_peak"])
+        explain_below_half(row, env, measure=args.peaks_from is None)  # a GEMM timed here, against this peak
         row.setdefault("suite_seconds", round(time.perf_counter() - t0, 1))  # from the suite's start
         results.append(row)
         print(summary(row), flush=True)
+        if row.get("below_half_reason"):
+            print(
+                f"    below half the {row.get('ours_peak_dtype', 'fp32')} peak: {row['below_half_reason']}",
+                flush=True,
+            )
         if args.jsonl is not None:
             append_jsonl(args.jsonl, row)
         write(complete=False)

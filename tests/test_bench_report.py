@@ -217,3 +217,62 @@ def test_repeats_table_of_speed_only_rows_has_no_quality_columns(tmp_path):
     assert "| `aaa1111.json` (`aaa1111`) | encoder sst2 | 1.87 |" in text
     assert "| `bbb2222.json` (`bbb2222`) | encoder sst2 | 2.00 |" in text
     assert "recall@1" not in text and "seed" not in text
+
+
+def _low_row(fraction: float, dtype: str = "fp32") -> dict:
+    return {"name": "pretrain step BERT-mini", "ours_fraction_of_peak": fraction, "ours_peak_dtype": dtype,
+            "gemm_shape": [64, 32, 64]}  # fmt: skip
+
+
+def test_rows_under_half_the_peak_say_why_from_their_own_gemm_timed_alone(monkeypatch):
+    import benchmarks.below_peak as bp
+
+    env = {"gemm_peak": {"fp32": {"flops_per_s": 100e9}}, "load_average": [0.5], "threads": 2}
+    monkeypatch.setattr(bp, "shape_flops", lambda m, k, n, dtype: 30e9)  # this shape alone: 30% of the peak
+    small = _low_row(0.2)
+    bp.explain(small, env)
+    assert small["ours_shape_ceiling"] == 0.3
+    assert "64x32x64, fp32) alone reaches only 30%" in small["below_half_reason"]
+    assert "busy" not in small["below_half_reason"]
+
+    monkeypatch.setattr(
+        bp, "shape_flops", lambda m, k, n, dtype: 80e9
+    )  # the GEMM is fine: time goes elsewhere
+    outside = _low_row(0.4)
+    bp.explain(outside, {**env, "load_average": [3.0]})
+    assert (
+        "reaches 80% of the peak, so about 50% of the step goes to work outside the GEMMs"
+        in outside["below_half_reason"]
+    )
+    assert "the machine was busy (load 3.0 on 2 threads" in outside["below_half_reason"]
+
+    fine = _low_row(0.6)
+    bp.explain(fine, env)
+    assert "below_half_reason" not in fine  # at or above half: nothing to explain
+
+
+def test_without_a_local_measurement_the_reason_says_it_was_not_measured():
+    import benchmarks.below_peak as bp
+
+    row = _low_row(0.1)
+    bp.explain(row, {"gemm_peak": {"fp32": {"flops_per_s": 1e9}}}, measure=False)
+    assert (
+        row["below_half_reason"] == "the cause is not measured here (the peaks came from another run's file)"
+    )
+    assert "ours_shape_ceiling" not in row
+
+
+def test_shape_flops_times_a_real_product():
+    from benchmarks.below_peak import shape_flops
+
+    assert shape_flops(16, 8, 16, "fp32", seconds=0.01) > 0
+
+
+def test_the_report_lists_the_rows_below_half_with_their_reason():
+    from benchmarks.report import section
+
+    report = _report(2.0)
+    report["results"][0]["below_half_reason"] = "its largest GEMM alone reaches only 20% of the peak here"
+    text = section(report, "bench/results.json")
+    assert "Rows below half the GEMM peak of their precision, and why" in text
+    assert "- pretrain step BERT-mini: 10% of the bf16 peak; its largest GEMM alone reaches only 20%" in text
