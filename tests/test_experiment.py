@@ -1103,3 +1103,32 @@ def test_a_continued_model_may_be_continued_again(tmp_path):
         )
     )
     assert "pretrain/b" in m.cell("pretrain/c").needs and "pretrain/a" in m.cell("pretrain/b").needs
+
+
+def test_a_model_config_file_is_found_beside_the_matrix_and_a_missing_one_is_named(tmp_path):
+    """An arm of another architecture (a ModernBERT config.json) names its config relative to the matrix."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mb.json").write_text('{"model_type": "modernbert"}')
+    m = load_matrix(_write(tmp_path, MINIMAL + '[[model]]\nname = "mb"\nmodel_config = "configs/mb.json"\n'))
+    assert m.cell("pretrain/mb").spec["model_config"] == str(tmp_path / "configs" / "mb.json")
+    with pytest.raises(UserError, match=r"model_config 'configs/none.json': .*none.json not found"):
+        load_matrix(
+            _write(tmp_path, MINIMAL + '[[model]]\nname = "mb"\nmodel_config = "configs/none.json"\n')
+        )
+
+
+def test_the_study_matrix_has_a_modernbert_arm_of_bert_minis_size():
+    """The budget study's ModernBERT arm: within 2% of BERT-mini's parameters, at the same token budget as the
+    RoBERTa-recipe arm it is compared with (their CPU cost per token measured equal within 2%)."""
+    from bertkit.config import BertConfig
+    from bertkit.modernbert import ModernBertForMaskedLM
+    from bertkit.modernbert_config import ModernBertConfig
+    from bertkit.objectives import get_objective
+
+    study = load_matrix(Path(__file__).resolve().parents[1] / "experiments" / "pretrain-study.toml")
+    arm, roberta = study.cell("pretrain/modernbert-mini-3h").spec, study.cell("pretrain/roberta-mini-3h").spec
+    assert arm["objective"] == roberta["objective"] == "roberta" and arm["tokens"] == roberta["tokens"]
+    mb = ModernBertForMaskedLM(ModernBertConfig.from_json_file(arm["model_config"]))
+    bert = get_objective("roberta", pad_token_id=0).build_model(BertConfig.preset("mini", vocab_size=30522))
+    n_mb, n_bert = (sum(p.numel() for p in m.parameters()) for m in (mb, bert))
+    assert abs(n_mb - n_bert) / n_bert < 0.02

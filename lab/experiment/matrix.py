@@ -250,6 +250,11 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
             raise UserError(f"{where}: duplicate model name {m['name']!r}")
         names.add(m["name"])
         _check_pretraining_only(f"{path}: model {m['name']!r}", m)
+        if "model_config" in m:  # a config.json (a ModernBERT one, say) beside the matrix file
+            config_file = Path(resolve(base, str(m["model_config"])))
+            if not config_file.is_file():
+                raise UserError(f"{where}: model_config {m['model_config']!r}: {config_file} not found")
+            m["model_config"] = str(config_file)
     _check_report_models(path, raw, names)
     for m in models:
         if "from" in m:
