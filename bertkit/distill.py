@@ -341,9 +341,9 @@ def distill_embeddings(
 ) -> dict[str, Any]:
     """A sentence encoder whose vectors regress the teacher's (MSE); ``OUT/model`` is a sentence-transformers
     folder. The teacher's vectors are computed once, before training."""
-    from .embed import Dense, SentenceEncoder
     from .model import BertModel
-    from .retrieval.bi_encoder import BiEncoder
+    from .sentence.dense import Dense
+    from .sentence.encoder import SentenceEncoder
     from .train.simple import adamw_trainer
 
     s = settings
@@ -365,14 +365,14 @@ def distill_embeddings(
             dense = [
                 Dense(bert.config.hidden_size, teacher.dim, activation="torch.nn.modules.linear.Identity")
             ]
-    model = BiEncoder(
+    model = SentenceEncoder(
         bert,
         teacher.tokenizer,
         teacher.pooling,
-        dense,
         teacher.normalize,
         s.max_seq_length,
         teacher.lowercase_input,
+        dense,
     )
     texts = list(dict.fromkeys(texts))
     if len(texts) < s.batch_size:
@@ -381,7 +381,7 @@ def distill_embeddings(
     items = list(range(len(texts)))
 
     def collate(idx: list[int]) -> dict[str, Any]:
-        return {"x": dict(model.tokenize([texts[i] for i in idx])), "y": targets[idx]}
+        return {"x": dict(model.tokenize_batch([texts[i] for i in idx])), "y": targets[idx]}
 
     def loss_fn(m, batch):
         x = batch["x"]

@@ -1,5 +1,6 @@
 """Atomic file and directory writes (nothing half-written is ever left under the final name, and the files get
-the permissions the umask asks for), UTF-8 reading with a file:line error, and where a model directory is."""
+the permissions the umask asks for), UTF-8 and JSON Lines reading with a file:line error, and where a model
+directory is."""
 
 from __future__ import annotations
 
@@ -95,6 +96,26 @@ def decode_line(raw: bytes, path: str | os.PathLike, lineno: int) -> str:
         raise UserError(
             f"{path}:{lineno}: not UTF-8 (byte {raw[e.start]:#04x}); re-encode the file as UTF-8"
         ) from None
+
+
+def read_jsonl(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON Lines file, as read; UserError naming the file
+    (and the line) when it is missing, or a line is not UTF-8 or not JSON. Callers check the values' shape."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: {what} not found")
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            line = decode_line(raw, path, lineno)
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark some editors write
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
+            yield lineno, value
 
 
 def _fsync_dir(path: Path) -> None:

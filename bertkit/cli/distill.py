@@ -46,9 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _texts(path: Path) -> list[str]:
     if path.suffix == ".jsonl":
-        from ..retrieval.data import _jsonl, _text
+        from ..sentence.data import objects, text_field
 
-        return [_text(path, n, obj, "text", "query", "sentence1") for n, obj in _jsonl(path)]
+        return [text_field(path, n, obj, "text", "query", "sentence1") for n, obj in objects(path)]
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

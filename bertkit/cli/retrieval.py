@@ -133,13 +133,13 @@ def _sample(items: list, n: int | None, seed: int) -> list:
 
 
 def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..retrieval.bi_encoder import BiEncoder
-    from ..retrieval.data import read_corpus, read_pairs
-    from ..retrieval.train_embed import EmbedSettings, train_embed
+    from ..sentence.data import read_corpus, read_pairs
+    from ..sentence.encoder import SentenceEncoder
+    from ..sentence.train_embed import EmbedSettings, train_embed
 
     pairs = _sample(read_pairs(args.train), args.max_pairs, args.seed)
     corpus = read_corpus(args.corpus)[1] if args.corpus else None
-    model = BiEncoder.from_pretrained(
+    model = SentenceEncoder.from_pretrained(
         args.model,
         pooling=args.pooling,
         dense_dim=args.dense_dim,
@@ -163,8 +163,8 @@ def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..retrieval.data import read_corpus, read_pairs
-    from ..retrieval.rerank import RerankSettings, build_triples, train_rerank
+    from ..sentence.data import read_corpus, read_pairs
+    from ..sentence.train_rerank import RerankSettings, build_triples, train_rerank
 
     all_pairs = read_pairs(args.train)
     pairs = _sample(all_pairs, args.max_pairs, args.seed)
@@ -185,17 +185,18 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     hard = None
     if args.hard_negatives_model is not None:
         from ..io import resolve_model_dir
-        from ..retrieval.bi_encoder import BiEncoder
+        from ..sentence.encoder import SentenceEncoder
 
-        hard = BiEncoder.from_pretrained(resolve_model_dir(args.hard_negatives_model))
+        hard = SentenceEncoder.from_pretrained(resolve_model_dir(args.hard_negatives_model))
     triples = build_triples(pairs, corpus, settings, random.Random(args.seed), hard_model=hard)
     return train_rerank(args.model, triples, args.out, settings)
 
 
 def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..embed import CrossEncoder, SentenceEncoder
-    from ..retrieval.data import read_corpus, read_queries
     from ..retrieval.evaluate import evaluate_retrieval
+    from ..sentence.cross_encoder import CrossEncoder
+    from ..sentence.data import read_corpus, read_queries
+    from ..sentence.encoder import SentenceEncoder
 
     texts, relevant = read_queries(args.queries)
     keep = _sample(list(range(len(texts))), args.max_queries, args.seed)
@@ -216,9 +217,9 @@ def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def evaluate_sts_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..embed import SentenceEncoder
-    from ..retrieval.data import read_pairs
     from ..retrieval.sts import evaluate_sts
+    from ..sentence.data import read_pairs
+    from ..sentence.encoder import SentenceEncoder
 
     pairs = read_pairs(args.data)
     if any(p.score is None for p in pairs):
@@ -232,7 +233,7 @@ def evaluate_sts_cmd(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def squad_data_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..retrieval.data import squad_split, write_jsonl
+    from ..sentence.data import squad_split, write_jsonl
 
     train, queries, corpus = squad_split(args.input, args.train_articles, args.eval_articles)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -70,9 +70,9 @@ class InferenceService:
         precision: str = "fp32",
     ) -> None:
         from ..config import BertConfig
-        from ..embed import SentenceEncoder
         from ..export import model_class_for
         from ..model import BertModel
+        from ..sentence.encoder import SentenceEncoder
         from ..tokenizer import Tokenizer
 
         self.model_dir = Path(model_dir)

@@ -4,8 +4,8 @@ binary cross-entropy on (query, passage, label) triples.
 The triples come from labelled pairs as they are, or from (query, positive) pairs plus negatives: the
 pair's own ``negatives``, ``sampled`` ones (passages drawn uniformly from the corpus, never the positive)
 and ``hard`` ones (the best-scoring non-positive passages of a bi-encoder, ``hard_negatives_model``).
-The saved model is a Hugging Face sequence-classification dir with ``num_labels=1``: bertkit's
-``CrossEncoder`` and sentence-transformers' ``CrossEncoder`` both load it.
+The model is a :class:`~.cross_encoder.CrossEncoder` with a new one-logit head (``num_labels=1``), saved
+as a Hugging Face sequence-classification dir.
 """
 
 from __future__ import annotations
@@ -83,9 +83,8 @@ def train_rerank(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Fine-tune ``model_dir`` (any BERT dir; a new one-logit head) on the triples; save ``OUT/model``."""
-    from ..heads.finetune import BertForSequenceClassification
-    from ..tokenizer import Tokenizer
     from ..train.simple import adamw_trainer
+    from .cross_encoder import CrossEncoder
 
     s = settings
     if len(triples) < s.batch_size:
@@ -93,23 +92,15 @@ def train_rerank(
             f"{len(triples)} training pairs are fewer than one batch (--batch-size {s.batch_size})"
         )
     out_dir = Path(out_dir)
-    model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=1)
-    tok = Tokenizer.from_pretrained(model_dir)
+    model = CrossEncoder.from_pretrained(model_dir, max_length=s.max_length, num_labels=1)
 
     def collate(items: list[tuple[str, str, float]]) -> dict[str, torch.Tensor]:
-        enc = tok(
-            [q for q, _, _ in items],
-            [p for _, p, _ in items],
-            max_length=s.max_length,
-            padding=True,
-            truncation=True,
-            return_tensors="pt",
-        )
-        return {**dict(enc), "labels": torch.tensor([y for _, _, y in items], dtype=torch.float32)}
+        enc = model.tokenize_batch([(q, p) for q, p, _ in items])
+        return {**enc, "labels": torch.tensor([y for _, _, y in items], dtype=torch.float32)}
 
     def loss_fn(m, batch):
         labels = batch.pop("labels")
-        logits = m(**batch).logits[:, 0]
+        logits = m(**batch)[:, 0]
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
         acc = ((logits > 0).float() == labels).float().sum()
         return loss, {"accuracy": (acc, float(len(labels)))}
@@ -124,8 +115,7 @@ def train_rerank(
     summary = trainer.fit()
     seconds = time.perf_counter() - t0
     model.eval()
-    model.save_pretrained(out_dir / "model")
-    tok.save_pretrained(out_dir / "model")
+    model.save(out_dir / "model")
     result = {
         "steps": steps,
         "triples": len(triples),

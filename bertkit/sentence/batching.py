@@ -1,0 +1,41 @@
+"""Token-id lists -> padded batch tensors, and the inference mode the sentence models predict in."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+
+def pad(rows: Sequence[Sequence[int]], pad_id: int, types: Sequence[Sequence[int]] | None = None):
+    """``rows`` of token ids -> (ids [B, T], mask [B, T], token types [B, T]) as int64, T the longest row."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    type_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+        if types is not None:
+            type_ids[i, : len(r)] = torch.tensor(types[i])
+    return ids, mask, type_ids
+
+
+def length_order(rows: Sequence[Sequence[int]]) -> list[int]:
+    """Row positions longest first: batches of similar length carry little padding, and memory peaks early."""
+    return sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+
+
+@contextlib.contextmanager
+def predicting(module: nn.Module) -> Iterator[None]:
+    """Eval mode and no autograd for the block; the module's training flag is restored afterwards (a model
+    being trained may be evaluated between steps)."""
+    was = module.training
+    module.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        module.train(was)
