@@ -23,6 +23,7 @@ import torch
 
 from ..errors import UserError
 from ..io import atomic_write_json
+from ..train.simple import AdamWSettings
 from .data import Pair
 from .encoder import SentenceEncoder
 from .losses import cosent, cosine_loss, mnrl
@@ -32,19 +33,11 @@ LOSSES = ("mnrl", "cosine", "cosent")
 
 
 @dataclass
-class EmbedSettings:
+class EmbedSettings(AdamWSettings):
     loss: str = "mnrl"
     symmetric: bool = False
     scale: float = 20.0
     hard_negatives: int = 0
-    epochs: float = 1.0
-    batch_size: int = 32
-    lr: float = 2e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    precision: str = "fp32"
-    log_every: int = 10
 
 
 def mine_hard_negatives(
@@ -130,8 +123,6 @@ def train_embed(
     """Train ``model`` on ``pairs``; save it under ``OUT/model`` (sentence-transformers folder) and write
     ``OUT/train_log.json``. Returns the summary (steps, final loss, pairs/s). ``plot``: draw
     ``OUT/curves.png`` at the end (about 1.5 s of matplotlib; ``train_seconds`` includes it)."""
-    from ..train.simple import adamw_trainer
-
     s = settings
     if s.loss not in LOSSES:
         raise UserError(f"unknown --loss {s.loss!r}; choose one of {', '.join(LOSSES)}")
@@ -158,11 +149,9 @@ def train_embed(
         t0 = time.perf_counter()
         pairs = mine_hard_negatives(model, pairs, corpus or [p.positive for p in pairs], s.hard_negatives)
         mined_s = time.perf_counter() - t0
-    trainer, steps = adamw_trainer(
-        model, pairs, s.batch_size, _Collate(model, scored),
-        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
-        out_dir=out_dir, loss_fn=make_loss_fn(s), precision=s.precision, log_every=s.log_every,
-        tokens_fn=_tokens, eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
+    trainer, steps = s.trainer(
+        model, pairs, _Collate(model, scored), out_dir=out_dir, loss_fn=make_loss_fn(s), tokens_fn=_tokens,
+        eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
     )  # fmt: skip
     t0 = time.perf_counter()
     summary = trainer.fit()

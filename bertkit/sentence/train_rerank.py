@@ -22,22 +22,15 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..io import atomic_write_json
+from ..train.simple import AdamWSettings
 from .data import Pair
 
 
 @dataclass
-class RerankSettings:
+class RerankSettings(AdamWSettings):
     negatives: int = 3  # sampled negatives per query
     hard_negatives: int = 0  # mined negatives per query (needs hard_negatives_model)
-    epochs: float = 1.0
-    batch_size: int = 32
-    lr: float = 2e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
     max_length: int = 256
-    seed: int = 0
-    precision: str = "fp32"
-    log_every: int = 10
 
 
 def build_triples(
@@ -83,7 +76,6 @@ def train_rerank(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Fine-tune ``model_dir`` (any BERT dir; a new one-logit head) on the triples; save ``OUT/model``."""
-    from ..train.simple import adamw_trainer
     from .cross_encoder import CrossEncoder
 
     s = settings
@@ -105,12 +97,9 @@ def train_rerank(
         acc = ((logits > 0).float() == labels).float().sum()
         return loss, {"accuracy": (acc, float(len(labels)))}
 
-    trainer, steps = adamw_trainer(
-        model, triples, s.batch_size, collate,
-        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
-        out_dir=out_dir, loss_fn=loss_fn, precision=s.precision, log_every=s.log_every,
-        progress=progress, desc="train-rerank",
-    )  # fmt: skip
+    trainer, steps = s.trainer(
+        model, triples, collate, out_dir=out_dir, loss_fn=loss_fn, progress=progress, desc="train-rerank"
+    )
     t0 = time.perf_counter()
     summary = trainer.fit()
     seconds = time.perf_counter() - t0
