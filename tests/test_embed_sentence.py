@@ -161,6 +161,20 @@ def test_similarity_and_the_exact_index(tmp_path):
         index.add(np.array([1]), np.zeros((1, 4)))
 
 
+def test_one_home_for_sentence_models():
+    """The sentence models live in bertkit.sentence and the exact index in bertkit.index: the old module and
+    the second index class are gone, not re-exported."""
+    import pkgutil
+
+    import bertkit
+    import bertkit.retrieval
+
+    assert "embed" not in {m.name for m in pkgutil.iter_modules(bertkit.__path__)}
+    assert "bi_encoder" not in {m.name for m in pkgutil.iter_modules(bertkit.retrieval.__path__)}
+    assert "DenseIndex" not in bertkit.__all__ and not hasattr(bertkit, "DenseIndex")
+    assert bertkit.SentenceEncoder is SentenceEncoder and bertkit.CrossEncoder is CrossEncoder
+
+
 def test_cross_encoder_rerank(tiny_dir, tmp_path):
     torch.manual_seed(1)
     config = BertConfig.preset("tiny", vocab_size=len(VOCAB), max_position_embeddings=32, num_labels=1)

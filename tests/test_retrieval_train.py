@@ -147,6 +147,22 @@ def test_dense_loading_refuses_what_it_cannot_trust(tiny_dir, tmp_path):
 # ------------------------------------------------------------------------------------------ training
 
 
+def test_one_module_trains_and_encodes_and_keeps_its_training_flag(tiny_dir):
+    """forward (training) and encode (inference) give the same vectors; encode runs in eval mode (no dropout)
+    and hands the training flag back, so a model evaluated between steps goes on training."""
+    texts = ["the cat sits on a red mat", "tell me about dogs", "fox"]
+    model = SentenceEncoder.from_pretrained(tiny_dir, dense_dim=8, normalize=True)
+    assert not model.training  # built for inference
+    model.train()
+    first, again = model.encode(texts), model.encode(texts)
+    assert model.training and model.model.training and model.dense[0].training
+    np.testing.assert_array_equal(first, again)  # dropout was off while encoding
+    batch = model.tokenize_batch(texts)
+    with torch.no_grad():
+        vectors = model.eval()(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    np.testing.assert_allclose(vectors.numpy(), first, atol=1e-6)
+
+
 @pytest.mark.parametrize("kernels_on", [True, False])
 def test_one_pass_over_queries_and_passages_gives_each_batch_its_own_vectors(tiny_dir, kernels_on):
     pairs, _ = synthetic(1, per_topic=1)

@@ -6,10 +6,12 @@ import contextlib
 from collections.abc import Iterator, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 
-def pad(rows: Sequence[Sequence[int]], pad_id: int, types: Sequence[Sequence[int]] | None = None):
+def pad(
+    rows: Sequence[Sequence[int]], pad_id: int, types: Sequence[Sequence[int]] | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
     """``rows`` of token ids -> (ids [B, T], mask [B, T], token types [B, T]) as int64, T the longest row."""
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..errors import UserError
-from ..io import atomic_write
+from ..io import atomic_write, atomic_write_json
 
 # sentence-transformers' names of the activations a Dense module may use (nothing else is imported by name)
 DENSE_ACTIVATIONS = {
@@ -71,8 +70,7 @@ class Dense(torch.nn.Module):
             "bias": self.bias,
             "activation_function": self.activation,
         }
-        with atomic_write(path / "config.json") as f:
-            json.dump(cfg, f, indent=2)
+        atomic_write_json(path / "config.json", cfg)
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         with atomic_write(path / "model.safetensors", "wb") as f:
             f.write(save(tensors))
