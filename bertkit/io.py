@@ -61,18 +61,25 @@ def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def read_text(path: str | os.PathLike, what: str = "file") -> str:
-    """The text of a UTF-8 file (a BOM is dropped); UserError naming the file and line when it is missing,
-    a directory, or not UTF-8."""
-    path = Path(path)
+@contextlib.contextmanager
+def _reading(path: Path, what: str) -> Iterator[None]:
+    """The ways opening or reading a file fails, as one-line UserErrors naming it."""
     try:
-        data = path.read_bytes()
+        yield
     except FileNotFoundError:
         raise UserError(f"{path}: {what} not found") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a {what}") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read the {what} ({e.strerror})") from None
+
+
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """The text of a UTF-8 file (a BOM is dropped); UserError naming the file and line when it is missing,
+    a directory, or not UTF-8."""
+    path = Path(path)
+    with _reading(path, what):
+        data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -98,13 +105,13 @@ def decode_line(raw: bytes, path: str | os.PathLike, lineno: int) -> str:
         ) from None
 
 
-def read_jsonl(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[int, Any]]:
-    """(line number, value) of each non-blank line of a JSON Lines file, as read; UserError naming the file
-    (and the line) when it is missing, or a line is not UTF-8 or not JSON. Callers check the values' shape."""
+def read_jsonl(
+    path: str | os.PathLike, what: str = "file", objects: bool = False
+) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON Lines file; UserError naming the file (and the
+    line) when it cannot be read, or a line is not UTF-8 or not JSON, or (``objects``) not a JSON object."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: {what} not found")
-    with path.open("rb") as f:
+    with _reading(path, what), path.open("rb") as f:
         for lineno, raw in enumerate(f, start=1):
             line = decode_line(raw, path, lineno)
             if lineno == 1:
@@ -115,6 +122,8 @@ def read_jsonl(path: str | os.PathLike, what: str = "file") -> Iterator[tuple[in
                 value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
+            if objects and not isinstance(value, dict):
+                raise UserError(f"{path}: line {lineno}: expected a JSON object")
             yield lineno, value
 
 

@@ -1,5 +1,5 @@
 """The one JSON Lines reader (bertkit.io.read_jsonl) and its callers: `bertkit embed`, `bertkit index`, the
-retrieval data files and `bertkit distill --texts`; each bad line is refused in one line naming file and line."""
+retrieval data files, `bertkit distill --texts` and classification files; each bad line is refused in one line naming file and line."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from bertkit.cli import main as cli_main
 from bertkit.errors import UserError
 from bertkit.io import read_jsonl
+from bertkit.tasks.classify import read_classify
 
 BAD = {
     "not JSON": (
@@ -25,6 +26,8 @@ def test_read_jsonl_skips_blank_lines_and_a_byte_order_mark(tmp_path):
     path = tmp_path / "a.jsonl"
     path.write_bytes('\ufeff{"a": 1}\n\n  \n"text"\n[1, 2]\n'.encode())
     assert list(read_jsonl(path)) == [(1, {"a": 1}), (4, "text"), (5, [1, 2])]
+    with pytest.raises(UserError, match=r"a\.jsonl: line 4: expected a JSON object"):
+        list(read_jsonl(path, objects=True))
     with pytest.raises(UserError, match="input file not found"):
         list(read_jsonl(tmp_path / "missing.jsonl", "input file"))
 
@@ -63,3 +66,6 @@ def test_every_caller_refuses_a_bad_line_in_one_line(tmp_path, capsys, case):
     _one_line_error(capsys, argv, bad, message)
     argv = ["distill", "--teacher", no_model, "--student", "layers:0", "--task", "embed", "--texts", str(bad)]
     _one_line_error(capsys, [*argv, "--out", str(tmp_path / "d")], bad, message)
+    with pytest.raises(UserError, match=message) as err:  # finetune classify's reader
+        read_classify(bad)
+    assert str(bad) in str(err.value)

@@ -46,9 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _texts(path: Path) -> list[str]:
     if path.suffix == ".jsonl":
-        from ..sentence.data import objects, text_field
+        from ..io import read_jsonl
+        from ..sentence.data import text_field
 
-        return [text_field(path, n, obj, "text", "query", "sentence1") for n, obj in objects(path)]
+        rows = read_jsonl(path, objects=True)
+        return [text_field(path, n, obj, "text", "query", "sentence1") for n, obj in rows]
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

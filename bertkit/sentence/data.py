@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,6 @@ class Pair:
     score: float | None = None  # scored pairs (cosine / CoSENT) and labelled rerank pairs
 
 
-def objects(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of each line of a JSONL file whose every line is a JSON object."""
-    for lineno, obj in read_jsonl(path):
-        if not isinstance(obj, dict):
-            raise UserError(f"{path}: line {lineno}: expected a JSON object")
-        yield lineno, obj
-
-
 def text_field(path: Path, lineno: int, obj: dict, *names: str) -> str:
     for n in names:
         if isinstance(obj.get(n), str) and obj[n].strip():
@@ -55,7 +46,7 @@ def read_pairs(path: str | os.PathLike) -> list[Pair]:
         return [Pair(a, b, score=s) for a, b, s in read_sts(path)]
     pairs: list[Pair] = []
     kind = None
-    for lineno, obj in objects(path):
+    for lineno, obj in read_jsonl(path, objects=True):
         this = "scored" if "score" in obj else "labelled" if "label" in obj else "positive"
         if kind is not None and this != kind:
             raise UserError(
@@ -88,7 +79,7 @@ def read_corpus(path: str | os.PathLike) -> tuple[list[Any], list[str]]:
     """(ids, texts) of a corpus file; ids must be unique."""
     path = Path(path)
     ids, texts, seen = [], [], set()
-    for lineno, obj in objects(path):
+    for lineno, obj in read_jsonl(path, objects=True):
         if "id" not in obj:
             raise UserError(f"{path}: line {lineno}: missing 'id'")
         key = json.dumps(obj["id"], sort_keys=True)
@@ -106,7 +97,7 @@ def read_queries(path: str | os.PathLike) -> tuple[list[str], list[set]]:
     """(query texts, relevant corpus-id sets as JSON keys) of a queries file."""
     path = Path(path)
     texts, relevant = [], []
-    for lineno, obj in objects(path):
+    for lineno, obj in read_jsonl(path, objects=True):
         rel = obj.get("relevant")
         if not isinstance(rel, list) or not rel:
             raise UserError(f"{path}: line {lineno}: 'relevant' must be a non-empty list of corpus ids")
