@@ -1,5 +1,6 @@
 """The one JSON Lines reader (bertkit.io.read_jsonl) and its callers: `bertkit embed`, `bertkit index`, the
-retrieval data files, `bertkit distill --texts` and classification files; each bad line is refused in one line naming file and line."""
+retrieval data files, `bertkit distill --texts` and classification files; each refuses a bad line in one
+line naming the file and the line."""
 
 from __future__ import annotations
 
