@@ -480,6 +480,45 @@ def test_folder_saved_by_sentence_transformers_itself_loads(tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["train-embed", "train-rerank", "distill"])
+def test_training_commands_pass_every_flag_to_their_settings(command, tmp_path):
+    """Each command's settings come from its flags by name (AdamWSettings.from_args): every flag given here
+    reaches the settings, and what no flag names keeps its default."""
+    from bertkit.cli import build_parser
+    from bertkit.distill import DistillSettings
+
+    (tmp_path / "f.jsonl").write_text("{}\n")
+    common = {"epochs": 2.5, "batch_size": 8, "lr": 1e-4, "seed": 7, "precision": "bf16"}
+    given = {
+        "train-embed": (EmbedSettings, {**common, "loss": "cosent", "scale": 5.0, "hard_negatives": 2}),
+        "train-rerank": (RerankSettings, {**common, "negatives": 5, "hard_negatives": 1, "max_length": 64}),
+        "distill": (DistillSettings, {**common, "temperature": 3.0, "alpha": 0.25, "max_seq_length": 32}),
+    }
+    cls, values = given[command]
+    if command == "distill":
+        argv = [command, "--teacher", str(tmp_path), "--student", "mini", "--task", "embed"]
+    else:
+        argv = [
+            command,
+            "--train",
+            str(tmp_path / "f.jsonl"),
+            "--model",
+            str(tmp_path),
+            "--warmup-ratio",
+            "0.3",
+        ]
+        values = {**values, "warmup_ratio": 0.3}
+    if command == "train-embed":
+        argv, values = [*argv, "--symmetric"], {**values, "symmetric": True}
+    argv += ["--out", str(tmp_path / "out")]
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    settings = cls.from_args(build_parser().parse_args(argv))
+    assert {k: getattr(settings, k) for k in values} == values
+    assert settings.weight_decay == 0.01 and settings.log_every == 10  # no flag names them
+
+
+@pytest.mark.parametrize("command", ["train-embed", "train-rerank", "distill"])
 def test_training_commands_offer_precision_auto(command, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli_main([command, "--help"])

@@ -59,10 +59,7 @@ def distill_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..io import resolve_model_dir
 
     teacher = resolve_model_dir(args.teacher)
-    s = DistillSettings(
-        temperature=args.temperature, alpha=args.alpha, epochs=args.epochs, batch_size=args.batch_size,
-        lr=args.lr, max_seq_length=args.max_seq_length, seed=args.seed, precision=args.precision,
-    )  # fmt: skip
+    s = DistillSettings.from_args(args)
     if args.task == "embed":
         if args.texts is None:
             raise UserError("--task embed needs --texts (the texts whose teacher vectors the student learns)")

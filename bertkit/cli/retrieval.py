@@ -147,18 +147,7 @@ def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
         max_seq_length=args.max_seq_length,
         seed=args.seed,
     )
-    settings = EmbedSettings(
-        loss=args.loss,
-        symmetric=args.symmetric,
-        scale=args.scale,
-        hard_negatives=args.hard_negatives,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_ratio=args.warmup_ratio,
-        seed=args.seed,
-        precision=args.precision,
-    )
+    settings = EmbedSettings.from_args(args)
     return train_embed(model, pairs, args.out, settings, corpus=corpus)
 
 
@@ -171,17 +160,7 @@ def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
     # Negatives come from every training passage, not only the sampled pairs' own: a sample of 256 pairs
     # would leave hard-negative mining a pool of 256 passages.
     corpus = read_corpus(args.corpus)[1] if args.corpus else [p.positive for p in all_pairs]
-    settings = RerankSettings(
-        negatives=args.negatives,
-        hard_negatives=args.hard_negatives,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_ratio=args.warmup_ratio,
-        max_length=args.max_length,
-        seed=args.seed,
-        precision=args.precision,
-    )
+    settings = RerankSettings.from_args(args)
     hard = None
     if args.hard_negatives_model is not None:
         from ..io import resolve_model_dir

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from torch import nn
 
 from bertkit.train.batches import Batches
 from bertkit.train.loop import Trainer
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_of_ratio
+
+S = TypeVar("S", bound="AdamWSettings")
 
 
 @dataclass
@@ -26,6 +28,11 @@ class AdamWSettings:
     seed: int = 0
     precision: str = "fp32"
     log_every: int = 10
+
+    @classmethod
+    def from_args(cls: type[S], args: Any) -> S:
+        """The settings a command's parsed arguments give by the same names; the others keep their defaults."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
 
     def trainer(
         self, model: nn.Module, items: Sequence[Any], collate_fn: Callable[[list], Any], **trainer_kwargs: Any
