@@ -161,6 +161,8 @@ def test_one_module_trains_and_encodes_and_keeps_its_training_flag(tiny_dir):
     with torch.no_grad():
         vectors = model.eval()(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
     np.testing.assert_allclose(vectors.numpy(), first, atol=1e-6)
+    with pytest.raises(UserError, match="unknown pooling 'avg'"):  # one line, as the CLI shows it
+        SentenceEncoder.from_pretrained(tiny_dir, pooling="avg")
 
 
 @pytest.mark.parametrize("kernels_on", [True, False])
