@@ -25,9 +25,11 @@ def pad(
     return ids, mask, type_ids
 
 
-def length_order(rows: Sequence[Sequence[int]]) -> list[int]:
-    """Row positions longest first: batches of similar length carry little padding, and memory peaks early."""
-    return sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+def length_batches(rows: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """Row positions in batches of ``batch_size``, longest rows first: batches of similar length carry little
+    padding, and memory peaks early."""
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]))
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 @contextlib.contextmanager

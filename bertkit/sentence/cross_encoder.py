@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .batching import length_order, pad, predicting
+from .batching import length_batches, pad, predicting
 
 
 class CrossEncoder(nn.Module):
@@ -95,11 +95,9 @@ class CrossEncoder(nn.Module):
             return_tensors=None,
         )
         ids, types = enc["input_ids"], enc["token_type_ids"]
-        order = length_order(ids)
         device = self.model.device
         with predicting(self):
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
+            for idx in length_batches(ids, batch_size):
                 t_ids, t_mask, t_types = pad(
                     [ids[i] for i in idx], self.tokenizer.pad_token_id, [types[i] for i in idx]
                 )

@@ -26,7 +26,7 @@ from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast, resolve_inference_precision
 from ..pooling import POOLING_MODES, pool
 from ..prompts import Prompts
-from .batching import length_order, pad, predicting
+from .batching import length_batches, pad, predicting
 from .dense import TANH, Dense
 
 
@@ -210,15 +210,13 @@ class SentenceEncoder(nn.Module):
             return out[0] if single else out
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        order = length_order(ids)
-        batches = range(0, len(ids), batch_size)
+        batches = length_batches(ids, batch_size)
         if show_progress:
             from tqdm import tqdm
 
             batches = tqdm(batches, desc="encode", unit="batch")
         with predicting(self):
-            for start in batches:
-                idx = order[start : start + batch_size]
+            for idx in batches:
                 input_ids, mask, _ = pad([ids[i] for i in idx], self.tokenizer.pad_token_id)
                 input_ids, mask = input_ids.to(self.model.device), mask.to(self.model.device)
                 vec = self.sentence_vectors(self.hidden_states(input_ids, mask), mask)
