@@ -33,9 +33,9 @@ def child(pairs: int, threads: int, minilm: str, squad: str) -> dict:
     import torch
 
     import bertkit
-    from bertkit.retrieval.bi_encoder import BiEncoder
-    from bertkit.retrieval.data import Pair, squad_split
-    from bertkit.retrieval.train_embed import EmbedSettings, train_embed
+    from bertkit.sentence.data import Pair, squad_split
+    from bertkit.sentence.encoder import SentenceEncoder
+    from bertkit.sentence.train_embed import EmbedSettings, train_embed
 
     torch.set_num_threads(threads)
     train, _, _ = squad_split(Path(squad))
@@ -44,7 +44,7 @@ def child(pairs: int, threads: int, minilm: str, squad: str) -> dict:
     settings = EmbedSettings(loss="mnrl", epochs=1, batch_size=32, lr=2e-5, warmup_ratio=0.1, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
-        model = BiEncoder.from_pretrained(minilm, max_seq_length=128)
+        model = SentenceEncoder.from_pretrained(minilm, max_seq_length=128)
         out = train_embed(model, data, Path(tmp) / "run", settings, progress=False, plot=False)
     return {
         "bertkit": str(Path(bertkit.__file__).parent),

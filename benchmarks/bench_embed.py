@@ -37,8 +37,8 @@ def main() -> None:
 
     from transformers import AutoTokenizer, BertModel
 
-    from bertkit.embed import SentenceEncoder
     from bertkit.retrieval import read_sts
+    from bertkit.sentence.encoder import SentenceEncoder
 
     path = minilm_dir()
     sents = sorted({s for r in read_sts(args.sts) for s in r[:2]})

@@ -60,7 +60,7 @@ def _quality(encoder: Any, queries: list[dict], corpus: list[dict], start: Any =
 def sampled_split(n_pairs: int, n_queries: int) -> tuple[list[dict], list[dict], list[dict]]:
     """The bench's data (and ``benchmarks.work_ceiling``'s): ``n_pairs`` SQuAD training pairs and ``n_queries``
     held-out questions sampled with seed 0, and the paragraphs of those questions' articles as the corpus."""
-    from bertkit.retrieval.data import squad_split
+    from bertkit.sentence.data import squad_split
 
     if not SQUAD.is_file():
         raise NoData(f"{SQUAD} not found")
@@ -101,10 +101,9 @@ def run(args: Any) -> Iterator[dict[str, Any]]:
     except ImportError:  # sentence-transformers < 6
         from sentence_transformers.training_args import SentenceTransformerTrainingArguments
 
-    from bertkit.embed import SentenceEncoder
-    from bertkit.retrieval.bi_encoder import BiEncoder
-    from bertkit.retrieval.data import Pair
-    from bertkit.retrieval.train_embed import EmbedSettings, train_embed
+    from bertkit.sentence.data import Pair
+    from bertkit.sentence.encoder import SentenceEncoder
+    from bertkit.sentence.train_embed import EmbedSettings, train_embed
 
     quick = bool(getattr(args, "quick", False))
     n = int(getattr(args, "pairs", None) or (64 if quick else 512))
@@ -130,14 +129,14 @@ def run(args: Any) -> Iterator[dict[str, Any]]:
             # what every later run on this machine costs.
             warm = dataclasses.replace(s, epochs=1 / steps)
             train_embed(
-                BiEncoder.from_pretrained(minilm, max_seq_length=seq),
+                SentenceEncoder.from_pretrained(minilm, max_seq_length=seq),
                 pairs,
                 tmp / "warm",
                 warm,
                 progress=False,
             )
         torch.manual_seed(seed)
-        ours = BiEncoder.from_pretrained(minilm, max_seq_length=seq)
+        ours = SentenceEncoder.from_pretrained(minilm, max_seq_length=seq)
         summary = train_embed(ours, pairs, tmp / "ours", s, progress=False, plot=False)
         took = summary["train_seconds"]  # Trainer.fit: the training loop alone, as the reference's span
         if quality_skipped:

@@ -26,9 +26,8 @@ _EXPORTS: dict[str, str] = {
     "BertForTokenClassification": "bertkit.heads.finetune",
     "BertForQuestionAnswering": "bertkit.heads.finetune",
     "BertForMultipleChoice": "bertkit.heads.finetune",
-    "SentenceEncoder": "bertkit.embed",
-    "CrossEncoder": "bertkit.embed",
-    "DenseIndex": "bertkit.embed",
+    "SentenceEncoder": "bertkit.sentence.encoder",
+    "CrossEncoder": "bertkit.sentence.cross_encoder",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -32,23 +32,18 @@ from torch import Tensor, nn
 
 from .errors import UserError
 from .io import atomic_write_json
+from .train.simple import AdamWSettings
 
 logger = logging.getLogger("bertkit")
 
 
 @dataclass
-class DistillSettings:
+class DistillSettings(AdamWSettings):
     temperature: float = 2.0
     alpha: float = 0.5  # weight of the soft-target loss (1 - alpha: the hard labels)
     epochs: float = 3.0
-    batch_size: int = 32
     lr: float = 5e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
     max_seq_length: int = 128
-    seed: int = 0
-    precision: str = "fp32"
-    log_every: int = 10
     progress: bool = True
 
 
@@ -229,7 +224,6 @@ def distill_task(
     from .tasks.finetune import model_class
     from .tasks.spec import Settings
     from .tokenizer import Tokenizer
-    from .train.simple import adamw_trainer
 
     s = settings
     if task.kind not in ("seq", "token") or task.labels is None or task.multi_label:
@@ -273,11 +267,9 @@ def distill_task(
         agree = (s_logits.argmax(-1) == t_logits.argmax(-1)).float().sum()
         return loss, {"soft": soft.detach(), "hard": hard.detach(), "agreement": (agree, float(len(labels)))}
 
-    trainer, steps = adamw_trainer(
-        model, train_feats, s.batch_size, lambda fs: collate(fs, task.kind, pad),
-        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
-        out_dir=out_dir, loss_fn=loss_fn, precision=s.precision, log_every=s.log_every,
-        progress=s.progress, desc="distill",
+    trainer, steps = s.trainer(
+        model, train_feats, lambda fs: collate(fs, task.kind, pad),
+        out_dir=out_dir, loss_fn=loss_fn, progress=s.progress, desc="distill",
     )  # fmt: skip
     teacher.to(trainer.device)
     t0 = time.perf_counter()
@@ -341,9 +333,9 @@ def distill_embeddings(
 ) -> dict[str, Any]:
     """A sentence encoder whose vectors regress the teacher's (MSE); ``OUT/model`` is a sentence-transformers
     folder. The teacher's vectors are computed once, before training."""
-    from .embed import Dense, SentenceEncoder
     from .model import BertModel
-    from .retrieval.bi_encoder import BiEncoder
+    from .sentence.dense import Dense
+    from .sentence.encoder import SentenceEncoder
     from .train.simple import adamw_trainer
 
     s = settings
@@ -365,14 +357,14 @@ def distill_embeddings(
             dense = [
                 Dense(bert.config.hidden_size, teacher.dim, activation="torch.nn.modules.linear.Identity")
             ]
-    model = BiEncoder(
+    model = SentenceEncoder(
         bert,
         teacher.tokenizer,
         teacher.pooling,
-        dense,
         teacher.normalize,
         s.max_seq_length,
         teacher.lowercase_input,
+        dense,
     )
     texts = list(dict.fromkeys(texts))
     if len(texts) < s.batch_size:
@@ -381,7 +373,7 @@ def distill_embeddings(
     items = list(range(len(texts)))
 
     def collate(idx: list[int]) -> dict[str, Any]:
-        return {"x": dict(model.tokenize([texts[i] for i in idx])), "y": targets[idx]}
+        return {"x": dict(model.tokenize_batch([texts[i] for i in idx])), "y": targets[idx]}
 
     def loss_fn(m, batch):
         x = batch["x"]

@@ -1,5 +1,6 @@
 """Atomic file and directory writes (nothing half-written is ever left under the final name, and the files get
-the permissions the umask asks for), UTF-8 reading with a file:line error, and where a model directory is."""
+the permissions the umask asks for), UTF-8 and JSON Lines reading with a file:line error, and where a model
+directory is."""
 
 from __future__ import annotations
 
@@ -60,18 +61,25 @@ def remove_stale_temps(directory: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def read_text(path: str | os.PathLike, what: str = "file") -> str:
-    """The text of a UTF-8 file (a BOM is dropped); UserError naming the file and line when it is missing,
-    a directory, or not UTF-8."""
-    path = Path(path)
+@contextlib.contextmanager
+def _reading(path: Path, what: str) -> Iterator[None]:
+    """The ways opening or reading a file fails, as one-line UserErrors naming it."""
     try:
-        data = path.read_bytes()
+        yield
     except FileNotFoundError:
         raise UserError(f"{path}: {what} not found") from None
     except IsADirectoryError:
         raise UserError(f"{path}: is a directory, expected a {what}") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read the {what} ({e.strerror})") from None
+
+
+def read_text(path: str | os.PathLike, what: str = "file") -> str:
+    """The text of a UTF-8 file (a BOM is dropped); UserError naming the file and line when it is missing,
+    a directory, or not UTF-8."""
+    path = Path(path)
+    with _reading(path, what):
+        data = path.read_bytes()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -95,6 +103,28 @@ def decode_line(raw: bytes, path: str | os.PathLike, lineno: int) -> str:
         raise UserError(
             f"{path}:{lineno}: not UTF-8 (byte {raw[e.start]:#04x}); re-encode the file as UTF-8"
         ) from None
+
+
+def read_jsonl(
+    path: str | os.PathLike, what: str = "file", objects: bool = False
+) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSON Lines file; UserError naming the file (and the
+    line) when it cannot be read, or a line is not UTF-8 or not JSON, or (``objects``) not a JSON object."""
+    path = Path(path)
+    with _reading(path, what), path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            line = decode_line(raw, path, lineno)
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark some editors write
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
+            if objects and not isinstance(value, dict):
+                raise UserError(f"{path}: line {lineno}: expected a JSON object")
+            yield lineno, value
 
 
 def _fsync_dir(path: Path) -> None:

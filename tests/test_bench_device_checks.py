@@ -83,8 +83,8 @@ def test_the_stand_in_has_the_real_minilm_tensor_names_dtypes_and_shapes(minilm_
 
 
 def test_the_stand_in_loads_in_bertkit_and_transformers_with_minilm_shapes(minilm_stand_in):
-    from bertkit.embed import SentenceEncoder
     from bertkit.model import BertModel
+    from bertkit.sentence.encoder import SentenceEncoder
     from bertkit.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained(minilm_stand_in)

@@ -24,7 +24,7 @@ from bertkit.distill import (
 )
 from bertkit.errors import UserError
 from bertkit.heads.finetune import BertForSequenceClassification, BertForTokenClassification
-from bertkit.retrieval.bi_encoder import BiEncoder
+from bertkit.sentence.encoder import SentenceEncoder
 from bertkit.tasks.glue import Example
 from bertkit.tasks.metrics import accuracy, ner_metrics
 from bertkit.tasks.ner import Sentence
@@ -169,7 +169,7 @@ def test_distill_token_classification_from_a_preset(tmp_path):
 
 def test_distill_embeddings_regresses_the_teacher(tmp_path):
     torch.manual_seed(0)
-    teacher = BiEncoder(
+    teacher = SentenceEncoder(
         BertForSequenceClassification(
             BertConfig.preset("tiny", vocab_size=len(VOCAB), max_position_embeddings=32, num_hidden_layers=4)
         ).bert,
@@ -195,9 +195,9 @@ def test_cli_distill_embed_and_errors(tmp_path, capsys):
 
     torch.manual_seed(0)
     cfg = BertConfig.preset("tiny", vocab_size=len(VOCAB), max_position_embeddings=32)
-    BiEncoder(BertForSequenceClassification(cfg).bert, Tokenizer.from_vocab(VOCAB), max_seq_length=16).save(
-        tmp_path / "t"
-    )
+    SentenceEncoder(
+        BertForSequenceClassification(cfg).bert, Tokenizer.from_vocab(VOCAB), max_seq_length=16
+    ).save(tmp_path / "t")
     rng = random.Random(3)
     (tmp_path / "texts.txt").write_text("\n".join(" ".join(rng.sample(OTHER, 3)) for _ in range(40)) + "\n")
     base = [

@@ -1,5 +1,5 @@
 """Sentence embeddings: parity with sentence-transformers' recipe for all-MiniLM-L6-v2 (computed here from
-transformers' BertModel), pooling modes, the dense index, cross-encoder re-ranking, real-data retrieval."""
+transformers' BertModel), pooling modes, the exact index, cross-encoder re-ranking, real-data retrieval."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ import torch
 
 from bertkit.cli import main as cli_main
 from bertkit.config import BertConfig
-from bertkit.embed import CrossEncoder, DenseIndex, SentenceEncoder, similarity
 from bertkit.errors import UserError
 from bertkit.heads.finetune import BertForSequenceClassification
+from bertkit.index import make_backend
 from bertkit.model import BertModel
 from bertkit.retrieval import evaluate_pair_retrieval, evaluate_sts, rankdata, read_sts, spearman
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.sentence.encoder import SentenceEncoder, similarity
 from bertkit.tokenizer import Tokenizer
 
 TEXTS = [
@@ -129,27 +131,48 @@ def test_sentence_transformers_folder_settings(tiny_dir, tmp_path):
         SentenceEncoder.from_pretrained(st)
 
 
-def test_similarity_and_dense_index(tmp_path):
+def test_similarity_and_the_exact_index(tmp_path):
     rng = np.random.default_rng(0)
     corpus = rng.standard_normal((50, 8)).astype(np.float32)
     sims = similarity(corpus[:3], corpus)
     assert sims.shape == (3, 50)
     np.testing.assert_allclose(np.diag(sims[:, :3]), 1.0, atol=1e-6)
-    index = DenseIndex(8)
-    index.add(corpus[:20], ids=[f"d{i}" for i in range(20)])
-    index.add(corpus[20:], ids=[f"d{i}" for i in range(20, 50)])
+    unit = corpus / np.linalg.norm(corpus, axis=1, keepdims=True)
+    index = make_backend("exact", 8)
+    index.add(np.arange(100, 120), unit[:20])
+    index.add(np.arange(120, 150), unit[20:])
     queries = corpus[[7, 33]] + 0.01 * rng.standard_normal((2, 8)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     scores, ids = index.search(queries, k=5)
-    assert [row[0] for row in ids] == ["d7", "d33"]
+    assert ids[:, 0].tolist() == [107, 133]
     assert scores.shape == (2, 5) and np.all(np.diff(scores, axis=1) <= 0)
     brute = np.argsort(-similarity(queries, corpus), axis=1)[:, :5]
-    assert ids == [[f"d{j}" for j in row] for row in brute]
+    assert ids.tolist() == (brute + 100).tolist()
+    np.testing.assert_allclose(
+        scores, np.take_along_axis(similarity(queries, corpus), brute, axis=1), atol=1e-6
+    )
     index.save(tmp_path / "idx.npz")
-    again = DenseIndex.load(tmp_path / "idx.npz")
-    assert len(again) == 50 and again.search(queries, k=5)[1] == ids
-    assert index.search(queries, k=100)[0].shape == (2, 50)
+    again = make_backend("exact", 8)
+    again.load(tmp_path / "idx.npz")
+    assert len(again) == 50 and again.search(queries, k=5)[1].tolist() == ids.tolist()
+    wide = index.search(queries, k=60)  # more than it holds: padded with id -1, score -inf
+    assert (wide[1][:, 50:] == -1).all() and np.isneginf(wide[0][:, 50:]).all()
     with pytest.raises(ValueError, match="dimension"):
-        index.add(np.zeros((1, 4)))
+        index.add(np.array([1]), np.zeros((1, 4)))
+
+
+def test_one_home_for_sentence_models():
+    """The sentence models live in bertkit.sentence and the exact index in bertkit.index: the old module and
+    the second index class are gone, not re-exported."""
+    import pkgutil
+
+    import bertkit
+    import bertkit.retrieval
+
+    assert "embed" not in {m.name for m in pkgutil.iter_modules(bertkit.__path__)}
+    assert "bi_encoder" not in {m.name for m in pkgutil.iter_modules(bertkit.retrieval.__path__)}
+    assert "DenseIndex" not in bertkit.__all__ and not hasattr(bertkit, "DenseIndex")
+    assert bertkit.SentenceEncoder is SentenceEncoder and bertkit.CrossEncoder is CrossEncoder
 
 
 def test_cross_encoder_rerank(tiny_dir, tmp_path):

@@ -14,10 +14,10 @@ from serving_utils import tiny_dir
 from bertkit import inference_precision as IP
 from bertkit import tuning
 from bertkit.cli import main as cli_main
-from bertkit.embed import SentenceEncoder
 from bertkit.errors import UserError
 from bertkit.heads.finetune import BertForSequenceClassification
 from bertkit.model import BertModel
+from bertkit.sentence.encoder import SentenceEncoder
 from bertkit.serving.service import InferenceService
 
 TEXTS = ["the cat sat on the mat", "a dog", "the movie was very good", "bad"]

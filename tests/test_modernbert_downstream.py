@@ -12,8 +12,8 @@ from bpe_folder import build_folder, generated_texts
 
 from bertkit.architectures import load_encoder, model_type_of
 from bertkit.cli import main
-from bertkit.embed import SentenceEncoder
 from bertkit.modernbert import ModernBertModel
+from bertkit.sentence.encoder import SentenceEncoder
 
 transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "ModernBertModel"):

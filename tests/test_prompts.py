@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main as cli_main
-from bertkit.embed import SentenceEncoder
 from bertkit.errors import UserError
 from bertkit.prompts import Prompts
+from bertkit.sentence.encoder import SentenceEncoder
 
 TEXTS = ["how do cats sleep", "Cats sleep up to sixteen hours a day.", "a dog"]
 PROMPTS = {"query": "query: ", "passage": "passage: "}

@@ -13,10 +13,10 @@ import torch
 from test_retrieval_train import FILLER, TOPICS, VOCAB, synthetic
 
 from bertkit.config import BertConfig
-from bertkit.embed import CrossEncoder
 from bertkit.heads.finetune import BertForSequenceClassification
 from bertkit.retrieval.evaluate import evaluate_retrieval
-from bertkit.retrieval.rerank import RerankSettings, train_rerank
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.sentence.train_rerank import RerankSettings, train_rerank
 from bertkit.tokenizer import Tokenizer
 
 

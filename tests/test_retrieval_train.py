@@ -16,16 +16,18 @@ import torch
 from bertkit import kernels
 from bertkit.cli import main as cli_main
 from bertkit.config import BertConfig
-from bertkit.embed import CrossEncoder, Dense, SentenceEncoder
 from bertkit.errors import UserError
 from bertkit.model import BertModel
-from bertkit.retrieval.bi_encoder import BiEncoder, read_modules
-from bertkit.retrieval.data import Pair, read_pairs
 from bertkit.retrieval.evaluate import evaluate_retrieval
-from bertkit.retrieval.losses import cosent, cosine_loss, mnrl
 from bertkit.retrieval.metrics import query_metrics, retrieval_metrics
-from bertkit.retrieval.rerank import RerankSettings, build_triples, train_rerank
-from bertkit.retrieval.train_embed import EmbedSettings, embed_together, mine_hard_negatives, train_embed
+from bertkit.sentence.cross_encoder import CrossEncoder
+from bertkit.sentence.data import Pair, read_pairs
+from bertkit.sentence.dense import Dense
+from bertkit.sentence.encoder import SentenceEncoder
+from bertkit.sentence.folder import read_modules
+from bertkit.sentence.losses import cosent, cosine_loss, mnrl
+from bertkit.sentence.train_embed import EmbedSettings, embed_together, mine_hard_negatives, train_embed
+from bertkit.sentence.train_rerank import RerankSettings, build_triples, train_rerank
 from bertkit.tokenizer import Tokenizer
 
 TOPICS = "cat dog bird fish horse cow sheep goat lion tiger bear wolf fox deer mouse frog".split()
@@ -110,7 +112,7 @@ def test_ranking_metrics_by_hand():
 @pytest.mark.parametrize("pooling", ["cls", "max", "mean"])
 def test_saved_folder_loads_in_sentence_transformers_with_dense_and_normalize(tiny_dir, tmp_path, pooling):
     st = pytest.importorskip("sentence_transformers")
-    model = BiEncoder.from_pretrained(tiny_dir, pooling=pooling, dense_dim=16, normalize=True, seed=1)
+    model = SentenceEncoder.from_pretrained(tiny_dir, pooling=pooling, dense_dim=16, normalize=True, seed=1)
     model.save(tmp_path / "m")
     assert read_modules(tmp_path / "m") == ["Transformer", "Pooling", "Dense", "Normalize"]
     texts = ["the cat sits on a red mat", "tell me about dogs", "fox"]
@@ -124,7 +126,7 @@ def test_saved_folder_loads_in_sentence_transformers_with_dense_and_normalize(ti
 
 
 def test_dense_loading_refuses_what_it_cannot_trust(tiny_dir, tmp_path):
-    model = BiEncoder.from_pretrained(tiny_dir, dense_dim=8)
+    model = SentenceEncoder.from_pretrained(tiny_dir, dense_dim=8)
     model.save(tmp_path / "m")
     modules = json.loads((tmp_path / "m" / "modules.json").read_text())
     modules[2]["path"] = "../elsewhere"
@@ -145,14 +147,32 @@ def test_dense_loading_refuses_what_it_cannot_trust(tiny_dir, tmp_path):
 # ------------------------------------------------------------------------------------------ training
 
 
+def test_one_module_trains_and_encodes_and_keeps_its_training_flag(tiny_dir):
+    """forward (training) and encode (inference) give the same vectors; encode runs in eval mode (no dropout)
+    and hands the training flag back, so a model evaluated between steps goes on training."""
+    texts = ["the cat sits on a red mat", "tell me about dogs", "fox"]
+    model = SentenceEncoder.from_pretrained(tiny_dir, dense_dim=8, normalize=True)
+    assert not model.training  # built for inference
+    model.train()
+    first, again = model.encode(texts), model.encode(texts)
+    assert model.training and model.model.training and model.dense[0].training
+    np.testing.assert_array_equal(first, again)  # dropout was off while encoding
+    batch = model.tokenize_batch(texts)
+    with torch.no_grad():
+        vectors = model.eval()(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    np.testing.assert_allclose(vectors.numpy(), first, atol=1e-6)
+    with pytest.raises(UserError, match="unknown pooling 'avg'"):  # one line, as the CLI shows it
+        SentenceEncoder.from_pretrained(tiny_dir, pooling="avg")
+
+
 @pytest.mark.parametrize("kernels_on", [True, False])
 def test_one_pass_over_queries_and_passages_gives_each_batch_its_own_vectors(tiny_dir, kernels_on):
     pairs, _ = synthetic(1, per_topic=1)
-    model = BiEncoder.from_pretrained(tiny_dir).eval()
-    queries = model.tokenize(
-        [p.query for p in pairs[:5]]
-    )  # short: padded to the passages' length in the pass
-    passages = model.tokenize([p.positive + " and the red fox" * (i % 3) for i, p in enumerate(pairs[:7])])
+    model = SentenceEncoder.from_pretrained(tiny_dir).eval()
+    queries = model.tokenize_batch([p.query for p in pairs[:5]])  # short: padded to the passages' length
+    passages = model.tokenize_batch(
+        [p.positive + " and the red fox" * (i % 3) for i, p in enumerate(pairs[:7])]
+    )
     assert queries["input_ids"].shape[1] < passages["input_ids"].shape[1]
     with torch.no_grad(), contextlib.nullcontext() if kernels_on else kernels.reference_ops():
         q, p = embed_together(model, [dict(queries), dict(passages)])
@@ -164,7 +184,7 @@ def test_one_pass_over_queries_and_passages_gives_each_batch_its_own_vectors(tin
 
 def test_mined_hard_negatives_exclude_the_positive(tiny_dir):
     pairs, corpus = synthetic(0, per_topic=2)
-    model = BiEncoder.from_pretrained(tiny_dir)
+    model = SentenceEncoder.from_pretrained(tiny_dir)
     mined = mine_hard_negatives(model, pairs, corpus + [pairs[0].positive], 3)
     assert all(len(m.negatives) == 3 and m.positive not in m.negatives for m in mined)
     assert all(set(m.negatives) <= set(corpus) for m in mined)
@@ -183,8 +203,8 @@ def test_train_embed_improves_held_out_retrieval(tiny_dir, tmp_path, hard, symme
     torch.manual_seed(0)
     train, _ = synthetic(1)
     held_out = [p for p in synthetic(2, per_topic=1)[0]]
-    model = BiEncoder.from_pretrained(tiny_dir, normalize=True)
-    before = _recall_at_1(model.encoder(), held_out)
+    model = SentenceEncoder.from_pretrained(tiny_dir, normalize=True)
+    before = _recall_at_1(model, held_out)
     s = EmbedSettings(epochs=6, batch_size=16, lr=1e-3, hard_negatives=hard, symmetric=symmetric, log_every=5)
     summary = train_embed(model, train, tmp_path / "run", s, progress=False)
     trained = SentenceEncoder.from_pretrained(tmp_path / "run" / "model")
@@ -208,7 +228,7 @@ def test_train_embed_follows_sentence_transformers_trainer_step_for_step(tiny_di
     from bertkit.train.batches import Batches
 
     start = tmp_path / "start"
-    BiEncoder.from_pretrained(tiny_dir, normalize=True).save(start)
+    SentenceEncoder.from_pretrained(tiny_dir, normalize=True).save(start)
     config = json.loads((start / "config.json").read_text())
     (start / "config.json").write_text(
         json.dumps({**config, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0})
@@ -220,7 +240,9 @@ def test_train_embed_follows_sentence_transformers_trainer_step_for_step(tiny_di
     s = EmbedSettings(
         epochs=2, batch_size=batch, lr=1e-3, warmup_ratio=0.25, weight_decay=0.01, seed=seed, log_every=1
     )
-    train_embed(BiEncoder.from_pretrained(start), pairs, tmp_path / "ours", s, progress=False, plot=False)
+    train_embed(
+        SentenceEncoder.from_pretrained(start), pairs, tmp_path / "ours", s, progress=False, plot=False
+    )
 
     class InOrder(st.SentenceTransformerTrainer):
         def get_batch_sampler(self, dataset, batch_size, drop_last, *args, **kwargs):
@@ -267,7 +289,7 @@ def test_train_embed_auto_precision_measures_the_nested_batch(tiny_dir, tmp_path
     monkeypatch.setattr(P, "_cpu_has_bf16", lambda: True)  # measured even on a CPU without native bf16
     torch.manual_seed(0)
     train, _ = synthetic(1)
-    model = BiEncoder.from_pretrained(tiny_dir, normalize=True)
+    model = SentenceEncoder.from_pretrained(tiny_dir, normalize=True)
     s = EmbedSettings(epochs=1, batch_size=16, lr=1e-3, precision="auto")
     summary = train_embed(model, train, tmp_path / "run", s, progress=False, plot=False)
     assert not (
@@ -294,11 +316,11 @@ def test_train_embed_scored_pairs_raise_correlation(tiny_dir, tmp_path, loss):
         score = 5.0 if group[a] == group[b] else float(rng.choice([0, 1]))  # 0-5 like STS-B
         rows.append(Pair(f"the {a} is {rng.choice(FILLER)}", f"a {b} {rng.choice(FILLER)}", score=score))
     gold = [(p.query, p.positive, p.score) for p in rows]
-    model = BiEncoder.from_pretrained(tiny_dir)
-    before = evaluate_sts(model.encoder(), gold)
+    model = SentenceEncoder.from_pretrained(tiny_dir)
+    before = evaluate_sts(model, gold)
     settings = EmbedSettings(loss=loss, epochs=8, batch_size=16, lr=1e-3)
     train_embed(model, rows, tmp_path / "c", settings, progress=False)
-    after = evaluate_sts(model.encoder(), gold)
+    after = evaluate_sts(model, gold)
     assert after["spearman"] > before["spearman"] + 20, (before, after)
 
 
@@ -446,7 +468,9 @@ def test_folder_saved_by_sentence_transformers_itself_loads(tiny_dir, tmp_path):
     tokenizer's config, not sentence_bert_config.json: bertkit reads its folders as it does, truncation
     included (read as 512, the long text below would be embedded whole)."""
     st = pytest.importorskip("sentence_transformers")
-    BiEncoder.from_pretrained(tiny_dir, pooling="max", dense_dim=8, max_seq_length=6).save(tmp_path / "m")
+    SentenceEncoder.from_pretrained(tiny_dir, pooling="max", dense_dim=8, max_seq_length=6).save(
+        tmp_path / "m"
+    )
     model = st.SentenceTransformer(str(tmp_path / "m"), device="cpu")
     model.save(str(tmp_path / "resaved"))
     texts = ["the cat sits", "a red fox", "the cat sits on the mat and a red fox runs past the cat again"]
@@ -455,6 +479,45 @@ def test_folder_saved_by_sentence_transformers_itself_loads(tiny_dir, tmp_path):
     assert ours.max_seq_length == model.max_seq_length == 6
     assert SentenceEncoder.from_pretrained(tmp_path / "resaved", max_seq_length=12).max_seq_length == 12
     np.testing.assert_allclose(ours.encode(texts), model.encode(texts, convert_to_numpy=True), atol=1e-5)
+
+
+@pytest.mark.parametrize("command", ["train-embed", "train-rerank", "distill"])
+def test_training_commands_pass_every_flag_to_their_settings(command, tmp_path):
+    """Each command's settings come from its flags by name (AdamWSettings.from_args): every flag given here
+    reaches the settings, and what no flag names keeps its default."""
+    from bertkit.cli import build_parser
+    from bertkit.distill import DistillSettings
+
+    (tmp_path / "f.jsonl").write_text("{}\n")
+    common = {"epochs": 2.5, "batch_size": 8, "lr": 1e-4, "seed": 7, "precision": "bf16"}
+    given = {
+        "train-embed": (EmbedSettings, {**common, "loss": "cosent", "scale": 5.0, "hard_negatives": 2}),
+        "train-rerank": (RerankSettings, {**common, "negatives": 5, "hard_negatives": 1, "max_length": 64}),
+        "distill": (DistillSettings, {**common, "temperature": 3.0, "alpha": 0.25, "max_seq_length": 32}),
+    }
+    cls, values = given[command]
+    if command == "distill":
+        argv = [command, "--teacher", str(tmp_path), "--student", "mini", "--task", "embed"]
+    else:
+        argv = [
+            command,
+            "--train",
+            str(tmp_path / "f.jsonl"),
+            "--model",
+            str(tmp_path),
+            "--warmup-ratio",
+            "0.3",
+        ]
+        values = {**values, "warmup_ratio": 0.3}
+    if command == "train-embed":
+        argv, values = [*argv, "--symmetric"], {**values, "symmetric": True}
+    argv += ["--out", str(tmp_path / "out")]
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    settings = cls.from_args(build_parser().parse_args(argv))
+    assert {k: getattr(settings, k) for k in values} == values
+    assert settings.weight_decay == 0.01 and settings.log_every == 10  # no flag names them
 
 
 @pytest.mark.parametrize("command", ["train-embed", "train-rerank", "distill"])

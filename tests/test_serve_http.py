@@ -18,10 +18,10 @@ pytest.importorskip("httpx", reason="TestClient needs httpx (test extra)")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from bertkit.config import BertConfig  # noqa: E402
-from bertkit.embed import SentenceEncoder  # noqa: E402
 from bertkit.heads.finetune import BertForSequenceClassification  # noqa: E402
 from bertkit.heads.pretraining import BertForMaskedLM  # noqa: E402
 from bertkit.model import BertModel  # noqa: E402
+from bertkit.sentence.encoder import SentenceEncoder  # noqa: E402
 from bertkit.serving import InferenceService, create_app  # noqa: E402
 from bertkit.serving.launch import ServerProcess, health_ok  # noqa: E402
 from bertkit.tokenizer import Tokenizer  # noqa: E402

@@ -24,13 +24,13 @@ from fastapi.testclient import TestClient  # noqa: E402
 from serving_utils import tiny_dir  # noqa: E402
 
 from bertkit.cli import main as cli_main  # noqa: E402
-from bertkit.embed import SentenceEncoder  # noqa: E402
 from bertkit.heads.finetune import (  # noqa: E402
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
 )
 from bertkit.model import BertModel  # noqa: E402
+from bertkit.sentence.encoder import SentenceEncoder  # noqa: E402
 from bertkit.serving import InferenceService, create_app  # noqa: E402
 from bertkit.serving.routes.predict import predict  # noqa: E402
 from bertkit.tokenizer import Tokenizer  # noqa: E402
@@ -418,10 +418,10 @@ def test_int8_close_to_float(tiny):
 def test_embed_applies_the_folders_dense_module(tmp_path):
     """A sentence-transformers folder with a Dense projection: /embed gives what SentenceEncoder.encode gives
     (pooling, then Dense), not the pooled hidden state."""
-    from bertkit.retrieval.bi_encoder import BiEncoder
+    from bertkit.sentence.encoder import SentenceEncoder
 
     base = tiny_dir(BertModel, tmp_path / "enc")
-    BiEncoder.from_pretrained(base, pooling="mean", dense_dim=8, seed=1).save(tmp_path / "st")
+    SentenceEncoder.from_pretrained(base, pooling="mean", dense_dim=8, seed=1).save(tmp_path / "st")
     expected = SentenceEncoder.from_pretrained(tmp_path / "st").encode(TEXTS)
     assert expected.shape == (len(TEXTS), 8)
     client = TestClient(create_app(tmp_path / "st"))

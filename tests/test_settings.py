@@ -32,7 +32,7 @@ before = dict(os.environ)
 import bertkit
 changed["bertkit"] = diff(before)
 import torch  # torch's own import is not ours to judge: the snapshot is taken after it
-for name in ("bertkit.model", "bertkit.pretrain", "bertkit.tokenizer", "bertkit.embed", "bertkit.serving",
+for name in ("bertkit.model", "bertkit.pretrain", "bertkit.tokenizer", "bertkit.sentence.encoder", "bertkit.serving",
              "bertkit.cli"):
     before = dict(os.environ)
     try:

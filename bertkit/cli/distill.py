@@ -46,9 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _texts(path: Path) -> list[str]:
     if path.suffix == ".jsonl":
-        from ..retrieval.data import _jsonl, _text
+        from ..io import read_jsonl
+        from ..sentence.data import text_field
 
-        return [_text(path, n, obj, "text", "query", "sentence1") for n, obj in _jsonl(path)]
+        rows = read_jsonl(path, objects=True)
+        return [text_field(path, n, obj, "text", "query", "sentence1") for n, obj in rows]
     return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -57,10 +59,7 @@ def distill_cmd(args: argparse.Namespace) -> dict[str, Any]:
     from ..io import resolve_model_dir
 
     teacher = resolve_model_dir(args.teacher)
-    s = DistillSettings(
-        temperature=args.temperature, alpha=args.alpha, epochs=args.epochs, batch_size=args.batch_size,
-        lr=args.lr, max_seq_length=args.max_seq_length, seed=args.seed, precision=args.precision,
-    )  # fmt: skip
+    s = DistillSettings.from_args(args)
     if args.task == "embed":
         if args.texts is None:
             raise UserError("--task embed needs --texts (the texts whose teacher vectors the student learns)")

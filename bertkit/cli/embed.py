@@ -95,30 +95,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _read_texts(path: Path, field: str) -> tuple[list[str], list[Any] | None]:
+    from ..io import read_jsonl
+
     if not path.is_file():
         raise UserError(f"{path}: input file not found")
     texts: list[str] = []
     ids: list[Any] = []
     if path.suffix in (".jsonl", ".json"):
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
-                if isinstance(obj, str):
-                    texts.append(obj)
-                    ids.append(None)
-                    continue
-                if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
-                    raise UserError(
-                        f"{path}: line {lineno}: expected an object with a string field {field!r} "
-                        "(choose the field with --text-field)"
-                    )
-                texts.append(obj[field])
-                ids.append(obj.get("id"))
+        for lineno, obj in read_jsonl(path, "input file"):
+            if isinstance(obj, str):
+                texts.append(obj)
+                ids.append(None)
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
+                raise UserError(
+                    f"{path}: line {lineno}: expected an object with a string field {field!r} "
+                    "(choose the field with --text-field)"
+                )
+            texts.append(obj[field])
+            ids.append(obj.get("id"))
         return texts, ids if any(i is not None for i in ids) else None
     with path.open(encoding="utf-8") as f:
         texts = [line.rstrip("\n").rstrip("\r") for line in f]
@@ -131,8 +126,8 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from ..embed import SentenceEncoder
     from ..io import atomic_write
+    from ..sentence.encoder import SentenceEncoder
 
     if args.out.suffix not in (".npy", ".jsonl"):
         raise UserError(f"{args.out}: output must end in .npy or .jsonl")

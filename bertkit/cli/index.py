@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from ..io import read_jsonl
 from . import args as A
 
 
@@ -121,7 +122,7 @@ class _Embedder:
         if self.model_dir is None:
             raise UserError(f"{where}: text inputs need --model (a sentence encoder directory)")
         if self._enc is None:
-            from ..embed import SentenceEncoder
+            from ..sentence.encoder import SentenceEncoder
 
             self._enc = SentenceEncoder.from_pretrained(self.model_dir)
         return self._enc.encode(texts, batch_size=64)
@@ -173,27 +174,20 @@ def _read_batches(
         meta = [_metadata(r, text_field) for _, r in rows]
         return x, ids, meta
 
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not (
-                isinstance(obj.get("vector"), list) or isinstance(obj.get(text_field), str)
-            ):
-                raise UserError(
-                    f"{path}: line {lineno}: expected an object with a 'vector' list or a string "
-                    f"{text_field!r} field"
-                )
-            obj.setdefault("id", count)
-            count += 1
-            rows.append((lineno, obj))
-            if len(rows) == batch_size:
-                yield flush()
-                rows = []
+    for lineno, obj in read_jsonl(path, "input file"):
+        if not isinstance(obj, dict) or not (
+            isinstance(obj.get("vector"), list) or isinstance(obj.get(text_field), str)
+        ):
+            raise UserError(
+                f"{path}: line {lineno}: expected an object with a 'vector' list or a string "
+                f"{text_field!r} field"
+            )
+        obj.setdefault("id", count)
+        count += 1
+        rows.append((lineno, obj))
+        if len(rows) == batch_size:
+            yield flush()
+            rows = []
     if rows:
         yield flush()
 

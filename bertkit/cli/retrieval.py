@@ -133,13 +133,13 @@ def _sample(items: list, n: int | None, seed: int) -> list:
 
 
 def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..retrieval.bi_encoder import BiEncoder
-    from ..retrieval.data import read_corpus, read_pairs
-    from ..retrieval.train_embed import EmbedSettings, train_embed
+    from ..sentence.data import read_corpus, read_pairs
+    from ..sentence.encoder import SentenceEncoder
+    from ..sentence.train_embed import EmbedSettings, train_embed
 
     pairs = _sample(read_pairs(args.train), args.max_pairs, args.seed)
     corpus = read_corpus(args.corpus)[1] if args.corpus else None
-    model = BiEncoder.from_pretrained(
+    model = SentenceEncoder.from_pretrained(
         args.model,
         pooling=args.pooling,
         dense_dim=args.dense_dim,
@@ -147,55 +147,35 @@ def train_embed_cmd(args: argparse.Namespace) -> dict[str, Any]:
         max_seq_length=args.max_seq_length,
         seed=args.seed,
     )
-    settings = EmbedSettings(
-        loss=args.loss,
-        symmetric=args.symmetric,
-        scale=args.scale,
-        hard_negatives=args.hard_negatives,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_ratio=args.warmup_ratio,
-        seed=args.seed,
-        precision=args.precision,
-    )
+    settings = EmbedSettings.from_args(args)
     return train_embed(model, pairs, args.out, settings, corpus=corpus)
 
 
 def train_rerank_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..retrieval.data import read_corpus, read_pairs
-    from ..retrieval.rerank import RerankSettings, build_triples, train_rerank
+    from ..sentence.data import read_corpus, read_pairs
+    from ..sentence.train_rerank import RerankSettings, build_triples, train_rerank
 
     all_pairs = read_pairs(args.train)
     pairs = _sample(all_pairs, args.max_pairs, args.seed)
     # Negatives come from every training passage, not only the sampled pairs' own: a sample of 256 pairs
     # would leave hard-negative mining a pool of 256 passages.
     corpus = read_corpus(args.corpus)[1] if args.corpus else [p.positive for p in all_pairs]
-    settings = RerankSettings(
-        negatives=args.negatives,
-        hard_negatives=args.hard_negatives,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_ratio=args.warmup_ratio,
-        max_length=args.max_length,
-        seed=args.seed,
-        precision=args.precision,
-    )
+    settings = RerankSettings.from_args(args)
     hard = None
     if args.hard_negatives_model is not None:
         from ..io import resolve_model_dir
-        from ..retrieval.bi_encoder import BiEncoder
+        from ..sentence.encoder import SentenceEncoder
 
-        hard = BiEncoder.from_pretrained(resolve_model_dir(args.hard_negatives_model))
+        hard = SentenceEncoder.from_pretrained(resolve_model_dir(args.hard_negatives_model))
     triples = build_triples(pairs, corpus, settings, random.Random(args.seed), hard_model=hard)
     return train_rerank(args.model, triples, args.out, settings)
 
 
 def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..embed import CrossEncoder, SentenceEncoder
-    from ..retrieval.data import read_corpus, read_queries
     from ..retrieval.evaluate import evaluate_retrieval
+    from ..sentence.cross_encoder import CrossEncoder
+    from ..sentence.data import read_corpus, read_queries
+    from ..sentence.encoder import SentenceEncoder
 
     texts, relevant = read_queries(args.queries)
     keep = _sample(list(range(len(texts))), args.max_queries, args.seed)
@@ -216,9 +196,9 @@ def evaluate_retrieval_cmd(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def evaluate_sts_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..embed import SentenceEncoder
-    from ..retrieval.data import read_pairs
     from ..retrieval.sts import evaluate_sts
+    from ..sentence.data import read_pairs
+    from ..sentence.encoder import SentenceEncoder
 
     pairs = read_pairs(args.data)
     if any(p.score is None for p in pairs):
@@ -232,7 +212,7 @@ def evaluate_sts_cmd(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def squad_data_cmd(args: argparse.Namespace) -> dict[str, Any]:
-    from ..retrieval.data import squad_split, write_jsonl
+    from ..sentence.data import squad_split, write_jsonl
 
     train, queries, corpus = squad_split(args.input, args.train_articles, args.eval_articles)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Search structures behind :class:`bertkit.index.VectorStore`: each maps int64 ids to vectors.
 
-- ``exact``  numpy brute force (the reference every other backend is checked against);
+- ``exact``  numpy brute force, in memory (the reference every other backend is checked against; also the
+  exact index of evaluations, alone or through :func:`exact_search`);
 - ``flat``   FAISS ``IndexFlatIP`` (exact, BLAS);
 - ``hnsw``   FAISS ``IndexHNSWFlat`` (graph; ``M`` links per node, ``ef_search`` candidates per query);
 - ``ivfpq``  FAISS ``IndexIVFPQ`` (``nlist`` k-means cells, vectors compressed to ``pq_m`` bytes), with an
@@ -98,7 +99,12 @@ class ExactBackend(Backend):
         return len(self._ids) + sum(len(i) for i, _ in self._pending)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        self._pending.append((np.asarray(ids, dtype=np.int64), np.asarray(vectors, dtype=np.float32)))
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim or len(vectors) != len(ids):
+            raise ValueError(
+                f"expected {len(ids)} vectors of dimension {self.dim}, got shape {vectors.shape}"
+            )
+        self._pending.append((np.asarray(ids, dtype=np.int64), vectors))
 
     def remove(self, ids: np.ndarray) -> None:
         self._flush()

@@ -1,12 +1,7 @@
-"""Sentence similarity, retrieval and re-ranking: train them (bi-encoders, cross-encoders), evaluate them.
+"""Evaluating sentence models (:mod:`bertkit.sentence`) on similarity and retrieval.
 
 - :mod:`.sts`          STS-B reading, Spearman/Pearson, pair retrieval (``python -m bertkit.retrieval``)
 - :mod:`.metrics`      recall@k, MRR@10, nDCG@10 of ranked lists
-- :mod:`.data`         training/evaluation files (JSONL) and the SQuAD article split
-- :mod:`.losses`       MultipleNegativesRanking (symmetric option), CosineSimilarity, CoSENT
-- :mod:`.bi_encoder`   BERT + pooling (+ Dense) (+ Normalize), saved as a sentence-transformers folder
-- :mod:`.train_embed`  ``bertkit train-embed`` (with hard negatives mined by the current model)
-- :mod:`.rerank`       ``bertkit train-rerank``: a cross-encoder on (query, passage, label)
 - :mod:`.evaluate`     retrieval evaluation (bi-encoder, optionally re-ranked by a cross-encoder)
 """
 

@@ -88,15 +88,14 @@ def evaluate_pair_retrieval(
 ) -> dict[str, float]:
     """For every pair with gold score >= ``min_score``: search its sentence1 among all distinct
     sentence2s (exact cosine index); report how often the partner is ranked top-k, and the MRR."""
-    from ..embed import DenseIndex
+    from ..index import exact_search
 
     queries = [(s1, s2) for s1, s2, score in rows if score >= min_score]
     corpus = sorted({r[1] for r in rows})
     where = {s: i for i, s in enumerate(corpus)}
-    index = DenseIndex(encoder.dim)
-    index.add(encoder.encode(corpus, normalize=True))
+    docs = encoder.encode(corpus, normalize=True)
     q = encoder.encode([s1 for s1, _ in queries], normalize=True)
-    _, hits = index.search(q, k=max(max(ks), 100))
+    hits = exact_search(docs, q, min(max(max(ks), 100), len(corpus)))[1].tolist()
     result: dict[str, float] = {"queries": len(queries), "corpus": len(corpus)}
     rr = []
     for (_, s2), found in zip(queries, hits):
@@ -111,7 +110,7 @@ def evaluate_pair_retrieval(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..embed import SentenceEncoder
+    from ..sentence.encoder import SentenceEncoder
 
     p = argparse.ArgumentParser(prog="python -m bertkit.retrieval", description=__doc__)
     p.add_argument("model_dir", type=Path)

@@ -62,8 +62,8 @@ class InferenceService:
         precision: str = "fp32",
     ) -> None:
         from ..config import BertConfig
-        from ..embed import SentenceEncoder
         from ..model import BertModel
+        from ..sentence.encoder import SentenceEncoder
         from ..tokenizer import Tokenizer
 
         self.model_dir = Path(model_dir)

@@ -9,12 +9,11 @@ a JSON list, or names separated by ``label_sep`` (default ``,``; an empty field 
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.io import open_text
+from bertkit.io import open_text, read_jsonl
 from bertkit.tasks.glue import Example
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -23,20 +22,7 @@ csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 def _rows(path: Path) -> tuple[list[dict], list[str]]:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json", ".ndjson"):
-        rows = []
-        with open_text(path, "input file") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(
-                        f"{path} line {lineno}: not valid JSON ({e.msg}); expected one object per line"
-                    ) from None
-                if not isinstance(obj, dict):
-                    raise UserError(f"{path} line {lineno}: expected a JSON object per line")
-                rows.append(obj)
+        rows = [obj for _, obj in read_jsonl(path, "input file", objects=True)]
         fields = sorted({k for r in rows for k in r})
         return rows, fields
     delimiter = "\t" if suffix == ".tsv" else ","

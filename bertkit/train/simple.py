@@ -4,13 +4,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from torch import nn
 
 from bertkit.train.batches import Batches
 from bertkit.train.loop import Trainer
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_of_ratio
+
+S = TypeVar("S", bound="AdamWSettings")
+
+
+@dataclass
+class AdamWSettings:
+    """The settings of an :func:`adamw_trainer` run; the commands built on it extend them."""
+
+    epochs: float = 1.0
+    batch_size: int = 32
+    lr: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    precision: str = "fp32"
+    log_every: int = 10
+
+    @classmethod
+    def from_args(cls: type[S], args: Any) -> S:
+        """The settings a command's parsed arguments give by the same names; the others keep their defaults."""
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
+
+    def trainer(
+        self, model: nn.Module, items: Sequence[Any], collate_fn: Callable[[list], Any], **trainer_kwargs: Any
+    ) -> tuple[Trainer, int]:
+        """:func:`adamw_trainer` with these settings; ``trainer_kwargs`` go to ``Trainer``."""
+        s = self
+        return adamw_trainer(
+            model, items, s.batch_size, collate_fn,
+            epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
+            precision=s.precision, log_every=s.log_every, **trainer_kwargs,
+        )  # fmt: skip
 
 
 def adamw_trainer(

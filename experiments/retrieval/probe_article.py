@@ -36,8 +36,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
 
-    from bertkit.embed import CrossEncoder, SentenceEncoder
     from bertkit.io import resolve_model_dir
+    from bertkit.sentence.cross_encoder import CrossEncoder
+    from bertkit.sentence.encoder import SentenceEncoder
 
     texts, by_article = {}, defaultdict(list)
     for line in (a.data / "corpus.jsonl").open(encoding="utf-8"):

@@ -45,9 +45,9 @@ def main() -> None:
 
     from bertkit.cli.retrieval import _sample
     from bertkit.io import resolve_model_dir
-    from bertkit.retrieval.bi_encoder import BiEncoder
-    from bertkit.retrieval.data import read_pairs
-    from bertkit.retrieval.rerank import RerankSettings, build_triples
+    from bertkit.sentence.data import read_pairs
+    from bertkit.sentence.encoder import SentenceEncoder
+    from bertkit.sentence.train_rerank import RerankSettings, build_triples
 
     # exactly the CLI's triples: same sample, same negative pool (every training passage), same rng
     all_pairs = read_pairs(a.train)
@@ -59,7 +59,7 @@ def main() -> None:
         max_length=a.max_length,
     )
     hard = (
-        BiEncoder.from_pretrained(resolve_model_dir(a.hard_negatives_model))
+        SentenceEncoder.from_pretrained(resolve_model_dir(a.hard_negatives_model))
         if a.hard_negatives_model
         else None
     )

@@ -4,8 +4,8 @@ binary cross-entropy on (query, passage, label) triples.
 The triples come from labelled pairs as they are, or from (query, positive) pairs plus negatives: the
 pair's own ``negatives``, ``sampled`` ones (passages drawn uniformly from the corpus, never the positive)
 and ``hard`` ones (the best-scoring non-positive passages of a bi-encoder, ``hard_negatives_model``).
-The saved model is a Hugging Face sequence-classification dir with ``num_labels=1``: bertkit's
-``CrossEncoder`` and sentence-transformers' ``CrossEncoder`` both load it.
+The model is a :class:`~.cross_encoder.CrossEncoder` with a new one-logit head (``num_labels=1``), saved
+as a Hugging Face sequence-classification dir.
 """
 
 from __future__ import annotations
@@ -22,22 +22,15 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..io import atomic_write_json
+from ..train.simple import AdamWSettings
 from .data import Pair
 
 
 @dataclass
-class RerankSettings:
+class RerankSettings(AdamWSettings):
     negatives: int = 3  # sampled negatives per query
     hard_negatives: int = 0  # mined negatives per query (needs hard_negatives_model)
-    epochs: float = 1.0
-    batch_size: int = 32
-    lr: float = 2e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
     max_length: int = 256
-    seed: int = 0
-    precision: str = "fp32"
-    log_every: int = 10
 
 
 def build_triples(
@@ -83,9 +76,7 @@ def train_rerank(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Fine-tune ``model_dir`` (any BERT dir; a new one-logit head) on the triples; save ``OUT/model``."""
-    from ..heads.finetune import BertForSequenceClassification
-    from ..tokenizer import Tokenizer
-    from ..train.simple import adamw_trainer
+    from .cross_encoder import CrossEncoder
 
     s = settings
     if len(triples) < s.batch_size:
@@ -93,39 +84,27 @@ def train_rerank(
             f"{len(triples)} training pairs are fewer than one batch (--batch-size {s.batch_size})"
         )
     out_dir = Path(out_dir)
-    model = BertForSequenceClassification.from_pretrained(model_dir, num_labels=1)
-    tok = Tokenizer.from_pretrained(model_dir)
+    model = CrossEncoder.from_pretrained(model_dir, max_length=s.max_length, num_labels=1)
 
     def collate(items: list[tuple[str, str, float]]) -> dict[str, torch.Tensor]:
-        enc = tok(
-            [q for q, _, _ in items],
-            [p for _, p, _ in items],
-            max_length=s.max_length,
-            padding=True,
-            truncation=True,
-            return_tensors="pt",
-        )
-        return {**dict(enc), "labels": torch.tensor([y for _, _, y in items], dtype=torch.float32)}
+        enc = model.tokenize_batch([(q, p) for q, p, _ in items])
+        return {**enc, "labels": torch.tensor([y for _, _, y in items], dtype=torch.float32)}
 
     def loss_fn(m, batch):
         labels = batch.pop("labels")
-        logits = m(**batch).logits[:, 0]
+        logits = m(**batch)[:, 0]
         loss = F.binary_cross_entropy_with_logits(logits.float(), labels)
         acc = ((logits > 0).float() == labels).float().sum()
         return loss, {"accuracy": (acc, float(len(labels)))}
 
-    trainer, steps = adamw_trainer(
-        model, triples, s.batch_size, collate,
-        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
-        out_dir=out_dir, loss_fn=loss_fn, precision=s.precision, log_every=s.log_every,
-        progress=progress, desc="train-rerank",
-    )  # fmt: skip
+    trainer, steps = s.trainer(
+        model, triples, collate, out_dir=out_dir, loss_fn=loss_fn, progress=progress, desc="train-rerank"
+    )
     t0 = time.perf_counter()
     summary = trainer.fit()
     seconds = time.perf_counter() - t0
     model.eval()
-    model.save_pretrained(out_dir / "model")
-    tok.save_pretrained(out_dir / "model")
+    model.save(out_dir / "model")
     result = {
         "steps": steps,
         "triples": len(triples),

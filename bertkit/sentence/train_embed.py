@@ -1,4 +1,4 @@
-"""``bertkit train-embed``: train a bi-encoder on the generic Trainer.
+"""``bertkit train-embed``: train a :class:`~.encoder.SentenceEncoder` on the generic Trainer.
 
 Losses: ``mnrl`` (query/positive pairs, in-batch negatives plus any hard negatives; ``symmetric`` adds the
 passage->query direction), ``cosine`` and ``cosent`` (scored pairs; cosine wants the scores in [0, 1], so
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from .bi_encoder import BiEncoder
+from ..train.simple import AdamWSettings
 from .data import Pair
+from .encoder import SentenceEncoder
 from .losses import cosent, cosine_loss, mnrl
 
 logger = logging.getLogger("bertkit")
@@ -33,34 +33,22 @@ LOSSES = ("mnrl", "cosine", "cosent")
 
 
 @dataclass
-class EmbedSettings:
+class EmbedSettings(AdamWSettings):
     loss: str = "mnrl"
     symmetric: bool = False
     scale: float = 20.0
     hard_negatives: int = 0
-    epochs: float = 1.0
-    batch_size: int = 32
-    lr: float = 2e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    precision: str = "fp32"
-    log_every: int = 10
 
 
 def mine_hard_negatives(
-    model: BiEncoder, pairs: Sequence[Pair], corpus: Sequence[str], n: int, batch_size: int = 64
+    model: SentenceEncoder, pairs: Sequence[Pair], corpus: Sequence[str], n: int, batch_size: int = 64
 ) -> list[Pair]:
     """Each query's ``n`` best-scoring corpus passages under ``model`` that are not its positive -> the pairs
     with those as ``negatives`` (given negatives are replaced)."""
-    from ..index import exact_search
+    from ..retrieval.evaluate import rank_corpus
 
     corpus = list(dict.fromkeys(corpus))  # unique, order kept
-    docs = model.encode(corpus, batch_size=batch_size, show_progress=True)
-    queries = model.encode([p.query for p in pairs], batch_size=batch_size, show_progress=True)
-    docs /= np.maximum(np.linalg.norm(docs, axis=1, keepdims=True), 1e-12)
-    queries /= np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
-    _, top = exact_search(docs, queries, min(n + 5, len(corpus)))
+    _, top = rank_corpus(model, [p.query for p in pairs], corpus, n + 5, batch_size)
     out = []
     for p, row in zip(pairs, top):
         negs = [corpus[j] for j in row if j >= 0 and corpus[j] != p.positive][:n]
@@ -71,17 +59,17 @@ def mine_hard_negatives(
 class _Collate:
     """Examples -> a batch dict of tokenized texts (``q``, ``p``, optional ``n``) and ``scores``."""
 
-    def __init__(self, model: BiEncoder, scored: bool) -> None:
+    def __init__(self, model: SentenceEncoder, scored: bool) -> None:
         self.model, self.scored = model, scored
 
     def __call__(self, items: list[Pair]) -> dict[str, Any]:
         batch: dict[str, Any] = {
-            "q": dict(self.model.tokenize([p.query for p in items])),
-            "p": dict(self.model.tokenize([p.positive for p in items])),
+            "q": dict(self.model.tokenize_batch([p.query for p in items])),
+            "p": dict(self.model.tokenize_batch([p.positive for p in items])),
         }
         negs = [n for p in items for n in p.negatives]
         if negs and not self.scored:
-            batch["n"] = dict(self.model.tokenize(negs))
+            batch["n"] = dict(self.model.tokenize_batch(negs))
         if self.scored:
             batch["scores"] = torch.tensor([p.score for p in items], dtype=torch.float32)
         return batch
@@ -91,7 +79,7 @@ def _tokens(batch: dict[str, Any]) -> int:
     return sum(int(v["attention_mask"].sum()) for k, v in batch.items() if isinstance(v, dict))
 
 
-def embed_together(model: BiEncoder, encodings: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+def embed_together(model: SentenceEncoder, encodings: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
     """Embeddings [B_i, D] of several tokenized batches ([B_i, T_i] each: queries, passages, negatives) from
     one forward pass over them all, padded to the longest T. The same vectors as one pass per batch (the
     padding is masked; bertkit's packing skips it): one pass runs each layer's ops once instead of once per
@@ -123,7 +111,7 @@ def make_loss_fn(settings: EmbedSettings):
 
 
 def train_embed(
-    model: BiEncoder,
+    model: SentenceEncoder,
     pairs: list[Pair],
     out_dir: str | Path,
     settings: EmbedSettings,
@@ -135,8 +123,6 @@ def train_embed(
     """Train ``model`` on ``pairs``; save it under ``OUT/model`` (sentence-transformers folder) and write
     ``OUT/train_log.json``. Returns the summary (steps, final loss, pairs/s). ``plot``: draw
     ``OUT/curves.png`` at the end (about 1.5 s of matplotlib; ``train_seconds`` includes it)."""
-    from ..train.simple import adamw_trainer
-
     s = settings
     if s.loss not in LOSSES:
         raise UserError(f"unknown --loss {s.loss!r}; choose one of {', '.join(LOSSES)}")
@@ -163,11 +149,9 @@ def train_embed(
         t0 = time.perf_counter()
         pairs = mine_hard_negatives(model, pairs, corpus or [p.positive for p in pairs], s.hard_negatives)
         mined_s = time.perf_counter() - t0
-    trainer, steps = adamw_trainer(
-        model, pairs, s.batch_size, _Collate(model, scored),
-        epochs=s.epochs, lr=s.lr, weight_decay=s.weight_decay, warmup_ratio=s.warmup_ratio, seed=s.seed,
-        out_dir=out_dir, loss_fn=make_loss_fn(s), precision=s.precision, log_every=s.log_every,
-        tokens_fn=_tokens, eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
+    trainer, steps = s.trainer(
+        model, pairs, _Collate(model, scored), out_dir=out_dir, loss_fn=make_loss_fn(s), tokens_fn=_tokens,
+        eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
     )  # fmt: skip
     t0 = time.perf_counter()
     summary = trainer.fit()

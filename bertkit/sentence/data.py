@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import atomic_write
+from ..io import atomic_write, read_jsonl
 
 
 @dataclass
@@ -30,23 +30,7 @@ class Pair:
     score: float | None = None  # scored pairs (cosine / CoSENT) and labelled rerank pairs
 
 
-def _jsonl(path: Path):
-    if not path.is_file():
-        raise UserError(f"{path}: file not found")
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}: line {lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}: line {lineno}: expected a JSON object")
-            yield lineno, obj
-
-
-def _text(path: Path, lineno: int, obj: dict, *names: str) -> str:
+def text_field(path: Path, lineno: int, obj: dict, *names: str) -> str:
     for n in names:
         if isinstance(obj.get(n), str) and obj[n].strip():
             return obj[n]
@@ -57,12 +41,12 @@ def read_pairs(path: str | os.PathLike) -> list[Pair]:
     """Training pairs of any of the module docstring's kinds (all lines of one file of one kind)."""
     path = Path(path)
     if path.suffix == ".tsv":
-        from .sts import read_sts
+        from ..retrieval.sts import read_sts
 
         return [Pair(a, b, score=s) for a, b, s in read_sts(path)]
     pairs: list[Pair] = []
     kind = None
-    for lineno, obj in _jsonl(path):
+    for lineno, obj in read_jsonl(path, objects=True):
         this = "scored" if "score" in obj else "labelled" if "label" in obj else "positive"
         if kind is not None and this != kind:
             raise UserError(
@@ -70,18 +54,18 @@ def read_pairs(path: str | os.PathLike) -> list[Pair]:
             )
         kind = this
         if this == "scored":
-            a, b = _text(path, lineno, obj, "sentence1"), _text(path, lineno, obj, "sentence2")
+            a, b = text_field(path, lineno, obj, "sentence1"), text_field(path, lineno, obj, "sentence2")
             score = obj["score"]
             if not isinstance(score, (int, float)) or isinstance(score, bool):
                 raise UserError(f"{path}: line {lineno}: 'score' must be a number")
             pairs.append(Pair(a, b, score=float(score)))
         elif this == "labelled":
-            q, p = _text(path, lineno, obj, "query", "anchor"), _text(path, lineno, obj, "passage")
+            q, p = text_field(path, lineno, obj, "query", "anchor"), text_field(path, lineno, obj, "passage")
             if obj["label"] not in (0, 1):
                 raise UserError(f"{path}: line {lineno}: 'label' must be 0 or 1")
             pairs.append(Pair(q, p, score=float(obj["label"])))
         else:
-            q, p = _text(path, lineno, obj, "query", "anchor"), _text(path, lineno, obj, "positive")
+            q, p = text_field(path, lineno, obj, "query", "anchor"), text_field(path, lineno, obj, "positive")
             negs = obj.get("negatives", [])
             if not isinstance(negs, list) or not all(isinstance(n, str) for n in negs):
                 raise UserError(f"{path}: line {lineno}: 'negatives' must be a list of strings")
@@ -95,7 +79,7 @@ def read_corpus(path: str | os.PathLike) -> tuple[list[Any], list[str]]:
     """(ids, texts) of a corpus file; ids must be unique."""
     path = Path(path)
     ids, texts, seen = [], [], set()
-    for lineno, obj in _jsonl(path):
+    for lineno, obj in read_jsonl(path, objects=True):
         if "id" not in obj:
             raise UserError(f"{path}: line {lineno}: missing 'id'")
         key = json.dumps(obj["id"], sort_keys=True)
@@ -103,7 +87,7 @@ def read_corpus(path: str | os.PathLike) -> tuple[list[Any], list[str]]:
             raise UserError(f"{path}: line {lineno}: id {key} appears twice")
         seen.add(key)
         ids.append(obj["id"])
-        texts.append(_text(path, lineno, obj, "text"))
+        texts.append(text_field(path, lineno, obj, "text"))
     if not ids:
         raise UserError(f"{path}: empty corpus")
     return ids, texts
@@ -113,11 +97,11 @@ def read_queries(path: str | os.PathLike) -> tuple[list[str], list[set]]:
     """(query texts, relevant corpus-id sets as JSON keys) of a queries file."""
     path = Path(path)
     texts, relevant = [], []
-    for lineno, obj in _jsonl(path):
+    for lineno, obj in read_jsonl(path, objects=True):
         rel = obj.get("relevant")
         if not isinstance(rel, list) or not rel:
             raise UserError(f"{path}: line {lineno}: 'relevant' must be a non-empty list of corpus ids")
-        texts.append(_text(path, lineno, obj, "text", "query"))
+        texts.append(text_field(path, lineno, obj, "text", "query"))
         relevant.append({json.dumps(r, sort_keys=True) for r in rel})
     if not texts:
         raise UserError(f"{path}: no queries")
