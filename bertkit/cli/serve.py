@@ -89,6 +89,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
     )
     g.add_argument(
+        "--max-embed-all-values",
+        type=_positive,
+        default=d.max_embed_all_values,
+        help="most floats (tokens x hidden size) one /embed_all answer may hold (413; default %(default)s)",
+    )
+    g.add_argument(
         "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
     )
     g.add_argument(
@@ -160,6 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         max_batch_size=args.max_batch_size,
         max_request_tokens=args.max_request_tokens,
         max_fill_mask_predictions=args.max_fill_mask_predictions,
+        max_embed_all_values=args.max_embed_all_values,
     )
     serve(
         args.model_dir,

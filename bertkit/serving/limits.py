@@ -86,7 +86,7 @@ def check_embed_all(tokens: int, dim: int, limits: Limits) -> None:
     if tokens * dim > limits.max_embed_all_values:
         raise too_large(
             f"{tokens} tokens x {dim} dimensions = {tokens * dim} values; /embed_all returns at most "
-            f"{limits.max_embed_all_values} per request: send fewer or shorter texts"
+            f"{limits.max_embed_all_values} per request (--max-embed-all-values): send fewer or shorter texts"
         )
 
 
