@@ -267,7 +267,9 @@ def create_app(
     @app.post("/v1/embeddings")
     def openai_embeddings(req: OpenAIEmbeddingsRequest) -> Any:
         if req.encoding_format not in ("float", "base64"):
-            raise validation(f"encoding_format must be float or base64, got {req.encoding_format!r}")
+            raise validation(
+                f"encoding_format must be float or base64, got {req.encoding_format!r}", "encoding_format"
+            )
         if req.model is not None:  # echoed in the answer: it must be valid Unicode
             check_text(req.model, "model", svc.limits)
         inp = req.input

@@ -355,6 +355,7 @@ class InferenceService:
                         "payload_too_large",
                         f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
                         "(GET /info: max_input_length); send truncate: true to cut it",
+                        field,
                     )
         return ids, types, list(range(len(ids)))
 
@@ -418,7 +419,9 @@ class InferenceService:
     ) -> tuple[np.ndarray, int]:
         """:meth:`embed` of texts the caller has already checked against the limits."""
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
-            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+            raise validation(
+                f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}", "dimensions"
+            )
         ids, _, owner = self.encode(
             texts,
             long_text=long_text,
@@ -439,28 +442,32 @@ class InferenceService:
         """:meth:`embed` of sequences already tokenised (OpenAI's token-id input): each runs as given,
         special tokens included; ids outside the vocabulary or sequences over ``max_length`` are refused."""
         if not ids:
-            raise validation(f"{field} must hold at least one sequence")
+            raise validation(f"{field} must hold at least one sequence", field)
         if len(ids) > self.limits.max_batch_size:
             raise too_large(
                 f"{field} holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
-                "per request (--max-batch-size)"
+                "per request (--max-batch-size)",
+                field,
             )
         vocab = self.config.vocab_size
         for i, seq in enumerate(ids):
             name = f"{field}[{i}]" if len(ids) > 1 else field
             if not seq:
-                raise validation(f"{name} holds no token ids")
+                raise validation(f"{name} holds no token ids", field)
             if len(seq) > self.max_length:
                 raise too_large(
                     f"{name} is {len(seq)} tokens long; this model takes at most {self.max_length} "
-                    "(GET /info: max_input_length)"
+                    "(GET /info: max_input_length)",
+                    field,
                 )
             bad = next((t for t in seq if isinstance(t, bool) or not 0 <= t < vocab), None)
             if bad is not None:
-                raise validation(f"{name} holds token id {bad}; this model's ids are 0..{vocab - 1}")
+                raise validation(f"{name} holds token id {bad}; this model's ids are 0..{vocab - 1}", field)
         check_budget(sum(len(x) for x in ids), self.limits)
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
-            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+            raise validation(
+                f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}", "dimensions"
+            )
         return self._vectors(ids, list(range(len(ids))), len(ids), normalize, dimensions)
 
     def _vectors(
