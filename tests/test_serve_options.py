@@ -92,3 +92,73 @@ def test_openai_errors_with_no_one_field_have_a_null_param(model):
     # TEI's routes keep TEI's shape, with no param
     r = client.post("/embed", json={"inputs": []})
     assert r.status_code == 422 and set(r.json()) == {"error", "error_type"}
+
+
+def _preflight(client, origin: str, headers: str = "content-type"):
+    return client.options(
+        "/embed",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": headers,
+        },
+    )
+
+
+def test_cors_allow_list(model):
+    client = TestClient(
+        create_app(model, api_key="k", cors_origins=["https://app.example", "http://localhost:3000/"])
+    )
+    for origin in ("https://app.example", "http://localhost:3000"):
+        # the preflight carries no key (browsers never send one) and is answered all the same
+        r = _preflight(client, origin, "authorization, content-type")
+        assert r.status_code == 200, r.text
+        assert r.headers["access-control-allow-origin"] == origin
+        assert "POST" in r.headers["access-control-allow-methods"]
+        assert "authorization" in r.headers["access-control-allow-headers"].lower()
+    r = client.post(
+        "/embed",
+        json={"inputs": "a dog"},
+        headers={"Origin": "https://app.example", "Authorization": "Bearer k"},
+    )
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+    exposed = r.headers["access-control-expose-headers"].lower()
+    assert "x-request-id" in exposed and "x-compute-time" in exposed
+    # a refusal is readable by the allowed page too
+    r = client.post("/embed", json={"inputs": "a dog"}, headers={"Origin": "https://app.example"})
+    assert r.status_code == 401 and r.headers["access-control-allow-origin"] == "https://app.example"
+    # any other origin: the preflight is refused and no answer is marked readable
+    for origin in ("https://evil.example", "https://app.example:8443", "http://app.example"):
+        r = _preflight(client, origin)
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers, origin
+        r = client.post(
+            "/embed", json={"inputs": "a"}, headers={"Origin": origin, "Authorization": "Bearer k"}
+        )
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers, origin
+
+
+def test_no_cors_headers_by_default(model):
+    client = TestClient(create_app(model))
+    r = _preflight(client, "https://app.example")
+    assert r.status_code == 405 and not any(h.startswith("access-control-") for h in r.headers)
+    r = client.post("/embed", json={"inputs": "a"}, headers={"Origin": "https://app.example"})
+    assert r.status_code == 200 and not any(h.startswith("access-control-") for h in r.headers)
+
+
+def test_cors_origin_flag(model, served_with, capsys):
+    got = served_with(
+        str(model), "--cors-origin", "https://a.example", "--cors-origin", "HTTP://B.example:81"
+    )
+    assert got["cors_origins"] == ["https://a.example", "http://b.example:81"]
+    assert served_with(str(model))["cors_origins"] == []
+    for bad in (
+        "a.example",
+        "https://a.example/path",
+        "ftp://a.example",
+        "https://a.example:99999",
+        "https://",
+    ):
+        capsys.readouterr()
+        assert cli_main(["serve", str(model), "--cors-origin", bad]) == 2, bad
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "--cors-origin" in err and repr(bad) in err, err

@@ -68,6 +68,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer KEY' on every route but /health (401 otherwise; default: "
         "the environment's key (bertkit.settings), else off; the variable keeps it out of the process list)",
     )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let browser pages from ORIGIN (scheme://host[:port], or * for any) call the server; "
+        "repeat for several (default: no CORS headers, so other origins' pages cannot read answers)",
+    )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
         "--max-body-bytes", type=_positive, default=d.max_body_bytes, help="largest request body (413)"
@@ -157,9 +165,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from ..errors import UserError
     from ..serving import serve
+    from ..serving.cors import check_origin
 
     if not 0 <= args.port < 65536:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
+    origins = [check_origin(o) for o in args.cors_origin]  # refused before the model loads
     limits = Limits(
         max_body_bytes=args.max_body_bytes,
         max_text_chars=args.max_text_chars,
@@ -178,6 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         read_timeout=args.read_timeout,
         keep_alive=args.keep_alive,
         api_key=args.api_key,
+        cors_origins=origins,
         limits=limits,
         max_length=args.max_length,
         device=args.device,

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import UserError
 from .connections import DEFAULT_KEEP_ALIVE, DEFAULT_READ_TIMEOUT, connection_cap, protocol_class
+from .cors import add_cors, check_origin
 from .errors import ApiError, install_handlers, validation
 from .headers import ApiKey, RequestMeta
 from .limits import BodyLimit, Limits, check_text
@@ -81,6 +82,7 @@ def create_app(
     docs: bool = False,
     threads: int = 256,
     api_key: str | None = None,
+    cors_origins: list[str] | None = None,
     **service_kwargs: Any,
 ):
     """The ASGI application for a model directory (or an already-built service).
@@ -88,9 +90,11 @@ def create_app(
     ``docs=True`` serves ``/docs`` and ``/openapi.json`` (off by default: they describe the server to
     anyone who can reach it). ``threads``: request threads (each waits on the batcher while its batch runs).
     ``api_key``: every route but /health then needs ``Authorization: Bearer KEY`` (``headers.ApiKey``).
+    ``cors_origins``: the origins whose browser pages may call the server (``cors``; none by default).
     """
     if api_key is not None and not api_key:
         raise UserError("--api-key must not be empty")
+    cors_origins = [check_origin(o) for o in cors_origins or []]  # before the model loads
     require_server_deps()
     from contextlib import asynccontextmanager
 
@@ -415,6 +419,7 @@ def create_app(
     if api_key is not None:
         app.add_middleware(ApiKey, key=api_key, on_error=metrics.on_error)
     app.add_middleware(_Timing, metrics=metrics, routes=known)
+    add_cors(app, cors_origins)  # outside the key: a browser's preflight carries none
     app.add_middleware(RequestMeta)
     return app
 
@@ -429,6 +434,7 @@ def serve(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     keep_alive: float = DEFAULT_KEEP_ALIVE,
     api_key: str | None = None,
+    cors_origins: list[str] | None = None,
     **service_kwargs: Any,
 ) -> None:
     """Build the app and run it with uvicorn until interrupted. ``max_connections``, ``read_timeout`` and
@@ -438,7 +444,7 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError(INSTALL_HINT) from None
-    app = create_app(model_dir, docs=docs, api_key=api_key, **service_kwargs)
+    app = create_app(model_dir, docs=docs, api_key=api_key, cors_origins=cors_origins, **service_kwargs)
     # h11's own limit on headers stays; the body limit is ours (BodyLimit)
     uvicorn.run(
         app,
