@@ -11,7 +11,7 @@ pytest.importorskip("fastapi", reason="serve extra not installed: pip install 'b
 pytest.importorskip("prometheus_client", reason="serve extra not installed: pip install 'bertkit[serve]'")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from serving_utils import tiny_dir  # noqa: E402
+from serving_utils import Server, tiny_dir  # noqa: E402
 
 from bertkit.cli import main as cli_main  # noqa: E402
 from bertkit.model import BertModel  # noqa: E402
@@ -145,12 +145,15 @@ def test_no_cors_headers_by_default(model):
     assert r.status_code == 200 and not any(h.startswith("access-control-") for h in r.headers)
 
 
-def test_cors_origin_flag(model, served_with, capsys):
+def test_cors_and_access_log_flags(model, served_with, capsys):
     got = served_with(
         str(model), "--cors-origin", "https://a.example", "--cors-origin", "HTTP://B.example:81"
     )
     assert got["cors_origins"] == ["https://a.example", "http://b.example:81"]
     assert served_with(str(model))["cors_origins"] == []
+    assert served_with(str(model), "--access-log")["access_log"] is True
+    assert served_with(str(model), "--no-access-log")["access_log"] is False
+    assert served_with(str(model))["access_log"] is False
     for bad in (
         "a.example",
         "https://a.example/path",
@@ -162,3 +165,53 @@ def test_cors_origin_flag(model, served_with, capsys):
         assert cli_main(["serve", str(model), "--cors-origin", bad]) == 2, bad
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and "--cors-origin" in err and repr(bad) in err, err
+
+
+def _log_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_access_log_one_json_line_per_request(model, capsys):
+    client = TestClient(create_app(model, api_key="k", access_log=True))
+    capsys.readouterr()
+    key = {"Authorization": "Bearer k"}
+    assert (
+        client.post("/embed", json={"inputs": "a"}, headers={**key, "x-request-id": "abc-1"}).status_code
+        == 200
+    )
+    assert client.get("/nope?token=secret", headers=key).status_code == 404
+    assert client.post("/embed", json={"inputs": []}, headers=key).status_code == 422
+    assert client.post("/embed", json={"inputs": "a"}).status_code == 401  # refused before the route
+    err = capsys.readouterr().err
+    lines = _log_lines(err)
+    assert len(lines) == 4 and len(err.strip().splitlines()) == 4, err
+    assert [(x["method"], x["path"], x["status"]) for x in lines] == [
+        ("POST", "/embed", 200),
+        ("GET", "/nope", 404),  # the query string is left out
+        ("POST", "/embed", 422),
+        ("POST", "/embed", 401),
+    ]
+    assert lines[0]["request_id"] == "abc-1"
+    for x in lines:
+        assert set(x) == {"ts", "method", "path", "status", "ms", "request_id"}
+        assert isinstance(x["ms"], float) and x["ms"] >= 0 and x["ts"].endswith("+00:00")
+        assert isinstance(x["request_id"], str) and len(x["request_id"]) > 0
+    assert len({x["request_id"] for x in lines[1:]}) == 3  # fresh ids where the client sent none
+
+
+def test_no_access_log_by_default(model, capsys):
+    client = TestClient(create_app(model))
+    capsys.readouterr()
+    assert client.post("/embed", json={"inputs": "a"}).status_code == 200
+    assert _log_lines(capsys.readouterr().err) == []
+
+
+def test_access_log_flag_on_a_real_server(model, tmp_path):
+    with Server(model, tmp_path, "--access-log") as s:
+        status, _, headers = s.request("POST", "/embed", {"inputs": "a dog"})
+        assert status == 200
+        s.request("POST", "/embed", {"inputs": []})
+        out = s.output()
+    lines = [x for x in _log_lines(out) if x["path"] == "/embed"]
+    assert [x["status"] for x in lines] == [200, 422], out
+    assert lines[0]["request_id"] == headers["x-request-id"]

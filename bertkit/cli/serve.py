@@ -76,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="let browser pages from ORIGIN (scheme://host[:port], or * for any) call the server; "
         "repeat for several (default: no CORS headers, so other origins' pages cannot read answers)",
     )
+    p.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="one JSON line per request on stderr: ts, method, path, status, ms, request_id (default: off)",
+    )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
         "--max-body-bytes", type=_positive, default=d.max_body_bytes, help="largest request body (413)"
@@ -189,6 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         keep_alive=args.keep_alive,
         api_key=args.api_key,
         cors_origins=origins,
+        access_log=args.access_log,
         limits=limits,
         max_length=args.max_length,
         device=args.device,
