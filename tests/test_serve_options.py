@@ -215,3 +215,89 @@ def test_access_log_flag_on_a_real_server(model, tmp_path):
     lines = [x for x in _log_lines(out) if x["path"] == "/embed"]
     assert [x["status"] for x in lines] == [200, 422], out
     assert lines[0]["request_id"] == headers["x-request-id"]
+
+
+LONG = "the cat " * 20  # 42 tokens with [CLS]/[SEP]; the tiny models take 32
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory):
+    from bertkit.heads.finetune import BertForSequenceClassification
+
+    root = tmp_path_factory.mktemp("auto-truncate")
+    return {
+        "cls": tiny_dir(BertForSequenceClassification, root / "cls", id2label={0: "neg", 1: "pos"}),
+        "rank": tiny_dir(BertForSequenceClassification, root / "rank", num_labels=1),
+    }
+
+
+def _tei_requests(heads, model):
+    """(model dir, path, body, field the refusal must name) for every TEI/OpenAI request with a long input
+    and no truncate field."""
+    return [
+        (model, "/embed", {"inputs": ["a dog", LONG]}, "inputs[1]"),
+        (model, "/embed_all", {"inputs": LONG}, "inputs[0]"),
+        (
+            model,
+            "/similarity",
+            {"inputs": {"source_sentence": "a", "sentences": [LONG]}},
+            "inputs.sentences[0]",
+        ),
+        (model, "/rerank", {"query": LONG, "texts": ["a dog"]}, "query"),
+        (model, "/v1/embeddings", {"input": ["a", LONG]}, "input[1]"),
+        (model, "/v1/embeddings", {"input": [[2] + [5] * 40 + [3]]}, "input"),
+        (heads["cls"], "/predict", {"inputs": LONG}, "inputs[0]"),
+        (heads["rank"], "/rerank", {"query": "a dog", "texts": ["a", LONG]}, "texts[1]"),  # the pair: 45
+    ]
+
+
+def test_without_auto_truncate_long_inputs_are_refused_as_tei_refuses_them(heads, model):
+    clients = {}
+    for d, path, body, name in _tei_requests(heads, model):
+        client = clients.setdefault(d, TestClient(create_app(d)))
+        assert client.get("/info").json()["auto_truncate"] is False
+        r = client.post(path, json=body)
+        assert r.status_code == 413, (path, r.text)
+        if path.startswith("/v1/"):
+            err = r.json()["error"]
+            assert err["code"] == "validation" and err["param"] == "input", err
+            msg = err["message"]
+        else:
+            assert r.json()["error_type"] == "validation", r.json()
+            msg = r.json()["error"]
+        tokens = 45 if name == "texts[1]" else 42  # a pair adds the query and a [SEP]
+        assert f"{name} is {tokens} tokens" in msg and "32" in msg and "--auto-truncate" in msg, msg
+        # truncate: true on the TEI routes that take it cuts instead
+        if not path.startswith("/v1/"):
+            if path == "/similarity":
+                body = {**body, "parameters": {"truncate": True}}
+            else:
+                body = {**body, "truncate": True}
+            assert client.post(path, json=body).status_code == 200, path
+    # bertkit's own shape keeps cutting (its --long-text policy)
+    r = clients[model].post("/embed", json={"texts": [LONG]})
+    assert r.status_code == 200
+
+
+def test_auto_truncate_cuts_what_a_request_does_not_say(heads, model):
+    plain = TestClient(create_app(model))
+    clients = {}
+    for d, path, body, _ in _tei_requests(heads, model):
+        client = clients.setdefault(d, TestClient(create_app(d, auto_truncate=True)))
+        assert client.get("/info").json()["auto_truncate"] is True
+        r = client.post(path, json=body)
+        assert r.status_code == 200, (path, r.text)
+    auto = clients[model]
+    want = plain.post("/embed", json={"inputs": LONG, "truncate": True}).json()
+    got = auto.post("/embed", json={"inputs": LONG}).json()
+    assert got == want
+    v1 = auto.post("/v1/embeddings", json={"input": LONG}).json()["data"][0]["embedding"]
+    assert v1 == pytest.approx(want[0], abs=1e-6)
+    # a request that says truncate: false is still refused
+    r = auto.post("/embed", json={"inputs": LONG, "truncate": False})
+    assert r.status_code == 413 and "inputs[0] is 42 tokens" in r.json()["error"]
+
+
+def test_auto_truncate_flag(model, served_with):
+    assert served_with(str(model), "--auto-truncate")["auto_truncate"] is True
+    assert served_with(str(model))["auto_truncate"] is False

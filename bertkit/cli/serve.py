@@ -112,6 +112,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
     )
     g.add_argument(
+        "--auto-truncate",
+        action="store_true",
+        help="cut TEI-shaped and OpenAI inputs over --max-length when a request does not say truncate "
+        "(as TEI's --auto-truncate; default: refuse them with 413, as TEI does)",
+    )
+    g.add_argument(
         "--long-text",
         choices=("truncate", "windows"),
         default="truncate",
@@ -200,6 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         max_length=args.max_length,
         device=args.device,
         long_text=args.long_text,
+        auto_truncate=args.auto_truncate,
         window_stride=args.window_stride,
         model_id=args.model_id,
         int8=args.int8,

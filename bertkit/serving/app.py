@@ -171,6 +171,7 @@ def create_app(
         inputs: str | list[str | list[str]] | None = None
         raw_scores: bool = False
         long_text: str | None = None
+        truncate: bool | None = None  # TEI's inputs only: omitted -> --auto-truncate
 
     class QAItem(BaseModel):
         question: str
@@ -217,6 +218,8 @@ def create_app(
 
     class SimilarityParameters(BaseModel):
         prompt_name: str | None = None
+        truncate: bool | None = None
+        truncation_direction: str = "Right"
 
     class SimilarityRequest(BaseModel):
         inputs: SimilarityInput
@@ -254,7 +257,8 @@ def create_app(
             texts,
             normalize=normalize,
             dimensions=req.dimensions,
-            truncate=req.truncate is not False,
+            # TEI's shape: an omitted truncate is the server's --auto-truncate; bertkit's cuts (--long-text)
+            truncate=svc.resolve_truncate(req.truncate) if tei else req.truncate is not False,
             long_text=req.long_text,
             field="inputs" if tei else "texts",
             truncation_direction=req.truncation_direction,
@@ -282,10 +286,14 @@ def create_app(
         inp = req.input
         if isinstance(inp, list) and inp and not all(isinstance(x, str) for x in inp):
             ids = [inp] if isinstance(inp[0], int) else inp
-            vecs, tokens = svc.embed_ids(ids, normalize=True, dimensions=req.dimensions, field="input")
+            vecs, tokens = svc.embed_ids(
+                ids, normalize=True, dimensions=req.dimensions, field="input", truncate=svc.auto_truncate
+            )
         else:
             texts = _as_list(inp)
-            vecs, tokens = svc.embed(texts, normalize=True, dimensions=req.dimensions, field="input")
+            vecs, tokens = svc.embed(
+                texts, normalize=True, dimensions=req.dimensions, field="input", truncate=svc.auto_truncate
+            )
         data = []
         for i, v in enumerate(vecs):
             emb: Any = v.tolist()
@@ -303,7 +311,8 @@ def create_app(
 
     @app.post("/rerank")
     def rerank(req: RerankRequest) -> list[dict[str, Any]]:
-        scores = svc.rerank(req.query, req.texts, raw_scores=req.raw_scores)
+        truncate = svc.resolve_truncate(req.truncate)
+        scores = svc.rerank(req.query, req.texts, raw_scores=req.raw_scores, truncate=truncate)
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         out = []
         for i in order:
@@ -343,7 +352,11 @@ def create_app(
             raise validation("inputs mixes single texts and pairs; send one kind per request")
         svc.require(svc.can_predict, "/predict", "sequence-classification")
         logits = svc.classify_logits(
-            texts, None if pairs[0] is None else pairs, long_text=req.long_text, field="inputs"
+            texts,
+            None if pairs[0] is None else pairs,
+            long_text=req.long_text,
+            field="inputs",
+            truncate=svc.resolve_truncate(req.truncate),
         )
         labels = svc.labels()
         import numpy as np
@@ -405,7 +418,7 @@ def create_app(
     def embed_all(req: EmbedAllRequest) -> Any:
         states = svc.embed_all(
             _as_list(req.inputs),
-            truncate=req.truncate is not False,
+            truncate=svc.resolve_truncate(req.truncate),
             truncation_direction=req.truncation_direction,
             prompt_name=req.prompt_name,
         )
@@ -413,8 +426,15 @@ def create_app(
 
     @app.post("/similarity")
     def similarity(req: SimilarityRequest) -> Any:
-        prompt = req.parameters.prompt_name if req.parameters is not None else None
-        return _json(svc.similarity(req.inputs.source_sentence, req.inputs.sentences, prompt))
+        params = req.parameters or SimilarityParameters()
+        scores = svc.similarity(
+            req.inputs.source_sentence,
+            req.inputs.sentences,
+            params.prompt_name,
+            truncate=svc.resolve_truncate(params.truncate),
+            truncation_direction=params.truncation_direction,
+        )
+        return _json(scores)
 
     known = {r.path for r in app.routes if hasattr(r, "path")}
     # the last added runs first: ids and timing on every answer, then the key, then the body limit

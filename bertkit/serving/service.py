@@ -8,6 +8,7 @@ tokenisation (``ApiError`` names the field or limit), and returns JSON-able valu
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ class InferenceService:
         precision: fp32 (default), bf16 autocast, or auto: bf16 where this machine runs it faster and its
             outputs agree with fp32's (``bertkit.inference_precision``; measured once, at start-up).
         on_batch: ``(task, sequences, padded tokens)`` callback after each model batch (metrics).
+        auto_truncate: what a TEI-shaped request that does not say ``truncate`` gets, as TEI's
+            ``--auto-truncate``: False (TEI's default) refuses an input over ``max_length`` tokens with
+            413, True cuts it.
     """
 
     def __init__(
@@ -68,6 +72,7 @@ class InferenceService:
         on_batch: Any = None,
         max_batch_size: int | None = None,
         precision: str = "fp32",
+        auto_truncate: bool = False,
     ) -> None:
         from ..config import BertConfig
         from ..embed import SentenceEncoder
@@ -88,6 +93,7 @@ class InferenceService:
         if long_text not in LONG_TEXT:
             raise UserError(f"--long-text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
         self.long_text = long_text
+        self.auto_truncate = auto_truncate
         self.model_id = model_id or self.model_dir.resolve().name
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._tok_lock = threading.Lock()  # the tokenizer's truncation settings are shared state
@@ -203,6 +209,7 @@ class InferenceService:
             "max_batch_size": self.limits.max_batch_size,
             "limits": self.limits.to_dict(),
             "long_text": self.long_text,
+            "auto_truncate": self.auto_truncate,  # TEI's name: what an omitted truncate means
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
             "prompts": self.encoder.prompts.prompts,
@@ -300,7 +307,7 @@ class InferenceService:
         for_embedding: bool = False,
         truncate: bool = True,
         truncation_direction: str = "right",
-        field: str = "inputs",
+        field: str | list[str] = "inputs",
     ) -> tuple[list[list[int]], list[list[int]], list[int]]:
         """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
 
@@ -337,7 +344,10 @@ class InferenceService:
                 ids = self.encoder.tokenize(texts) if truncate else self._untruncated(texts)
                 types = [[0] * len(x) for x in ids]
             elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
-                ids, types = encode_pairs(self.tokenizer, texts, pairs, self.max_length)
+                # untruncated (no length bound) when truncation is off: the check below refuses
+                ids, types = encode_pairs(
+                    self.tokenizer, texts, pairs, self.max_length if truncate else sys.maxsize
+                )
             else:
                 enc = self.tokenizer(
                     texts,
@@ -348,16 +358,30 @@ class InferenceService:
                 )
                 ids, types = enc["input_ids"], enc["token_type_ids"]
         if not truncate:
-            for i, x in enumerate(ids):
-                if len(x) > self.max_length:
-                    raise ApiError(
-                        413,
-                        "payload_too_large",
-                        f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
-                        "(GET /info: max_input_length); send truncate: true to cut it",
-                        field,
-                    )
+            self._refuse_long(ids, field)
         return ids, types, list(range(len(ids)))
+
+    def resolve_truncate(self, truncate: bool | None) -> bool:
+        """A request's ``truncate``; when it says nothing, the server's ``--auto-truncate`` (TEI's rule)."""
+        return self.auto_truncate if truncate is None else truncate
+
+    def _refuse_long(self, ids: list[list[int]], field: str | list[str]) -> None:
+        """413 for the first sequence over ``max_length`` tokens, as TEI refuses it (a validation error).
+
+        ``field``: the request field holding the texts (``inputs`` -> ``inputs[i]``), or one name per
+        sequence when they come from several fields (``/rerank``'s query and texts)."""
+        for i, x in enumerate(ids):
+            if len(x) > self.max_length:
+                name = field[i] if isinstance(field, list) else f"{field}[{i}]"
+                # OpenAI's request has no truncate field; TEI's routes do
+                ask = "" if name.startswith("input[") else "send truncate: true or "
+                raise ApiError(
+                    413,
+                    "validation",
+                    f"{name} is {len(x)} tokens long; this model takes at most {self.max_length} "
+                    f"(GET /info: max_input_length); to cut it, {ask}start the server with --auto-truncate",
+                    name,
+                )
 
     def _untruncated(self, texts: list[str]) -> list[list[int]]:
         if self.encoder.lowercase_input:
@@ -414,10 +438,11 @@ class InferenceService:
         dimensions: int | None = None,
         truncate: bool = True,
         long_text: str | None = None,
-        field: str = "texts",
+        field: str | list[str] = "texts",
         truncation_direction: str = "right",
     ) -> tuple[np.ndarray, int]:
-        """:meth:`embed` of texts the caller has already checked against the limits."""
+        """:meth:`embed` of texts the caller has already checked against the limits (``field``: as
+        :meth:`_refuse_long`)."""
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
             raise validation(
                 f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}", "dimensions"
@@ -438,11 +463,15 @@ class InferenceService:
         normalize: bool | None = None,
         dimensions: int | None = None,
         field: str = "input",
+        truncate: bool = False,
     ) -> tuple[np.ndarray, int]:
         """:meth:`embed` of sequences already tokenised (OpenAI's token-id input): each runs as given,
-        special tokens included; ids outside the vocabulary or sequences over ``max_length`` are refused."""
+        special tokens included; ids outside the vocabulary are refused, and sequences over ``max_length``
+        too unless ``truncate`` (then their first ``max_length`` ids run, as TEI cuts them)."""
         if not ids:
             raise validation(f"{field} must hold at least one sequence", field)
+        if truncate:
+            ids = [seq[: self.max_length] for seq in ids]
         if len(ids) > self.limits.max_batch_size:
             raise too_large(
                 f"{field} holds {len(ids)} sequences; this server takes at most {self.limits.max_batch_size} "
@@ -455,9 +484,11 @@ class InferenceService:
             if not seq:
                 raise validation(f"{name} holds no token ids", field)
             if len(seq) > self.max_length:
-                raise too_large(
+                raise ApiError(  # TEI's status and type for an over-long input
+                    413,
+                    "validation",
                     f"{name} is {len(seq)} tokens long; this model takes at most {self.max_length} "
-                    "(GET /info: max_input_length)",
+                    "(GET /info: max_input_length); start the server with --auto-truncate to cut it",
                     field,
                 )
             bad = next((t for t in seq if isinstance(t, bool) or not 0 <= t < vocab), None)
@@ -491,16 +522,19 @@ class InferenceService:
         texts: list[str],
         pairs: list[str] | None = None,
         long_text: str | None = None,
-        field: str = "texts",
+        field: str | list[str] = "texts",
+        truncate: bool = True,
     ) -> np.ndarray:
-        check_texts(texts, field, self.limits)
+        """[N, num_labels] logits; ``truncate=False`` refuses a text (or pair) over ``max_length`` tokens
+        (``field``: as :meth:`_refuse_long`)."""
+        check_texts(texts, field if isinstance(field, str) else "texts", self.limits)
         if pairs is not None:
             if len(pairs) != len(texts):
                 raise validation(
                     f"pairs has {len(pairs)} entries but texts has {len(texts)}; give one pair per text"
                 )
             check_texts(pairs, "pairs", self.limits)
-        ids, types, owner = self.encode(texts, pairs, long_text=long_text)
+        ids, types, owner = self.encode(texts, pairs, long_text=long_text, truncate=truncate, field=field)
         return np.stack(self._combine(self.batcher.submit("classify", ids, types), owner, len(texts)))
 
     def predict(
@@ -525,18 +559,22 @@ class InferenceService:
             )
         return results
 
-    def rerank(self, query: str, texts: list[str], raw_scores: bool = False) -> list[float]:
+    def rerank(
+        self, query: str, texts: list[str], raw_scores: bool = False, truncate: bool = True
+    ) -> list[float]:
         """One score per text (input order): a cross-encoder's logit (sigmoid unless ``raw_scores``), or
-        the cosine similarity of the embeddings."""
+        the cosine similarity of the embeddings. ``truncate=False`` refuses an input over ``max_length``."""
         check_text(query, "query", self.limits)
         check_texts(texts, "texts", self.limits)
+        names = [f"texts[{i}]" for i in range(len(texts))]
         if self.cross_encoder:
-            logits = self.classify_logits([query] * len(texts), list(texts))[:, 0]
+            pairs = [query] * len(texts)
+            logits = self.classify_logits(pairs, list(texts), field=names, truncate=truncate)[:, 0]
             scores = logits if raw_scores else 1.0 / (1.0 + np.exp(-logits))
             return [float(s) for s in scores]
         check_budget(self._budget([query, *texts], None, self.long_text), self.limits)
         # the query is not one of the --max-batch-size texts: checked above on its own
-        vecs, _ = self._embed([query, *texts], normalize=True)
+        vecs, _ = self._embed([query, *texts], normalize=True, truncate=truncate, field=["query", *names])
         return [float(s) for s in vecs[1:] @ vecs[0]]
 
     def qa(
@@ -704,13 +742,27 @@ class InferenceService:
         check_embed_all(sum(len(x) for x in ids), self.config.hidden_size, self.limits)
         return self.batcher.submit("hidden", ids)
 
-    def similarity(self, source: str, sentences: list[str], prompt_name: str | None = None) -> list[float]:
+    def similarity(
+        self,
+        source: str,
+        sentences: list[str],
+        prompt_name: str | None = None,
+        truncate: bool = True,
+        truncation_direction: str = "right",
+    ) -> list[float]:
         """TEI's /similarity: cosine similarity of ``source`` with each of ``sentences``."""
         check_text(source, "inputs.source_sentence", self.limits)
         check_texts(sentences, "inputs.sentences", self.limits)
         texts = self.encoder.prompts.apply([source, *sentences], prompt_name)
         check_budget(self._budget(texts, None, self.long_text), self.limits)
-        vecs, _ = self._embed(texts, normalize=True)
+        names = ["inputs.source_sentence", *(f"inputs.sentences[{i}]" for i in range(len(sentences)))]
+        vecs, _ = self._embed(
+            texts,
+            normalize=True,
+            truncate=truncate,
+            field=names,
+            truncation_direction=truncation_direction,
+        )
         return [float(s) for s in vecs[1:] @ vecs[0]]
 
     def tei_tokens(
