@@ -34,6 +34,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,13 @@ import numpy as np
 from ..errors import UserError
 from ..io import _chmod_as_umask
 from . import lock
-from .backends import BACKENDS, Backend, make_backend
+from .backends import BACKENDS, Backend, exact_search, make_backend
 
 logger = logging.getLogger("bertkit")
 
 METRICS = ("cosine", "dot")
 QUERY_BLOCK = 1024  # queries searched at a time: a backend's work memory is [block x rows of a chunk]
+FILTER_CHUNK = 16_384  # stored vectors read at a time by a filtered search: [block x chunk] scores, 64 MB
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -475,13 +477,21 @@ class VectorStore:
     def __len__(self) -> int:
         return int(self._con.execute("SELECT COUNT(*) FROM items").fetchone()[0])
 
-    def search(self, queries: np.ndarray, k: int = 10) -> list[list[dict[str, Any]]]:
-        """Top-``k`` per query row: ``[{"id", "score", "metadata"}, ...]`` best first."""
+    def search(
+        self, queries: np.ndarray, k: int = 10, where: dict[str, Any] | None = None
+    ) -> list[list[dict[str, Any]]]:
+        """Top-``k`` per query row: ``[{"id", "score", "metadata"}, ...]`` best first.
+
+        ``where``: only entries whose metadata is an object holding each key with an equal JSON value
+        (``{"lang": "en", "year": 2020}``). A filtered search is exact, whatever the backend: it scores
+        the query against every matching entry's stored vector (cost: matches x queries), so it never
+        returns fewer than ``k`` hits while ``k`` entries match, as over-fetching an ANN index could."""
         if k < 1:
             raise UserError(f"k must be >= 1, got {k}")
         q = self._prep(np.atleast_2d(queries))
+        search = self.backend.search if where is None else partial(self._exact_among, self._matching(where))
         # in blocks: 20,000 queries at once held a [queries x chunk] score matrix of over 3 GB
-        parts = [self.backend.search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
+        parts = [search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
         scores = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
         rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
         wanted = sorted({int(r) for r in rows.ravel() if r >= 0})
@@ -506,6 +516,41 @@ class VectorStore:
                     hits.append({"id": key, "score": float(s), "metadata": meta})
             out.append(hits)
         return out
+
+    def _matching(self, where: dict[str, Any]) -> np.ndarray:
+        """Row ids (ascending) of the entries ``where`` selects (see :meth:`search`)."""
+        if not isinstance(where, dict) or not all(isinstance(key, str) for key in where):
+            raise UserError(f"a metadata filter maps field names to values, got {where!r}")
+        # compared as canonical JSON: 1, 1.0 and true are three different values, as in the file
+        want = {key: json.dumps(v, sort_keys=True) for key, v in where.items()}
+        out = []
+        for i, meta in self._con.execute("SELECT id, metadata FROM items WHERE metadata IS NOT NULL"):
+            try:
+                m = json.loads(meta)
+            except (TypeError, ValueError):
+                raise UserError(
+                    f"{self.path / 'store.db'}: row {i} holds metadata that is not JSON; "
+                    "the index is damaged: rebuild it"
+                ) from None
+            if isinstance(m, dict) and all(
+                key in m and json.dumps(m[key], sort_keys=True) == v for key, v in want.items()
+            ):
+                out.append(i)
+        return np.asarray(sorted(out), dtype=np.int64)
+
+    def _exact_among(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores [Q, k], row ids [Q, k]) of ``q`` (prepared) against the stored vectors of ``rows`` only,
+        read ``FILTER_CHUNK`` rows at a time; missing slots get id -1, as the backends give them."""
+        best_s = np.full((len(q), k), -np.inf, np.float32)
+        best_i = np.full((len(q), k), -1, np.int64)
+        for start in range(0, len(rows), FILTER_CHUNK):
+            got, vecs = self._vectors_of([int(r) for r in rows[start : start + FILTER_CHUNK]])
+            s, i = exact_search(vecs, q, k, got)
+            all_s, all_i = np.concatenate([best_s, s], axis=1), np.concatenate([best_i, i], axis=1)
+            order = np.lexsort((all_i, -all_s), axis=1)[:, :k]  # ties: the lower row id first
+            best_s = np.take_along_axis(all_s, order, axis=1)
+            best_i = np.take_along_axis(all_i, order, axis=1)
+        return best_s, best_i
 
     def info(self) -> dict[str, Any]:
         return {
