@@ -199,6 +199,20 @@ def test_access_log_one_json_line_per_request(model, capsys):
     assert len({x["request_id"] for x in lines[1:]}) == 3  # fresh ids where the client sent none
 
 
+def test_access_log_records_a_bug_as_500(model, capsys, monkeypatch):
+    app = create_app(model, access_log=True)
+
+    def broken():
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(app.state.service, "info", broken)
+    client = TestClient(app, raise_server_exceptions=False)
+    capsys.readouterr()
+    assert client.get("/info").status_code == 500
+    lines = _log_lines(capsys.readouterr().err)
+    assert [(x["path"], x["status"]) for x in lines] == [("/info", 500)]
+
+
 def test_no_access_log_by_default(model, capsys):
     client = TestClient(create_app(model))
     capsys.readouterr()

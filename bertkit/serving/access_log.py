@@ -1,7 +1,7 @@
 """``bertkit serve --access-log``: one JSON object per request on stderr, for log shippers.
 
 Each line holds ``ts`` (UTC, ISO 8601), ``method``, ``path`` (no query string: it may carry secrets),
-``status`` (null when the client left before an answer), ``ms`` (arrival to the answer's last byte) and
+``status`` (null when the client left before an answer; 500 for a bug), ``ms`` (arrival to the answer's last byte) and
 ``request_id`` (the ``x-request-id`` the answer carries, so a client's quoted id finds its line). The
 middleware is the outermost one, so refusals by the key, body-limit and CORS checks are logged too.
 """
@@ -47,6 +47,10 @@ class AccessLog:
 
         try:
             await self.app(scope, receive, send_logged)
+        except Exception:
+            # a bug: the server's outermost handler answers 500 after this line is written
+            status = 500 if status is None else status
+            raise
         finally:
             self._write(
                 {
