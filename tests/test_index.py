@@ -632,3 +632,36 @@ def test_cli_search_filter(tmp_path, capsys):
         assert r.returncode == 2 and all(w in r.stderr for w in words) and r.stderr.count("\n") == 1, r.stderr
     r = _main(capsys, *base, "--filter", "lang=en", "--filter", "lang=de")
     assert r.returncode == 2 and "twice" in r.stderr
+
+
+def test_qdrant_points_carry_the_id_and_metadata_as_payload(tmp_path):
+    """A Qdrant user sees each entry's own id and metadata on its point (added, replayed, rebuilt)."""
+    pytest.importorskip("qdrant_client")
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    ids: list = ["a", 7, ["x", 1], "b", "c", "d"]
+    meta: list = [{"text": "first", "lang": "en"}, None, 3, {"k": [1, 2]}, {"text": "fifth"}, "six"]
+
+    def payloads(store: VectorStore) -> dict:
+        rows = dict(store._con.execute("SELECT key, id FROM items"))
+        points = store.backend.client.retrieve(
+            store.backend.collection, ids=list(rows.values()), with_payload=True
+        )
+        by_row = {p.id: p.payload for p in points}
+        return {key: by_row[row] for key, row in rows.items()}
+
+    def want(keep: range) -> dict:
+        return {json.dumps(ids[i], sort_keys=True): {"id": ids[i], "metadata": meta[i]} for i in keep}
+
+    store = VectorStore.create(tmp_path / "q", 4, "qdrant")
+    store.add(x[:4], ids[:4], meta[:4])
+    store.save()
+    store.add(x[4:], ids[4:], meta[4:])  # in the log only: replayed on the next open
+    assert payloads(store) == want(range(6))
+    store.close()
+    again = VectorStore.open(tmp_path / "q")
+    assert payloads(again) == want(range(6))
+    again.delete(["b"])
+    again.rebuild()
+    assert payloads(again) == want([0, 1, 2, 4, 5])
+    again.close()

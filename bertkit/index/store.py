@@ -263,7 +263,7 @@ class VectorStore:
                 never_added.update(set(ids) - set(got_ids.tolist()))
                 if len(got_ids):
                     self._ensure_trained()
-                    self.backend.add(got_ids, vecs)
+                    self._to_backend(got_ids, vecs)
             else:
                 # removing an id the backend never held would count a tombstone for nothing
                 gone = [r for r in ids if r not in never_added]
@@ -293,6 +293,30 @@ class VectorStore:
         if not got_ids:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         return np.asarray(got_ids, dtype=np.int64), np.stack(vecs)
+
+    def _payloads(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """``{"id": the user's id, "metadata": ...}`` of each row, in ``rows`` order."""
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(rows), 900):  # SQLite's bound-parameter limit
+            chunk = [int(r) for r in rows[start : start + 900]]
+            q = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            for i, key, meta in self._con.execute(q, chunk):
+                try:
+                    found[i] = {"id": json.loads(key), "metadata": None if meta is None else json.loads(meta)}
+                except (TypeError, ValueError):
+                    raise UserError(
+                        f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
+                        "the index is damaged: rebuild it"
+                    ) from None
+        return [found[int(r)] for r in rows]
+
+    def _to_backend(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        """Hand stored entries to the backend; one that keeps payloads (qdrant) gets each entry's id and
+        metadata with it, so a user of that database sees them, not bare row numbers."""
+        if self.backend.wants_payloads:
+            self.backend.add(rows, vectors, payloads=self._payloads(rows))
+        else:
+            self.backend.add(rows, vectors)
 
     def _get(self, key: str, default: Any = None) -> Any:
         row = self._con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -330,7 +354,7 @@ class VectorStore:
             self._ensure_trained()
         for start in range(0, len(ids), 50_000):
             got, vecs = self._vectors_of(ids[start : start + 50_000])
-            self.backend.add(got, vecs)
+            self._to_backend(got, vecs)
         self._applied = last
         if ids and save and self.writable:
             self.save()
@@ -387,7 +411,7 @@ class VectorStore:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        self.backend.add(np.asarray(rows, dtype=np.int64), x)
+        self._to_backend(np.asarray(rows, dtype=np.int64), x)
         self._applied = seq
         return len(rows)
 
