@@ -363,6 +363,10 @@ CASES = [
     ("serve-device-bogus", ["serve", M, "--device", "bogus"], ["--device", "bogus"]),
     ("serve-device-cuda-99", ["serve", M, "--device", "cuda:99"], ["--device", "cuda:99"]),
     ("serve-api-key-empty", ["serve", M, "--api-key", ""], ["--api-key", "empty"]),
+    ("serve-cors-origin-path", ["serve", M, "--cors-origin", "https://a.example/app"],
+     ["--cors-origin", "'https://a.example/app'", "scheme://host"]),
+    ("serve-max-embed-all-values-0", ["serve", M, "--max-embed-all-values", "0"],
+     ["--max-embed-all-values", "positive integer"]),
     # damaged indexes
     ("index-garbage-db", ["index", "info", "idx_garbage"], ["idx_garbage/store.db", "not a bertkit index"]),
     ("index-meta-not-json", ["index", "info", "idx_meta_not_json"], ["idx_meta_not_json/store.db", "not JSON"]),

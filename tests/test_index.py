@@ -559,3 +559,109 @@ def test_many_queries_are_searched_in_blocks(tmp_path, monkeypatch):
     want = exact_search(unit(x), unit(q), 3)[1]
     assert [[h["id"] for h in row] for row in hits] == want.tolist()
     store.close()
+
+
+@pytest.mark.parametrize("backend", ["exact", "hnsw", "qdrant"])
+def test_metadata_filter_is_exact_among_the_matching_entries(tmp_path, monkeypatch, backend):
+    """``search(where=...)`` returns the exact top-k among entries whose metadata matches every key (JSON
+    equality: 1, 1.0 and true differ), read in chunks, on any backend, deletes included."""
+    from bertkit.index import store as store_module
+
+    if backend == "qdrant":
+        pytest.importorskip("qdrant_client")
+    monkeypatch.setattr(store_module, "FILTER_CHUNK", 7)  # several chunks to merge
+    rng = np.random.default_rng(21)
+    n = 60
+    x = clustered(n, 8, rng)
+    q = clustered(5, 8, rng)
+    langs = ["en", "de", "fr"]
+    meta: list = [{"lang": langs[i % 3], "year": 2000 + i % 4} for i in range(n)]
+    meta[0], meta[1], meta[2] = None, "en", {"lang": "en", "year": 2000.0}  # not objects / a float year
+    store = VectorStore.create(tmp_path / "i", 8, backend, "cosine")
+    store.add(x, [f"d{i}" for i in range(n)], meta)
+    store.delete(["d3"])  # an "en", 2003 entry
+
+    def truth(keep: list[int], k: int) -> list[list[str]]:
+        best = exact_search(unit(x[keep]), unit(q), k)[1]
+        return [[f"d{keep[j]}" for j in row if j >= 0] for row in best]
+
+    def match(m, where) -> bool:
+        return isinstance(m, dict) and all(
+            key in m and json.dumps(m[key]) == json.dumps(v) for key, v in where.items()
+        )
+
+    for where, k in (
+        ({"lang": "en"}, 4),
+        ({"lang": "en", "year": 2000}, 10),
+        ({"year": 2003}, 3),
+        ({"lang": "xx"}, 2),
+    ):
+        keep = [i for i in range(n) if i != 3 and match(meta[i], where)]
+        got = store.search(q, k, where=where)
+        assert [[h["id"] for h in row] for row in got] == truth(keep, k), where
+        assert all(match(h["metadata"], where) for row in got for h in row)
+    # d12, d24, d36, d48: not d0 (no object) nor d2 (its year is 2000.0)
+    hits = store.search(q[:1], 100, where={"lang": "en", "year": 2000})[0]
+    assert sorted(h["id"] for h in hits) == ["d12", "d24", "d36", "d48"]
+    assert store.search(q[:1], 5, where={"year": 2000.0})[0][0]["id"] == "d2"
+    with pytest.raises(UserError, match="field names"):
+        store.search(q, 3, where=["lang", "en"])
+    store.close()
+
+
+def test_cli_search_filter(tmp_path, capsys):
+    rng = np.random.default_rng(22)
+    x = clustered(40, 8, rng)
+    with open(tmp_path / "e.jsonl", "w") as f:
+        for i in range(40):
+            meta = {"lang": "en" if i % 2 else "de", "year": 2020 + i % 3, "draft": i % 5 == 0}
+            f.write(json.dumps({"id": i, "vector": x[i].tolist(), "metadata": meta}) + "\n")
+    idx = str(tmp_path / "idx")
+    assert _main(capsys, "index", "build", idx, "--input", str(tmp_path / "e.jsonl")).returncode == 0
+    np.save(tmp_path / "q.npy", x[[0, 1]])
+    base = ("index", "search", idx, "--queries", str(tmp_path / "q.npy"), "-k", "40")
+    r = _main(capsys, *base, "--filter", "lang=en", "--filter", "year=2021", "--filter", "draft=false")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["filter"] == {"lang": "en", "year": 2021, "draft": False}
+    want = {i for i in range(40) if i % 2 and 2020 + i % 3 == 2021 and i % 5}
+    for res in out["results"]:
+        assert {h["id"] for h in res["hits"]} == want
+    for bad, words in (("lang", ["'lang'", "KEY=VALUE"]), ("=en", ["'=en'"])):
+        r = _main(capsys, *base, "--filter", bad)
+        assert r.returncode == 2 and all(w in r.stderr for w in words) and r.stderr.count("\n") == 1, r.stderr
+    r = _main(capsys, *base, "--filter", "lang=en", "--filter", "lang=de")
+    assert r.returncode == 2 and "twice" in r.stderr
+
+
+def test_qdrant_points_carry_the_id_and_metadata_as_payload(tmp_path):
+    """A Qdrant user sees each entry's own id and metadata on its point (added, replayed, rebuilt)."""
+    pytest.importorskip("qdrant_client")
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    ids: list = ["a", 7, ["x", 1], "b", "c", "d"]
+    meta: list = [{"text": "first", "lang": "en"}, None, 3, {"k": [1, 2]}, {"text": "fifth"}, "six"]
+
+    def payloads(store: VectorStore) -> dict:
+        rows = dict(store._con.execute("SELECT key, id FROM items"))
+        points = store.backend.client.retrieve(
+            store.backend.collection, ids=list(rows.values()), with_payload=True
+        )
+        by_row = {p.id: p.payload for p in points}
+        return {key: by_row[row] for key, row in rows.items()}
+
+    def want(keep: range) -> dict:
+        return {json.dumps(ids[i], sort_keys=True): {"id": ids[i], "metadata": meta[i]} for i in keep}
+
+    store = VectorStore.create(tmp_path / "q", 4, "qdrant")
+    store.add(x[:4], ids[:4], meta[:4])
+    store.save()
+    store.add(x[4:], ids[4:], meta[4:])  # in the log only: replayed on the next open
+    assert payloads(store) == want(range(6))
+    store.close()
+    again = VectorStore.open(tmp_path / "q")
+    assert payloads(again) == want(range(6))
+    again.delete(["b"])
+    again.rebuild()
+    assert payloads(again) == want([0, 1, 2, 4, 5])
+    again.close()

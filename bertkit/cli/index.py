@@ -81,6 +81,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--query", action="append", default=None, help="a query text (repeatable)")
     src.add_argument("--queries", type=Path, default=None, metavar="F", help="queries as .jsonl or .npy")
     s.add_argument("-k", type=A.positive_int, default=10)
+    s.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only entries whose metadata has KEY equal to VALUE (parsed as JSON when it parses: "
+        "year=2020, lang=en, draft=false); repeat to require several; a filtered search is exact",
+    )
     A.add_output(
         s,
         "--out",
@@ -263,10 +271,24 @@ def add(args: argparse.Namespace) -> dict[str, Any]:
         }
 
 
+def _parse_filters(items: list[str]) -> dict[str, Any] | None:
+    """``["lang=en", "year=2020"]`` -> ``{"lang": "en", "year": 2020}`` (None: no filter)."""
+    where: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UserError(f"--filter {item!r}: expected KEY=VALUE, e.g. --filter lang=en")
+        if key in where:
+            raise UserError(f"--filter {key!r} is given twice; an entry holds one value per key")
+        where[key] = _parse_id(value)
+    return where or None
+
+
 def search(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
     from ..io import atomic_write
 
+    where = _parse_filters(args.filter)  # refused before any model or index is read
     with VectorStore.open(args.index_dir, write=False) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
         embed = _Embedder(model)
@@ -278,10 +300,12 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
                 raise UserError(f"{args.queries}: no queries")
             queries, labels = np.concatenate([p[0] for p in parts]), [i for p in parts for i in p[1]]
         t0 = time.perf_counter()
-        hits = store.search(queries, args.k)
+        hits = store.search(queries, args.k, where=where)
         seconds = time.perf_counter() - t0
     results = [{"query": q, "hits": h} for q, h in zip(labels, hits)]
     out: dict[str, Any] = {"index": str(args.index_dir), "queries": len(results), "k": args.k}
+    if where is not None:
+        out["filter"] = where
     out["search_seconds"] = round(seconds, 4)
     if args.out is None:
         out["results"] = results

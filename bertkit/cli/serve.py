@@ -68,6 +68,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer KEY' on every route but /health (401 otherwise; default: "
         "the environment's key (bertkit.settings), else off; the variable keeps it out of the process list)",
     )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let browser pages from ORIGIN (scheme://host[:port], or * for any) call the server; "
+        "repeat for several (default: no CORS headers, so other origins' pages cannot read answers)",
+    )
+    p.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="one JSON line per request on stderr: ts, method, path, status, ms, request_id (default: off)",
+    )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
         "--max-body-bytes", type=_positive, default=d.max_body_bytes, help="largest request body (413)"
@@ -89,7 +103,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
     )
     g.add_argument(
+        "--max-embed-all-values",
+        type=_positive,
+        default=d.max_embed_all_values,
+        help="most floats (tokens x hidden size) one /embed_all answer may hold (413; default %(default)s)",
+    )
+    g.add_argument(
         "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
+    )
+    g.add_argument(
+        "--auto-truncate",
+        action="store_true",
+        help="cut TEI-shaped and OpenAI inputs over --max-length when a request does not say truncate "
+        "(as TEI's --auto-truncate; default: refuse them with 413, as TEI does)",
     )
     g.add_argument(
         "--long-text",
@@ -151,15 +177,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from ..errors import UserError
     from ..serving import serve
+    from ..serving.cors import check_origin
 
     if not 0 <= args.port < 65536:
         raise UserError(f"--port must be in 0..65535, got {args.port}")
+    origins = [check_origin(o) for o in args.cors_origin]  # refused before the model loads
     limits = Limits(
         max_body_bytes=args.max_body_bytes,
         max_text_chars=args.max_text_chars,
         max_batch_size=args.max_batch_size,
         max_request_tokens=args.max_request_tokens,
         max_fill_mask_predictions=args.max_fill_mask_predictions,
+        max_embed_all_values=args.max_embed_all_values,
     )
     serve(
         args.model_dir,
@@ -171,10 +200,13 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
         read_timeout=args.read_timeout,
         keep_alive=args.keep_alive,
         api_key=args.api_key,
+        cors_origins=origins,
+        access_log=args.access_log,
         limits=limits,
         max_length=args.max_length,
         device=args.device,
         long_text=args.long_text,
+        auto_truncate=args.auto_truncate,
         window_stride=args.window_stride,
         model_id=args.model_id,
         int8=args.int8,

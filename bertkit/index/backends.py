@@ -44,6 +44,7 @@ class Backend:
     name = "?"
     needs_training = False
     persistent = False  # True: the backend keeps its own durable copy (qdrant)
+    wants_payloads = False  # True: add() also takes each entry's {"id", "metadata"} (qdrant's payloads)
 
     def __init__(self, dim: int, **params: Any) -> None:
         self.dim = int(dim)
@@ -277,6 +278,7 @@ class QdrantBackend(Backend):
 
     name = "qdrant"
     persistent = True
+    wants_payloads = True
     collection = "bertkit"
 
     def __init__(self, dim: int, path: str | os.PathLike | None = None, **params: Any) -> None:
@@ -299,7 +301,9 @@ class QdrantBackend(Backend):
     def __len__(self) -> int:
         return int(self.client.count(self.collection, exact=True).count)
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, vectors: np.ndarray, payloads: list[dict] | None = None) -> None:
+        """Points keyed by the store's row ids; ``payloads``: each entry's ``{"id", "metadata"}`` (the
+        user's id and metadata, so Qdrant's own tools and filters see them)."""
         m = self._models
         for start in range(0, len(ids), 1024):
             self.client.upsert(
@@ -307,6 +311,7 @@ class QdrantBackend(Backend):
                 points=m.Batch(
                     ids=[int(i) for i in ids[start : start + 1024]],
                     vectors=np.asarray(vectors[start : start + 1024], dtype=np.float32).tolist(),
+                    payloads=None if payloads is None else payloads[start : start + 1024],
                 ),
             )
 

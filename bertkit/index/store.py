@@ -34,6 +34,7 @@ import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +43,13 @@ import numpy as np
 from ..errors import UserError
 from ..io import _chmod_as_umask
 from . import lock
-from .backends import BACKENDS, Backend, make_backend
+from .backends import BACKENDS, Backend, exact_search, make_backend
 
 logger = logging.getLogger("bertkit")
 
 METRICS = ("cosine", "dot")
 QUERY_BLOCK = 1024  # queries searched at a time: a backend's work memory is [block x rows of a chunk]
+FILTER_CHUNK = 16_384  # stored vectors read at a time by a filtered search: [block x chunk] scores, 64 MB
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -261,7 +263,7 @@ class VectorStore:
                 never_added.update(set(ids) - set(got_ids.tolist()))
                 if len(got_ids):
                     self._ensure_trained()
-                    self.backend.add(got_ids, vecs)
+                    self._to_backend(got_ids, vecs)
             else:
                 # removing an id the backend never held would count a tombstone for nothing
                 gone = [r for r in ids if r not in never_added]
@@ -291,6 +293,30 @@ class VectorStore:
         if not got_ids:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         return np.asarray(got_ids, dtype=np.int64), np.stack(vecs)
+
+    def _payloads(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """``{"id": the user's id, "metadata": ...}`` of each row, in ``rows`` order."""
+        found: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(rows), 900):  # SQLite's bound-parameter limit
+            chunk = [int(r) for r in rows[start : start + 900]]
+            q = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
+            for i, key, meta in self._con.execute(q, chunk):
+                try:
+                    found[i] = {"id": json.loads(key), "metadata": None if meta is None else json.loads(meta)}
+                except (TypeError, ValueError):
+                    raise UserError(
+                        f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
+                        "the index is damaged: rebuild it"
+                    ) from None
+        return [found[int(r)] for r in rows]
+
+    def _to_backend(self, rows: np.ndarray, vectors: np.ndarray) -> None:
+        """Hand stored entries to the backend; one that keeps payloads (qdrant) gets each entry's id and
+        metadata with it, so a user of that database sees them, not bare row numbers."""
+        if self.backend.wants_payloads:
+            self.backend.add(rows, vectors, payloads=self._payloads(rows))
+        else:
+            self.backend.add(rows, vectors)
 
     def _get(self, key: str, default: Any = None) -> Any:
         row = self._con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -328,7 +354,7 @@ class VectorStore:
             self._ensure_trained()
         for start in range(0, len(ids), 50_000):
             got, vecs = self._vectors_of(ids[start : start + 50_000])
-            self.backend.add(got, vecs)
+            self._to_backend(got, vecs)
         self._applied = last
         if ids and save and self.writable:
             self.save()
@@ -385,7 +411,7 @@ class VectorStore:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        self.backend.add(np.asarray(rows, dtype=np.int64), x)
+        self._to_backend(np.asarray(rows, dtype=np.int64), x)
         self._applied = seq
         return len(rows)
 
@@ -475,13 +501,21 @@ class VectorStore:
     def __len__(self) -> int:
         return int(self._con.execute("SELECT COUNT(*) FROM items").fetchone()[0])
 
-    def search(self, queries: np.ndarray, k: int = 10) -> list[list[dict[str, Any]]]:
-        """Top-``k`` per query row: ``[{"id", "score", "metadata"}, ...]`` best first."""
+    def search(
+        self, queries: np.ndarray, k: int = 10, where: dict[str, Any] | None = None
+    ) -> list[list[dict[str, Any]]]:
+        """Top-``k`` per query row: ``[{"id", "score", "metadata"}, ...]`` best first.
+
+        ``where``: only entries whose metadata is an object holding each key with an equal JSON value
+        (``{"lang": "en", "year": 2020}``). A filtered search is exact, whatever the backend: it scores
+        the query against every matching entry's stored vector (cost: matches x queries), so it never
+        returns fewer than ``k`` hits while ``k`` entries match, as over-fetching an ANN index could."""
         if k < 1:
             raise UserError(f"k must be >= 1, got {k}")
         q = self._prep(np.atleast_2d(queries))
+        search = self.backend.search if where is None else partial(self._exact_among, self._matching(where))
         # in blocks: 20,000 queries at once held a [queries x chunk] score matrix of over 3 GB
-        parts = [self.backend.search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
+        parts = [search(q[s : s + QUERY_BLOCK], k) for s in range(0, len(q), QUERY_BLOCK)]
         scores = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
         rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
         wanted = sorted({int(r) for r in rows.ravel() if r >= 0})
@@ -506,6 +540,41 @@ class VectorStore:
                     hits.append({"id": key, "score": float(s), "metadata": meta})
             out.append(hits)
         return out
+
+    def _matching(self, where: dict[str, Any]) -> np.ndarray:
+        """Row ids (ascending) of the entries ``where`` selects (see :meth:`search`)."""
+        if not isinstance(where, dict) or not all(isinstance(key, str) for key in where):
+            raise UserError(f"a metadata filter maps field names to values, got {where!r}")
+        # compared as canonical JSON: 1, 1.0 and true are three different values, as in the file
+        want = {key: json.dumps(v, sort_keys=True) for key, v in where.items()}
+        out = []
+        for i, meta in self._con.execute("SELECT id, metadata FROM items WHERE metadata IS NOT NULL"):
+            try:
+                m = json.loads(meta)
+            except (TypeError, ValueError):
+                raise UserError(
+                    f"{self.path / 'store.db'}: row {i} holds metadata that is not JSON; "
+                    "the index is damaged: rebuild it"
+                ) from None
+            if isinstance(m, dict) and all(
+                key in m and json.dumps(m[key], sort_keys=True) == v for key, v in want.items()
+            ):
+                out.append(i)
+        return np.asarray(sorted(out), dtype=np.int64)
+
+    def _exact_among(self, rows: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores [Q, k], row ids [Q, k]) of ``q`` (prepared) against the stored vectors of ``rows`` only,
+        read ``FILTER_CHUNK`` rows at a time; missing slots get id -1, as the backends give them."""
+        best_s = np.full((len(q), k), -np.inf, np.float32)
+        best_i = np.full((len(q), k), -1, np.int64)
+        for start in range(0, len(rows), FILTER_CHUNK):
+            got, vecs = self._vectors_of([int(r) for r in rows[start : start + FILTER_CHUNK]])
+            s, i = exact_search(vecs, q, k, got)
+            all_s, all_i = np.concatenate([best_s, s], axis=1), np.concatenate([best_i, i], axis=1)
+            order = np.lexsort((all_i, -all_s), axis=1)[:, :k]  # ties: the lower row id first
+            best_s = np.take_along_axis(all_s, order, axis=1)
+            best_i = np.take_along_axis(all_i, order, axis=1)
+        return best_s, best_i
 
     def info(self) -> dict[str, Any]:
         return {

@@ -10,7 +10,9 @@ import time
 from typing import Any
 
 from ..errors import UserError
+from .access_log import AccessLog
 from .connections import DEFAULT_KEEP_ALIVE, DEFAULT_READ_TIMEOUT, connection_cap, protocol_class
+from .cors import add_cors, check_origin
 from .errors import install_handlers
 from .headers import ApiKey, RequestMeta
 from .limits import BodyLimit, Limits
@@ -54,6 +56,8 @@ def create_app(
     docs: bool = False,
     threads: int = 256,
     api_key: str | None = None,
+    cors_origins: list[str] | None = None,
+    access_log: bool = False,
     **service_kwargs: Any,
 ):
     """The ASGI application for a model directory (or an already-built service).
@@ -61,9 +65,12 @@ def create_app(
     ``docs=True`` serves ``/docs`` and ``/openapi.json`` (off by default: they describe the server to
     anyone who can reach it). ``threads``: request threads (each waits on the batcher while its batch runs).
     ``api_key``: every route but /health then needs ``Authorization: Bearer KEY`` (``headers.ApiKey``).
+    ``cors_origins``: the origins whose browser pages may call the server (``cors``; none by default).
+    ``access_log``: one JSON line per request on stderr (``access_log.AccessLog``).
     """
     if api_key is not None and not api_key:
         raise UserError("--api-key must not be empty")
+    cors_origins = [check_origin(o) for o in cors_origins or []]  # before the model loads
     require_server_deps()
     from contextlib import asynccontextmanager
 
@@ -105,7 +112,10 @@ def create_app(
     if api_key is not None:
         app.add_middleware(ApiKey, key=api_key, on_error=metrics.on_error)
     app.add_middleware(_Timing, metrics=metrics, routes=known)
+    add_cors(app, cors_origins)  # outside the key: a browser's preflight carries none
     app.add_middleware(RequestMeta)
+    if access_log:  # outermost: it sees every answer, refusals included, with its request id
+        app.add_middleware(AccessLog)
     return app
 
 
@@ -119,6 +129,8 @@ def serve(
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     keep_alive: float = DEFAULT_KEEP_ALIVE,
     api_key: str | None = None,
+    cors_origins: list[str] | None = None,
+    access_log: bool = False,
     **service_kwargs: Any,
 ) -> None:
     """Build the app and run it with uvicorn until interrupted. ``max_connections``, ``read_timeout`` and
@@ -128,14 +140,21 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError(INSTALL_HINT) from None
-    app = create_app(model_dir, docs=docs, api_key=api_key, **service_kwargs)
+    app = create_app(
+        model_dir,
+        docs=docs,
+        api_key=api_key,
+        cors_origins=cors_origins,
+        access_log=access_log,
+        **service_kwargs,
+    )
     # h11's own limit on headers stays; the body limit is ours (BodyLimit)
     uvicorn.run(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        access_log=log_level == "debug",
+        access_log=log_level == "debug" and not access_log,  # ours replaces uvicorn's text lines
         http=protocol_class(connection_cap(max_connections), read_timeout),
         timeout_keep_alive=keep_alive,
     )

@@ -9,6 +9,7 @@ from the library), and anything else is a bug, answered 500 with its traceback i
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from ..errors import UserError
@@ -17,21 +18,32 @@ log = logging.getLogger("bertkit.serving")
 
 
 class ApiError(Exception):
-    """A request the server refuses: HTTP ``status``, a TEI-style ``error_type`` and a one-line message."""
+    """A request the server refuses: HTTP ``status``, a TEI-style ``error_type`` and a one-line message.
 
-    def __init__(self, status: int, error_type: str, message: str) -> None:
+    ``param``: the request field at fault (``"input"``, ``texts[3]``), when one is; OpenAI's error body
+    reports its top-level name so a client can point at it."""
+
+    def __init__(self, status: int, error_type: str, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.error_type = error_type
         self.message = message
+        self.param = param
 
 
-def validation(message: str) -> ApiError:
-    return ApiError(422, "validation", message)
+def validation(message: str, param: str | None = None) -> ApiError:
+    return ApiError(422, "validation", message, param)
 
 
-def too_large(message: str) -> ApiError:
-    return ApiError(413, "payload_too_large", message)
+def too_large(message: str, param: str | None = None) -> ApiError:
+    return ApiError(413, "payload_too_large", message, param)
+
+
+def top_field(field: str | None) -> str | None:
+    """``input[2]`` / ``inputs.sentences`` -> ``input`` / ``inputs``: the request's own field name."""
+    if not field:
+        return None
+    return re.split(r"[\[.]", field, maxsplit=1)[0] or None
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -69,11 +81,14 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
 OPENAI_PREFIX = "/v1/"
 
 
-def error_body(status: int, error_type: str, message: str, path: str = "") -> dict[str, Any]:
-    """TEI's error shape, or OpenAI's for a ``/v1/`` ``path`` (``code`` carries TEI's error type)."""
+def error_body(
+    status: int, error_type: str, message: str, path: str = "", param: str | None = None
+) -> dict[str, Any]:
+    """TEI's error shape, or OpenAI's for a ``/v1/`` ``path`` (``code`` carries TEI's error type,
+    ``param`` the top-level name of the field at fault, or null when no one field is)."""
     if path.startswith(OPENAI_PREFIX):
         kind = "invalid_request_error" if status < 500 else "server_error"
-        return {"error": {"message": message, "type": kind, "param": None, "code": error_type}}
+        return {"error": {"message": message, "type": kind, "param": top_field(param), "code": error_type}}
     return {"error": message, "error_type": error_type}
 
 
@@ -83,15 +98,17 @@ def install_handlers(app: Any, on_error: Any = None) -> None:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    def respond(status: int, error_type: str, message: str, request: Any = None) -> JSONResponse:
+    def respond(
+        status: int, error_type: str, message: str, request: Any = None, param: str | None = None
+    ) -> JSONResponse:
         if on_error is not None:
             on_error(status, error_type)
         path = request.url.path if request is not None else ""
-        return JSONResponse(error_body(status, error_type, message, path), status_code=status)
+        return JSONResponse(error_body(status, error_type, message, path, param), status_code=status)
 
     @app.exception_handler(ApiError)
     async def _api_error(request, exc: ApiError):
-        return respond(exc.status, exc.error_type, one_line(exc.message), request)
+        return respond(exc.status, exc.error_type, one_line(exc.message), request, exc.param)
 
     @app.exception_handler(UserError)
     async def _user_error(request, exc: UserError):
@@ -99,7 +116,10 @@ def install_handlers(app: Any, on_error: Any = None) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, exc: RequestValidationError):
-        return respond(422, "validation", validation_message(list(exc.errors())), request)
+        errors = list(exc.errors())
+        param = _field(tuple(errors[0].get("loc") or ())) if errors else None
+        param = None if param == "body" else param  # the body as a whole (not JSON, not an object)
+        return respond(422, "validation", validation_message(errors), request, param)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, exc: StarletteHTTPException):
@@ -119,4 +139,4 @@ def install_handlers(app: Any, on_error: Any = None) -> None:
         return respond(500, "internal", "internal server error (see the server log)", request)
 
 
-__all__ = ["ApiError", "error_body", "install_handlers", "one_line", "too_large", "validation"]
+__all__ = ["ApiError", "error_body", "install_handlers", "one_line", "too_large", "top_field", "validation"]

@@ -48,24 +48,27 @@ def check_text(text: str, field: str, limits: Limits) -> None:
     if len(text) > limits.max_text_chars:
         raise too_large(
             f"{field} is {len(text)} characters long; this server takes at most {limits.max_text_chars} "
-            "per text (--max-text-chars)"
+            "per text (--max-text-chars)",
+            field,
         )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         raise validation(
             f"{field} holds a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}; "
-            "send valid Unicode (pair surrogates or use the character itself)"
+            "send valid Unicode (pair surrogates or use the character itself)",
+            field,
         ) from None
 
 
 def check_texts(texts: list[str], field: str, limits: Limits, allow_empty_list: bool = False) -> None:
     if not texts and not allow_empty_list:
-        raise validation(f"{field} must hold at least one text")
+        raise validation(f"{field} must hold at least one text", field)
     if len(texts) > limits.max_batch_size:
         raise too_large(
             f"{field} holds {len(texts)} texts; this server takes at most {limits.max_batch_size} per request "
-            "(split the request, or start the server with a larger --max-batch-size)"
+            "(split the request, or start the server with a larger --max-batch-size)",
+            field,
         )
     for i, t in enumerate(texts):
         check_text(t, f"{field}[{i}]", limits)
@@ -76,7 +79,8 @@ def check_count(n: int, field: str, unit: str, limits: Limits) -> None:
     if n > limits.max_batch_size:
         raise too_large(
             f"{field} holds {n} {unit}; this server takes at most {limits.max_batch_size} per request "
-            "(--max-batch-size)"
+            "(--max-batch-size)",
+            field,
         )
 
 
@@ -95,7 +99,7 @@ def check_embed_all(tokens: int, dim: int, limits: Limits) -> None:
     if tokens * dim > limits.max_embed_all_values:
         raise too_large(
             f"{tokens} tokens x {dim} dimensions = {tokens * dim} values; /embed_all returns at most "
-            f"{limits.max_embed_all_values} per request: send fewer or shorter texts"
+            f"{limits.max_embed_all_values} per request (--max-embed-all-values): send fewer or shorter texts"
         )
 
 

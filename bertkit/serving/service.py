@@ -9,6 +9,7 @@ tokenisation (``ApiError`` names the field or limit), and returns numpy arrays o
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
 from .batching import Batcher
-from .errors import too_large, validation
+from .errors import ApiError, validation
 from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
 from .pairs import encode_pairs
 
@@ -43,6 +44,9 @@ class InferenceService:
         precision: fp32 (default), bf16 autocast, or auto: bf16 where this machine runs it faster and its
             outputs agree with fp32's (``bertkit.inference_precision``; measured once, at start-up).
         on_batch: ``(task, sequences, padded tokens)`` callback after each model batch (metrics).
+        auto_truncate: what a TEI-shaped request that does not say ``truncate`` gets, as TEI's
+            ``--auto-truncate``: False (TEI's default) refuses an input over ``max_length`` tokens with
+            413, True cuts it.
     """
 
     def __init__(
@@ -60,6 +64,7 @@ class InferenceService:
         on_batch: Any = None,
         max_batch_size: int | None = None,
         precision: str = "fp32",
+        auto_truncate: bool = False,
     ) -> None:
         from ..config import BertConfig
         from ..model import BertModel
@@ -79,6 +84,7 @@ class InferenceService:
         if long_text not in LONG_TEXT:
             raise UserError(f"--long-text must be one of {', '.join(LONG_TEXT)}, got {long_text!r}")
         self.long_text = long_text
+        self.auto_truncate = auto_truncate
         self.model_id = model_id or self.model_dir.resolve().name
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tok_lock = threading.Lock()  # the tokenizer's truncation settings are shared state
@@ -154,6 +160,7 @@ class InferenceService:
             "max_batch_size": self.limits.max_batch_size,
             "limits": self.limits.to_dict(),
             "long_text": self.long_text,
+            "auto_truncate": self.auto_truncate,  # TEI's name: what an omitted truncate means
             "pooling": self.encoder.pooling,
             "normalize": self.encoder.normalize,
             "prompts": self.encoder.prompts.prompts,
@@ -252,13 +259,13 @@ class InferenceService:
         for_embedding: bool = False,
         truncate: bool = True,
         truncation_direction: str = "right",
-        field: str = "inputs",
+        field: str | list[str] = "inputs",
     ) -> tuple[list[list[int]], list[list[int]], list[int]]:
         """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
 
         ``long_text="windows"`` gives a long text several windows (single texts only); ``truncate=False``
         refuses a text over ``max_length`` tokens instead of cutting it; ``truncation_direction="left"``
-        keeps a long embedding text's last tokens instead of its first.
+        keeps a long embedding text's last tokens instead of its first. ``field``: as :meth:`_refuse_long`.
         """
         direction = truncation_direction.lower()
         if direction not in TRUNCATION_DIRECTIONS:
@@ -289,7 +296,10 @@ class InferenceService:
                 ids = self.encoder.tokenize(texts) if truncate else self._untruncated(texts)
                 types = [[0] * len(x) for x in ids]
             elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
-                ids, types = encode_pairs(self.tokenizer, texts, pairs, self.max_length)
+                # untruncated (no length bound) when truncation is off: the check below refuses
+                ids, types = encode_pairs(
+                    self.tokenizer, texts, pairs, self.max_length if truncate else sys.maxsize
+                )
             else:
                 enc = self.tokenizer(
                     texts,
@@ -300,13 +310,30 @@ class InferenceService:
                 )
                 ids, types = enc["input_ids"], enc["token_type_ids"]
         if not truncate:
-            for i, x in enumerate(ids):
-                if len(x) > self.max_length:
-                    raise too_large(
-                        f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
-                        "(GET /info: max_input_length); send truncate: true to cut it",
-                    )
+            self._refuse_long(ids, field)
         return ids, types, list(range(len(ids)))
+
+    def resolve_truncate(self, truncate: bool | None) -> bool:
+        """A request's ``truncate``; when it says nothing, the server's ``--auto-truncate`` (TEI's rule)."""
+        return self.auto_truncate if truncate is None else truncate
+
+    def _refuse_long(self, ids: list[list[int]], field: str | list[str]) -> None:
+        """413 for the first sequence over ``max_length`` tokens, as TEI refuses it (a validation error).
+
+        ``field``: the request field holding the texts (``inputs`` -> ``inputs[i]``), or one name per
+        sequence when they come from several fields (``/rerank``'s query and texts)."""
+        for i, x in enumerate(ids):
+            if len(x) > self.max_length:
+                name = field[i] if isinstance(field, list) else f"{field}[{i}]"
+                # OpenAI's request has no truncate field; TEI's routes do
+                ask = "" if name.startswith("input[") else "send truncate: true or "
+                raise ApiError(
+                    413,
+                    "validation",
+                    f"{name} is {len(x)} tokens long; this model takes at most {self.max_length} "
+                    f"(GET /info: max_input_length); to cut it, {ask}start the server with --auto-truncate",
+                    name,
+                )
 
     def _untruncated(self, texts: list[str]) -> list[list[int]]:
         if self.encoder.lowercase_input:
@@ -365,10 +392,11 @@ class InferenceService:
         dimensions: int | None = None,
         truncate: bool = True,
         long_text: str | None = None,
-        field: str = "texts",
+        field: str | list[str] = "texts",
         truncation_direction: str = "right",
     ) -> tuple[np.ndarray, int]:
-        """:meth:`embed` of texts the caller has already checked against the limits."""
+        """:meth:`embed` of texts the caller has already checked against the limits (``field``: as
+        :meth:`_refuse_long`)."""
         self.check_dimensions(dimensions)
         ids, _, owner = self.encode(
             texts,
@@ -380,16 +408,31 @@ class InferenceService:
         )
         return self.vectors(ids, owner, len(texts), normalize, dimensions)
 
-    def cosines(self, texts: list[str]) -> list[float]:
+    def cosines(
+        self,
+        texts: list[str],
+        truncate: bool = True,
+        field: str | list[str] = "texts",
+        truncation_direction: str = "right",
+    ) -> list[float]:
         """Cosine similarity of each of ``texts[1:]`` with ``texts[0]`` (texts already checked, one by one,
-        against the limits; the request's token budget is checked here)."""
+        against the limits; the request's token budget is checked here). ``truncate=False`` refuses a
+        text over ``max_length`` tokens (``field``: as :meth:`_refuse_long`)."""
         check_budget(self.budget(texts, None, self.long_text), self.limits)
-        vecs, _ = self.embed_checked(texts, normalize=True)
+        vecs, _ = self.embed_checked(
+            texts,
+            normalize=True,
+            truncate=truncate,
+            field=field,
+            truncation_direction=truncation_direction,
+        )
         return [float(s) for s in vecs[1:] @ vecs[0]]
 
     def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is not None and not 1 <= dimensions <= self.encoder.dim:
-            raise validation(f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}")
+            raise validation(
+                f"dimensions must be in 1..{self.encoder.dim} for this model, got {dimensions}", "dimensions"
+            )
 
     def vectors(
         self,
@@ -412,17 +455,20 @@ class InferenceService:
         texts: list[str],
         pairs: list[str] | None = None,
         long_text: str | None = None,
-        field: str = "texts",
+        field: str | list[str] = "texts",
+        truncate: bool = True,
     ) -> np.ndarray:
-        """float32 [N, num_labels] logits of a sequence classifier (a text's windows averaged)."""
-        check_texts(texts, field, self.limits)
+        """float32 [N, num_labels] logits of a sequence classifier (a text's windows averaged);
+        ``truncate=False`` refuses a text (or pair) over ``max_length`` tokens (``field``: as
+        :meth:`_refuse_long`)."""
+        check_texts(texts, field if isinstance(field, str) else "texts", self.limits)
         if pairs is not None:
             if len(pairs) != len(texts):
                 raise validation(
                     f"pairs has {len(pairs)} entries but texts has {len(texts)}; give one pair per text"
                 )
             check_texts(pairs, "pairs", self.limits)
-        ids, types, owner = self.encode(texts, pairs, long_text=long_text)
+        ids, types, owner = self.encode(texts, pairs, long_text=long_text, truncate=truncate, field=field)
         return np.stack(self._combine(self.batcher.submit("classify", ids, types), owner, len(texts)))
 
 

@@ -37,7 +37,8 @@ def handler(svc: InferenceService) -> Any:
             texts,
             normalize=normalize,
             dimensions=req.dimensions,
-            truncate=req.truncate is not False,
+            # TEI's shape: an omitted truncate is the server's --auto-truncate; bertkit's cuts (--long-text)
+            truncate=svc.resolve_truncate(req.truncate) if tei else req.truncate is not False,
             long_text=req.long_text,
             field="inputs" if tei else "texts",
             truncation_direction=req.truncation_direction,

@@ -44,7 +44,7 @@ def handler(svc: InferenceService) -> Any:
         states = embed_all(
             svc,
             as_list(req.inputs),
-            truncate=req.truncate is not False,
+            truncate=svc.resolve_truncate(req.truncate),  # omitted: the server's --auto-truncate
             truncation_direction=req.truncation_direction,
             prompt_name=req.prompt_name,
         )

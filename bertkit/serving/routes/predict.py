@@ -37,9 +37,14 @@ def predict(
 
 
 def tei_predict(
-    svc: InferenceService, items: list[Any], raw_scores: bool, long_text: str | None
+    svc: InferenceService,
+    items: list[Any],
+    raw_scores: bool,
+    long_text: str | None,
+    truncate: bool = True,
 ) -> list[Any]:
-    """TEI's shape: per item (a text or [text, pair]), every label with its score, best first."""
+    """TEI's shape: per item (a text or [text, pair]), every label with its score, best first;
+    ``truncate=False`` refuses an item over ``max_length`` tokens (413 naming it)."""
     texts, pairs = [], []
     for k, item in enumerate(items):
         item = [item] if isinstance(item, str) else item
@@ -51,7 +56,11 @@ def tei_predict(
         raise validation("inputs mixes single texts and pairs; send one kind per request")
     require(svc, "/predict")
     logits = svc.classify_logits(
-        texts, None if pairs[0] is None else pairs, long_text=long_text, field="inputs"
+        texts,
+        None if pairs[0] is None else pairs,
+        long_text=long_text,
+        field="inputs",
+        truncate=truncate,
     )
     labels = svc.labels()
     # a regression head's outputs are the scores themselves (a softmax over one logit is always 1.0)
@@ -73,6 +82,7 @@ def handler(svc: InferenceService) -> Any:
         inputs: str | list[str | list[str]] | None = None
         raw_scores: bool = False
         long_text: str | None = None
+        truncate: bool | None = None  # TEI's inputs only: omitted -> --auto-truncate
 
     def predict_route(req: PredictRequest) -> Any:
         if req.inputs is None:
@@ -85,7 +95,7 @@ def handler(svc: InferenceService) -> Any:
         items = [req.inputs] if single else list(req.inputs)
         if not items:
             raise validation("inputs must hold at least one text or [text, pair]")
-        answers = tei_predict(svc, items, req.raw_scores, req.long_text)
+        answers = tei_predict(svc, items, req.raw_scores, req.long_text, svc.resolve_truncate(req.truncate))
         return json_response(answers[0] if single else answers)
 
     return predict_route
