@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertkit.cli import main as cli_main
 from bertkit.errors import UserError
 from bertkit.index import VectorStore, exact_search
 
@@ -665,3 +666,65 @@ def test_qdrant_points_carry_the_id_and_metadata_as_payload(tmp_path):
     again.rebuild()
     assert payloads(again) == want([0, 1, 2, 4, 5])
     again.close()
+
+
+def test_indexes_on_a_qdrant_server_each_keep_their_own_collection(tmp_path, monkeypatch):
+    """`--qdrant-url`: the vectors go to the server named at build time, in a collection of the index's own
+    (kept in its metadata, so a reopened index reaches the same one), and two indexes on one server never
+    see each other's points. The server is stood in for by one in-memory Qdrant per URL."""
+    qdrant_client = pytest.importorskip("qdrant_client")
+    servers: dict[str, object] = {}
+    real = qdrant_client.QdrantClient
+
+    class Server(real):  # one shared in-memory Qdrant per URL; closing a connection keeps the server
+        def __new__(cls, url=None, path=None, **kw):
+            if url is None:
+                return real(path=path, **kw)
+            if url not in servers:
+                servers[url] = real(location=":memory:")
+                servers[url].close = lambda: None
+            return servers[url]
+
+    monkeypatch.setattr(qdrant_client, "QdrantClient", Server)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((2, 4)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    url = "http://qdrant.example:6333"
+    for name in ("a", "b"):
+        assert cli_main(["index", "build", str(tmp_path / name), "--input", str(tmp_path / f"{name}.npy"),
+                         "--backend", "qdrant", "--qdrant-url", url]) == 0  # fmt: skip
+    stores = {n: VectorStore.open(tmp_path / n, write=False) for n in ("a", "b")}
+    collections = {n: s.backend.collection for n, s in stores.items()}
+    assert collections["a"] != collections["b"] and all(
+        c.startswith("bertkit-") for c in collections.values()
+    )
+    assert list(servers) == [url] and {c.name for c in servers[url].get_collections().collections} == set(
+        collections.values()
+    )
+    assert len(stores["a"]) == 3 and len(stores["b"]) == 2
+    hits = stores["b"].search(b[:1], k=5)[0]  # b's own points only: two, itself first
+    assert len(hits) == 2 and hits[0]["score"] == pytest.approx(1.0, abs=1e-5)
+    for s in stores.values():
+        s.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--backend", "qdrant", "--qdrant-url", "qdrant.example:6333"], "expected http://host:port"),
+        (
+            ["--backend", "hnsw", "--qdrant-url", "http://qdrant.example:6333"],
+            "--qdrant-url needs --backend qdrant",
+        ),
+    ],
+)
+def test_a_bad_qdrant_url_is_refused_in_one_line(tmp_path, capsys, argv, message):
+    np.save(tmp_path / "v.npy", np.ones((2, 4), np.float32))
+    try:  # argparse's own refusals exit; bertkit's return 2
+        code = cli_main(["index", "build", str(tmp_path / "i"), "--input", str(tmp_path / "v.npy"), *argv])
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "i").exists()

@@ -66,6 +66,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument(
         "--refine", type=A.non_negative_float, default=4.0, help="ivfpq: re-score refine*k exactly (0: off)"
     )
+    b.add_argument(
+        "--qdrant-url",
+        type=_qdrant_url,
+        default=None,
+        metavar="URL",
+        help="qdrant: a Qdrant server (http://host:6333) holding the vectors, in a collection of this index's own",
+    )
     b.add_argument("--overwrite", action="store_true", help="replace an existing index")
     lock_timeout(b)
     b.set_defaults(func=build)
@@ -222,9 +229,21 @@ def _add_all(store: Any, args: argparse.Namespace, embed: _Embedder) -> tuple[in
     return added, time.perf_counter() - t0
 
 
+def _qdrant_url(text: str) -> str:
+    """An http(s)://host[:port] address, checked before anything is read or embedded."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected http://host:port or https://host:port, got {text!r}")
+    return text
+
+
 def build(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
+    if args.qdrant_url and args.backend != "qdrant":
+        raise UserError(f"--qdrant-url needs --backend qdrant (got --backend {args.backend})")
     embed = _Embedder(args.model)
     batches = _read_batches(args.input, args.batch_size, args.text_field, embed, 0)
     first = next(batches, None)
@@ -235,6 +254,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         params = {"M": args.M, "ef_construction": args.ef_construction, "ef_search": args.ef_search}
     elif args.backend == "ivfpq":
         params = {"nlist": args.nlist, "pq_m": args.pq_m, "nprobe": args.nprobe, "refine": args.refine}
+    elif args.qdrant_url:
+        params = {"url": args.qdrant_url}
     extra = {"model": str(args.model.resolve())} if args.model else {}
     t0 = time.perf_counter()
     # claimed as other outputs are: a failed build leaves no folder, a failed --overwrite the old index

@@ -273,13 +273,13 @@ def _first_k_alive(
 
 
 class QdrantBackend(Backend):
-    """Qdrant in local mode (``QdrantClient(path=...)``): the same calls work against a Qdrant server by
-    passing ``url=`` instead (``params["url"]``). Qdrant persists its points itself."""
+    """Qdrant in local mode (``QdrantClient(path=...)``), or a Qdrant server (``params["url"]``) where the
+    index's points live in its own collection (``params["collection"]``, fixed when the index is created), so
+    several indexes share one server. Qdrant persists its points itself."""
 
     name = "qdrant"
     persistent = True
     wants_payloads = True
-    collection = "bertkit"
 
     def __init__(self, dim: int, path: str | os.PathLike | None = None, **params: Any) -> None:
         super().__init__(dim, **params)
@@ -291,6 +291,7 @@ class QdrantBackend(Backend):
             raise UserError("the qdrant backend needs qdrant-client: pip install qdrant-client") from None
         self._models = models
         url = params.get("url")
+        self.collection = str(params.get("collection", "bertkit"))  # local mode: one index per folder
         self.client = QdrantClient(url=url) if url else QdrantClient(path=str(path))
         if not self.client.collection_exists(self.collection):
             self.client.create_collection(

@@ -33,6 +33,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import uuid
 from collections.abc import Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -154,6 +155,8 @@ class VectorStore:
                 raise UserError(f"{path} already exists; pass --overwrite to replace it")
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         path.mkdir(parents=True, exist_ok=True)
+        if backend == "qdrant" and params.get("url"):  # a server: this index's own collection on it
+            params.setdefault("collection", f"bertkit-{uuid.uuid4().hex[:12]}")
         meta = {"dim": int(dim), "metric": metric, "backend": backend, "params": params, "format": 1}
         meta.update(extra or {})
         make_backend(backend, dim, path / "qdrant", **params).close()  # validate the parameters early
