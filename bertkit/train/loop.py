@@ -12,7 +12,7 @@ Quick start::
                       grad_accum=1, clip_norm=1.0, precision="fp32",   # "bf16" (CPU/GPU), "fp16" (GPU)
                       log_every=10, checkpoint_every=500, keep_last=2,
                       eval_fn=None, eval_every=0, seed=0)
-    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, distributed ("fsdp", "ddp", "none"), ...
+    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, distributed ("fsdp", "ddp", "none"), choices, ...
 
 ``loss_fn(model, batch) -> loss`` or ``(loss, metrics)``: ``model`` is the (possibly DDP-wrapped) model and
 ``batch`` the micro-batch already on the device. ``metrics`` maps a name to a scalar (averaged over the
@@ -89,7 +89,13 @@ from bertkit.train.distributed import (
     wrap_model,
 )
 from bertkit.train.logs import plot_curves, truncate_jsonl
-from bertkit.train.precision import autocast, check_precision, choose_precision, make_scaler
+from bertkit.train.precision import (
+    autocast,
+    check_precision,
+    choose_precision,
+    make_scaler,
+    resume_precision,
+)
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
@@ -244,6 +250,11 @@ class Trainer:
         self._tb = None
         self.is_main = self.rank == 0
 
+    def choices(self) -> dict[str, str | None]:
+        """The per-machine choices this run computes with: the fp32 GEMM backend (None while no fp32 GEMM
+        has run) and the precision ("auto" until the first batch resolves it)."""
+        return {"linear": gemm.backend_chosen(), "precision": self.precision}
+
     def _autocast(self):
         return autocast(self.precision, self.device)
 
@@ -274,8 +285,8 @@ class Trainer:
             "nonfinite_steps": self.nonfinite_steps,
             "world_size": self.world_size,
             "seed": self.seed,
-            # the backends round differently: a resume must compute with the one this run used
-            "gemm": gemm.backend_name(),
+            # the per-machine choices this run computed with (they round differently): a resume takes them
+            "choices": {"linear": gemm.backend_name(), "precision": self.precision},
         }
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
@@ -288,7 +299,10 @@ class Trainer:
                 f"the checkpoint in {self.out_dir / 'checkpoints'} does not fit this run's model or optimizer "
                 f"({first}); resume with the settings it was written with, or start a new --out"
             ) from None
-        gemm.resume_backend(state.get("gemm"))
+        choices = state.get("choices") or {"linear": state.get("gemm")}  # "gemm": an older checkpoint
+        gemm.resume_backend(choices.get("linear"))
+        if self.precision == "auto":
+            self.precision = resume_precision(choices.get("precision")) or "auto"
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
@@ -490,6 +504,7 @@ class Trainer:
             "resumed_from": resumed_from,
             "stopped": stopped,
             "distributed": self.distributed,
+            "choices": self.choices(),
             "elapsed_s": round(time.perf_counter() - self._t0, 3),
             "curves_png": str(png) if png else None,
             "out_dir": str(self.out_dir),
