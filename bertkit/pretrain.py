@@ -60,6 +60,7 @@ from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
 from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
+from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, Schedule
 from bertkit.validate import check_device, check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
@@ -509,25 +510,27 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             sched if sched is not None else make_sched,
             train_batches=batches,
             out_dir=run_dir,
-            max_steps=end,
-            loss_fn=loss_fn,
-            grad_accum=int(ph["grad_accum"]),
-            clip_norm=cfg.clip_norm,
-            precision=cfg.precision,
+            schedule=Schedule(
+                max_steps=end,
+                grad_accum=int(ph["grad_accum"]),
+                eval_every=cfg.eval_every,
+                seed=cfg.seed + 7919 * i,
+            ),
+            numerics=Numerics(precision=cfg.precision, clip_norm=cfg.clip_norm, nonfinite=cfg.nonfinite),
+            reporting=Reporting(
+                log_every=cfg.log_every,
+                progress=cfg.progress,
+                tensorboard=cfg.tensorboard,
+                desc=f"pretrain{'' if len(phases) == 1 else f' phase {i + 1}/{len(phases)}'}",
+            ),
+            checkpointing=Checkpointing(checkpoint_every=cfg.checkpoint_every, keep_last=cfg.keep_last),
+            parallel=Parallel(
+                strategy=cfg.distributed, find_unused_parameters=objective.find_unused_parameters
+            ),
             device=device,
-            log_every=cfg.log_every,
-            checkpoint_every=cfg.checkpoint_every,
-            keep_last=cfg.keep_last,
+            loss_fn=loss_fn,
             eval_fn=eval_fn,
-            eval_every=cfg.eval_every,
-            seed=cfg.seed + 7919 * i,
-            nonfinite=cfg.nonfinite,
-            progress=cfg.progress,
-            tensorboard=cfg.tensorboard,
-            distributed=cfg.distributed,
-            find_unused_parameters=objective.find_unused_parameters,
             callbacks=callbacks,
-            desc=f"pretrain{'' if len(phases) == 1 else f' phase {i + 1}/{len(phases)}'}",
         )
         opt, sched = trainer.optimizer, trainer.scheduler
         own = latest_checkpoint(run_dir) if resume else None
