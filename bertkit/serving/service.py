@@ -33,7 +33,8 @@ class InferenceService:
 
     Args:
         limits: what one request may cost (``Limits``); ``max_batch_size`` overrides its field.
-        max_length: tokens per sequence (default and ceiling: the model's ``max_position_embeddings``).
+        max_length: tokens per sequence, kept as ``max_seq_length`` (default and ceiling: the model's
+            ``max_position_embeddings``; the name is ``bertkit serve --max-length``'s).
         batching: keyword arguments of ``Batcher`` (max_batch_tokens, max_wait_ms, workers, enabled).
         long_text: ``"truncate"`` or ``"windows"`` (default policy for embed / predict).
         window_stride: tokens between window starts (default half of ``max_length``).
@@ -114,13 +115,13 @@ class InferenceService:
             if self.architecture not in ("SentenceTransformer", "BertModel"):
                 self._int8_head = int8_static(self.model, int8_engine)
         limit = self.config.max_position_embeddings
-        self.max_length = min(max_length or limit, limit)
-        self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
+        self.max_seq_length = min(max_length or limit, limit)
+        self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_seq_length)
         if self.architecture == "SentenceTransformer":
             # the folder's own max_seq_length is the one limit: /info reports it, truncation cuts there
             # and truncate: false refuses past it
-            self.max_length = self.encoder.max_seq_length
-        self.window_stride = window_stride or max(self.max_length // 2, 1)
+            self.max_seq_length = self.encoder.max_seq_length
+        self.window_stride = window_stride or max(self.max_seq_length // 2, 1)
         if not 0 < self.window_stride:
             raise UserError(f"--window-stride must be >= 1, got {window_stride}")
         self.batcher = Batcher(self._run, on_batch=on_batch, **(batching or {}))
@@ -149,8 +150,8 @@ class InferenceService:
             "hidden_size": c.hidden_size,
             "num_hidden_layers": c.num_hidden_layers,
             "vocab_size": c.vocab_size,
-            "max_length": self.max_length,
-            "max_input_length": self.max_length,  # TEI's name for the same limit
+            "max_length": self.max_seq_length,
+            "max_input_length": self.max_seq_length,  # TEI's name for the same limit
             "max_batch_size": self.limits.max_batch_size,
             "limits": self.limits.to_dict(),
             "long_text": self.long_text,
@@ -223,9 +224,9 @@ class InferenceService:
 
     # ------------------------------------------------------------ tokenisation
     def _windows(self, ids: list[int]) -> list[list[int]]:
-        """[CLS] w [SEP] windows of at most max_length tokens over ``ids`` (no specials), advancing by the
+        """[CLS] w [SEP] windows of at most max_seq_length tokens over ``ids`` (no specials), advancing by the
         stride."""
-        room = self.max_length - 2
+        room = self.max_seq_length - 2
         cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         if len(ids) <= room:
             return [[cls_id, *ids, sep_id]]
@@ -240,9 +241,9 @@ class InferenceService:
     def budget(self, texts: list[str], pairs: list[str] | None, long_text: str) -> int:
         """Upper bound on the tokens the model runs for ``texts`` (from their lengths, before tokenising)."""
         if long_text == "windows":
-            return sum(windowed_tokens(len(t), 2, self.max_length, self.window_stride) for t in texts)
+            return sum(windowed_tokens(len(t), 2, self.max_seq_length, self.window_stride) for t in texts)
         extra = [len(p) + 1 for p in pairs] if pairs is not None else [0] * len(texts)
-        return sum(truncated_tokens(len(t) + e, self.max_length) for t, e in zip(texts, extra))
+        return sum(truncated_tokens(len(t) + e, self.max_seq_length) for t, e in zip(texts, extra))
 
     def encode(
         self,
@@ -257,7 +258,7 @@ class InferenceService:
         """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
 
         ``long_text="windows"`` gives a long text several windows (single texts only); ``truncate=False``
-        refuses a text over ``max_length`` tokens instead of cutting it; ``truncation_direction="left"``
+        refuses a text over ``max_seq_length`` tokens instead of cutting it; ``truncation_direction="left"``
         keeps a long embedding text's last tokens instead of its first.
         """
         direction = truncation_direction.lower()
@@ -289,11 +290,11 @@ class InferenceService:
                 ids = self.encoder.tokenize(texts) if truncate else self._untruncated(texts)
                 types = [[0] * len(x) for x in ids]
             elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
-                ids, types = encode_pairs(self.tokenizer, texts, pairs, self.max_length)
+                ids, types = encode_pairs(self.tokenizer, texts, pairs, self.max_seq_length)
             else:
                 enc = self.tokenizer(
                     texts,
-                    max_length=self.max_length if truncate else None,
+                    max_length=self.max_seq_length if truncate else None,
                     truncation=truncate,
                     padding=False,
                     return_tensors=None,
@@ -301,10 +302,10 @@ class InferenceService:
                 ids, types = enc["input_ids"], enc["token_type_ids"]
         if not truncate:
             for i, x in enumerate(ids):
-                if len(x) > self.max_length:
+                if len(x) > self.max_seq_length:
                     raise too_large(
-                        f"{field}[{i}] is {len(x)} tokens long; this model takes at most {self.max_length} "
-                        "(GET /info: max_input_length); send truncate: true to cut it",
+                        f"{field}[{i}] is {len(x)} tokens long; this model takes at most "
+                        f"{self.max_seq_length} (GET /info: max_input_length); send truncate: true to cut it",
                     )
         return ids, types, list(range(len(ids)))
 
@@ -315,10 +316,10 @@ class InferenceService:
         return enc["input_ids"]
 
     def _left_truncated(self, texts: list[str]) -> list[list[int]]:
-        """[CLS] t [SEP] keeping each text's last ``max_length - 2`` tokens."""
+        """[CLS] t [SEP] keeping each text's last ``max_seq_length - 2`` tokens."""
         if self.encoder.lowercase_input:
             texts = [t.lower() for t in texts]
-        room = self.max_length - 2
+        room = self.max_seq_length - 2
         pieces = self.tokenizer.encode_batch_ids(texts, add_special_tokens=False)
         cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         return [[cls_id, *p[max(len(p) - room, 0) :], sep_id] for p in pieces]

@@ -9,8 +9,9 @@ Quick start::
             checkpointing=Checkpointing(checkpoint_every=500, keep_last=2),
             parallel=Parallel(strategy="fsdp"))
 
-Each field may also be given to the Trainer as a keyword of its own (``max_steps=10_000``, ``precision="bf16"``,
-``distributed="fsdp"`` for ``Parallel.strategy``), which sets that field of its group: :func:`group_options`.
+Each field may also be given to the Trainer as a keyword of its own (``max_steps=10_000``,
+``precision="bf16"``, ``distributed="fsdp"`` for ``Parallel.strategy``), which sets that field of its group:
+:func:`group_options`.
 """
 
 from __future__ import annotations

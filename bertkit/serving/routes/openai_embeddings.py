@@ -28,9 +28,9 @@ def embed_ids(
         name = f"{field}[{i}]" if len(ids) > 1 else field
         if not seq:
             raise validation(f"{name} holds no token ids")
-        if len(seq) > svc.max_length:
+        if len(seq) > svc.max_seq_length:
             raise too_large(
-                f"{name} is {len(seq)} tokens long; this model takes at most {svc.max_length} "
+                f"{name} is {len(seq)} tokens long; this model takes at most {svc.max_seq_length} "
                 "(GET /info: max_input_length)"
             )
         bad = next((t for t in seq if isinstance(t, bool) or not 0 <= t < vocab), None)
