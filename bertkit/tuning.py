@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
+from .errors import UserError
 
 logger = logging.getLogger("bertkit")
 
@@ -242,8 +243,6 @@ def tune(force: bool = False) -> dict[str, Any]:
     from bertkit.tokenizer_fast_path import decide_sample_fast_path
 
     if not settings.choice_cache_enabled():
-        from bertkit.errors import UserError
-
         raise UserError(
             f"{settings.CHOICE_CACHE.name}={settings.CHOICE_CACHE.raw()} turns the choice cache off, so nothing "
             "would be recorded; unset it to tune"

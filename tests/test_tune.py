@@ -134,3 +134,16 @@ def test_a_pinned_precision_wins_over_the_recorded_one_with_a_warning(monkeypatc
     with caplog.at_level("WARNING", logger="bertkit"):
         assert resume_precision("fp32") == "bf16"
     assert "not bitwise" in caplog.text
+
+
+def test_tune_records_for_the_thread_count_a_run_uses(cache, capsys):
+    old = torch.get_num_threads()
+    try:
+        made = tune(capsys, "--num-threads", str(old + 1))
+        assert f"|{old + 1} threads|" in made["machine"]
+        assert json.loads(cache.read_text()).keys() == {made["machine"]}  # not this process's own count
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "--num-threads", "0"])
+    assert exit_.value.code == 2 and "--num-threads: 0 must be a positive integer" in capsys.readouterr().err
