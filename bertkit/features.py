@@ -26,6 +26,7 @@ from bertkit.io import atomic_write, atomic_write_json
 from bertkit.model import BertModel
 from bertkit.tokenizer import Tokenizer
 from bertkit.train import LengthGroupedBatches, Trainer, read_jsonl
+from bertkit.train.options import Checkpointing, Numerics, Reporting, Schedule
 
 DEFAULT_LAYERS = (-1, -2, -3, -4)
 
@@ -279,9 +280,12 @@ def feature_ner(
     opt = torch.optim.Adam(tagger.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: max(0.0, 1 - k / steps))  # linear decay to 0
     trainer = Trainer(
-        tagger, opt, sched, train_batches=batches, out_dir=out, max_steps=steps, loss_fn=_tagger_loss,
-        clip_norm=5.0, precision=precision, log_every=1, checkpoint_every=checkpoint_every, seed=seed,
-        progress=progress, tokens_fn=lambda b: int(b["lengths"].sum()), desc="bilstm",
+        tagger, opt, sched, train_batches=batches, out_dir=out,
+        schedule=Schedule(max_steps=steps, seed=seed),
+        numerics=Numerics(precision=precision, clip_norm=5.0),
+        reporting=Reporting(log_every=1, progress=progress, desc="bilstm"),
+        checkpointing=Checkpointing(checkpoint_every=checkpoint_every),
+        loss_fn=_tagger_loss, tokens_fn=lambda b: int(b["lengths"].sum()),
     )  # fmt: skip
     t1 = time.time()
     trainer.fit(resume=resume)

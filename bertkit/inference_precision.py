@@ -44,12 +44,12 @@ def inference_autocast(precision: str, device: torch.device | str) -> contextlib
 
 
 def probe_batch(
-    vocab_size: int, generator: torch.Generator, n: int = 16, max_len: int = 128
+    vocab_size: int, generator: torch.Generator, n: int = 16, max_seq_length: int = 128
 ) -> tuple[Tensor, Tensor]:
-    """(input_ids [n, T], attention_mask [n, T]): n sequences of lengths spread evenly over [8, max_len],
-    right-padded with id 0, their ids drawn from ``generator`` (above the first 1,000 ids of a large
-    vocabulary, which BERT's vocabularies spend on special and unused tokens)."""
-    lengths = torch.linspace(min(8, max_len), max_len, n).long()
+    """(input_ids [n, T], attention_mask [n, T]): n sequences of lengths spread evenly over
+    [8, max_seq_length], right-padded with id 0, their ids drawn from ``generator`` (above the first 1,000
+    ids of a large vocabulary, which BERT's vocabularies spend on special and unused tokens)."""
+    lengths = torch.linspace(min(8, max_seq_length), max_seq_length, n).long()
     width = int(lengths.max())
     low = 1000 if vocab_size > 2000 else 0
     ids = torch.randint(low, vocab_size, (n, width), generator=generator)
@@ -90,7 +90,7 @@ def choose_inference_precision(encoder: torch.nn.Module, generator: torch.Genera
     def measure() -> tuple[str, dict[str, Any]]:
         gen = generator if generator is not None else torch.Generator().manual_seed(0)
         ids, mask = probe_batch(
-            encoder.config.vocab_size, gen, max_len=min(128, encoder.config.max_position_embeddings)
+            encoder.config.vocab_size, gen, max_seq_length=min(128, encoder.config.max_position_embeddings)
         )
         was_training = encoder.training
         encoder.eval()

@@ -28,7 +28,8 @@ inputs), ``roberta`` (RoBERTa's recipe: no NSP, full sentences packed across doc
 
 Output layout of ``RUN_DIR``: ``metrics.jsonl``, ``eval.jsonl``, ``curves.png``, ``checkpoints/`` (one
 phase) or ``phase-N/...`` (several), ``model/`` (config.json, model.safetensors, vocab.txt - loadable by
-transformers' ``BertForPreTraining.from_pretrained``), ``run_config.json`` and ``results.json``.
+transformers' ``BertForPreTraining.from_pretrained``), ``run_config.json`` (the settings, and the per-machine
+choices the run computes with: ``choices``, taken back by ``--resume``) and ``results.json``.
 
 ``--batch-size`` is the *global* batch per optimizer step: it is split over ``torchrun`` processes and
 ``grad_accum`` micro-steps (it must divide evenly). Under ``torchrun`` (``WORLD_SIZE`` > 1) the process
@@ -59,6 +60,7 @@ from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
 from bertkit.train.loop import Trainer, to_device
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_from
+from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, Schedule
 from bertkit.validate import check_device, check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
@@ -445,11 +447,15 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             if hasattr(module, "gradient_checkpointing_enable") and module is not model:
                 module.gradient_checkpointing_enable()
     model.to(device)
-    if rank == 0:
+    run_config = out / "run_config.json"
+    if resume and run_config.is_file():
+        # a resumed run keeps the record of how it was started, and computes with the choices it recorded
+        _resume_choices(run_config)
+    elif rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-        # a resumed run keeps the record of how it was started
-        if not (resume and (out / "run_config.json").is_file()):
-            atomic_write_json(out / "run_config.json", {**dataclasses.asdict(cfg), "world_size": world})
+        atomic_write_json(
+            run_config, {**dataclasses.asdict(cfg), "world_size": world, "choices": _machine_choices(device)}
+        )
 
     opt_state: dict[str, Any] = {}
 
@@ -504,25 +510,27 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             sched if sched is not None else make_sched,
             train_batches=batches,
             out_dir=run_dir,
-            max_steps=end,
-            loss_fn=loss_fn,
-            grad_accum=int(ph["grad_accum"]),
-            clip_norm=cfg.clip_norm,
-            precision=cfg.precision,
+            schedule=Schedule(
+                max_steps=end,
+                grad_accum=int(ph["grad_accum"]),
+                eval_every=cfg.eval_every,
+                seed=cfg.seed + 7919 * i,
+            ),
+            numerics=Numerics(precision=cfg.precision, clip_norm=cfg.clip_norm, nonfinite=cfg.nonfinite),
+            reporting=Reporting(
+                log_every=cfg.log_every,
+                progress=cfg.progress,
+                tensorboard=cfg.tensorboard,
+                desc=f"pretrain{'' if len(phases) == 1 else f' phase {i + 1}/{len(phases)}'}",
+            ),
+            checkpointing=Checkpointing(checkpoint_every=cfg.checkpoint_every, keep_last=cfg.keep_last),
+            parallel=Parallel(
+                strategy=cfg.distributed, find_unused_parameters=objective.find_unused_parameters
+            ),
             device=device,
-            log_every=cfg.log_every,
-            checkpoint_every=cfg.checkpoint_every,
-            keep_last=cfg.keep_last,
+            loss_fn=loss_fn,
             eval_fn=eval_fn,
-            eval_every=cfg.eval_every,
-            seed=cfg.seed + 7919 * i,
-            nonfinite=cfg.nonfinite,
-            progress=cfg.progress,
-            tensorboard=cfg.tensorboard,
-            distributed=cfg.distributed,
-            find_unused_parameters=objective.find_unused_parameters,
             callbacks=callbacks,
-            desc=f"pretrain{'' if len(phases) == 1 else f' phase {i + 1}/{len(phases)}'}",
         )
         opt, sched = trainer.optimizer, trainer.scheduler
         own = latest_checkpoint(run_dir) if resume else None
@@ -569,6 +577,26 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         _write_card(cfg, objective, export.config, model_dir, fmt, phases, results, world)
         atomic_write_json(out / "results.json", results)
     return results
+
+
+def _machine_choices(device: torch.device) -> dict[str, str | None]:
+    """The per-machine choices a new run computes with, made now (from this machine's cache where
+    ``bertkit tune`` or an earlier run recorded them; :mod:`bertkit.tuning`) so that the run config records
+    them: the fp32 GEMM backend on a CPU (None on a GPU, whose GEMMs are torch's)."""
+    from bertkit.kernels import gemm
+
+    return {"linear": gemm.backend_name() if device.type == "cpu" else None}
+
+
+def _resume_choices(run_config: Path) -> None:
+    """Compute with the choices ``run_config`` recorded (a run config from before they were: the machine's)."""
+    from bertkit.kernels import gemm
+
+    try:
+        recorded = json.loads(read_text(run_config, "run config")).get("choices") or {}
+    except (json.JSONDecodeError, AttributeError):
+        raise UserError(f"{run_config}: not a run config bertkit wrote; start a new --out") from None
+    gemm.resume_backend(recorded.get("linear"), source="the run config")
 
 
 def _shape_name(cfg: PretrainConfig, config: Any) -> str:

@@ -31,8 +31,8 @@ Variable                          Values       Default          Meaning
                                                                 kept out of the process list
 ================================  ===========  ===============  ===============================================
 
-"measured": unset, the choice is measured once per machine and cached (:func:`bertkit.tuning.choose`); set,
-it overrides the measurement.
+"measured": unset, the choice is measured once per machine and cached (``bertkit tune``, else at first use:
+:func:`bertkit.tuning.choose`); set, it overrides the measurement.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ version and the thread count:
 
 An environment variable overrides each choice without measuring, another names the cache folder and a third
 turns the cache off (measure afresh, write nothing): their names and values are in :mod:`bertkit.settings`.
+
+``bertkit tune`` (:func:`tune`) makes the choices that do not depend on a model as an explicit step, and
+``--show`` prints what is recorded (:func:`recorded_choices`). A training run records the choices it computed
+with (its run config and checkpoints), and a resumed run takes them from there instead of choosing again
+(:func:`bertkit.kernels.gemm.resume_backend`, :func:`bertkit.train.precision.resume_precision`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
+from .errors import UserError
 
 logger = logging.getLogger("bertkit")
 
@@ -150,22 +156,33 @@ def choose(
     name: str,
     measure: Callable[[], tuple[str, dict[str, Any]]],
     override: settings.Setting[str] | None = None,
+    force: bool = False,
 ) -> str:
     """The choice ``name`` for this machine: from the environment variable ``override`` (one of
-    :mod:`bertkit.settings`) if set, else from the cache, else ``measure()`` -> (choice, details), which is
-    logged and cached."""
+    :mod:`bertkit.settings`) if set, else from the cache (unless ``force``), else ``measure()`` -> (choice,
+    details), which is logged and cached."""
+    return decide(name, measure, override, force)[0]
+
+
+def decide(
+    name: str,
+    measure: Callable[[], tuple[str, dict[str, Any]]],
+    override: settings.Setting[str] | None = None,
+    force: bool = False,
+) -> tuple[str, str]:
+    """:func:`choose`, and where the choice came from: "environment (NAME=VALUE)", "cache" or "measured"."""
     choice = override.value() if override is not None else None
     if choice is not None:
         logger.info("kernel choice %s=%s (from %s=%s)", name, choice, override.name, override.raw())
-        return choice
+        return choice, f"environment ({override.name}={override.raw()})"
     use_cache = settings.choice_cache_enabled()
     path = cache_dir() / CACHE_FILE
     key = machine_key()
-    if use_cache:
+    if use_cache and not force:
         cached = _read_cache(path).get(key, {}).get(name)
         if isinstance(cached, dict) and isinstance(cached.get("choice"), str):
             logger.debug("kernel choice %s=%s (cached in %s)", name, cached["choice"], path)
-            return cached["choice"]
+            return cached["choice"], "cache"
     choice, details = measure()
     logger.info("kernel choice %s=%s (measured on this machine: %s)", name, choice, details)
     if use_cache:
@@ -175,7 +192,7 @@ def choose(
             name,
             {"choice": choice, "details": details, "date": time.strftime("%Y-%m-%d %H:%M:%S")},
         )
-    return choice
+    return choice, "measured"
 
 
 def _store(path: Path, key: str, name: str, entry: dict[str, Any]) -> None:
@@ -192,3 +209,46 @@ def _store(path: Path, key: str, name: str, entry: dict[str, Any]) -> None:
 def cached_choices() -> dict[str, Any]:
     """This machine's cached choices (name -> entry), for reports and ``bertkit info``."""
     return _read_cache(cache_dir() / CACHE_FILE).get(machine_key(), {})
+
+
+def recorded_choice(name: str) -> str | None:
+    """This machine's cached choice ``name``, without measuring; None when none is recorded or the cache is
+    off (:mod:`bertkit.settings`)."""
+    if not settings.choice_cache_enabled():
+        return None
+    entry = cached_choices().get(name)
+    return entry["choice"] if isinstance(entry, dict) and isinstance(entry.get("choice"), str) else None
+
+
+def recorded_choices() -> dict[str, Any]:
+    """What ``bertkit tune --show`` prints: the cache file, this machine's key and its recorded choices
+    (name -> choice, and name -> the measurement's details and date); nothing is measured."""
+    entries = cached_choices() if settings.choice_cache_enabled() else {}
+    return {
+        "cache": str(cache_dir() / CACHE_FILE),
+        "machine": machine_key(),
+        "choices": {k: v.get("choice") for k, v in entries.items() if isinstance(v, dict)},
+        "details": {k: {"details": v.get("details"), "date": v.get("date")} for k, v in entries.items()
+                    if isinstance(v, dict)},
+    }  # fmt: skip
+
+
+def tune(force: bool = False) -> dict[str, Any]:
+    """Make this machine's choices that do not depend on a model (the fp32 GEMM backend, the tokenizer's
+    plain-text path) now, and record them in the cache: each is taken from the cache where it is recorded
+    there, measured otherwise (``force``: measured again). Returns :func:`recorded_choices` with the choices
+    made and where each came from ("sources"). The bf16-or-fp32 choices of ``--precision auto`` depend on the
+    model and its batch shape: they are measured by the first run of each and recorded beside these."""
+    from bertkit.kernels.gemm import decide_linear
+    from bertkit.tokenizer_fast_path import decide_sample_fast_path
+
+    if not settings.choice_cache_enabled():
+        raise UserError(
+            f"{settings.CHOICE_CACHE.name}={settings.CHOICE_CACHE.raw()} turns the choice cache off, so nothing "
+            "would be recorded; unset it to tune"
+        )
+    made = {"linear": decide_linear(force), "tokenizer_fast_path": decide_sample_fast_path(force)}
+    out = recorded_choices()
+    out["choices"] |= {k: choice for k, (choice, _) in made.items()}
+    out["sources"] = {k: source for k, (_, source) in made.items()}
+    return out

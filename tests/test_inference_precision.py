@@ -46,7 +46,7 @@ def test_probe_batch_is_drawn_from_the_generator():
     lengths = a_mask.sum(1)
     assert lengths.min() == 8 and lengths.max() == 128 == a_ids.shape[1] and a_ids.shape[0] == 16
     assert bool((a_ids[a_mask.bool()] >= 1000).all()) and bool((a_ids[~a_mask.bool()] == 0).all())
-    small_ids, small_mask = IP.probe_batch(17, torch.Generator().manual_seed(0), max_len=12)
+    small_ids, small_mask = IP.probe_batch(17, torch.Generator().manual_seed(0), max_seq_length=12)
     assert int(small_ids.max()) < 17 and small_mask.sum(1).max() == 12
 
 

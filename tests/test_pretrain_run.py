@@ -276,3 +276,28 @@ def test_resume_computes_with_the_gemm_backend_its_checkpoint_was_written_with(
         gemm.use_backend(None)
     assert losses(tmp_path / "cut") == losses(tmp_path / "ref")  # bitwise: floats compared exactly
     assert resumed_on == "torch"
+
+
+def test_the_run_config_records_the_gemm_backend_and_a_resume_computes_with_it(
+    tmp_path, data_dir, monkeypatch
+):
+    """A run killed before its first checkpoint and resumed in a process whose choice fell the other way
+    computes with the backend its run config recorded."""
+    from bertkit.kernels import gemm
+
+    if gemm.onednn_op() is None:
+        pytest.skip("this torch build has no oneDNN linear: one backend only")
+    monkeypatch.delenv("BERTKIT_ONEDNN", raising=False)
+    cfg = write_config(tmp_path / "cfg.toml")
+    args = ["--data", data_dir, "--config", cfg, "--steps", 2, "--batch-size", 8, "--max-seq-length", 64,
+            "--quiet", "--valid-documents", 2, "--checkpoint-every", 0, "--out", tmp_path / "run"]  # fmt: skip
+    try:
+        gemm.use_backend("torch")
+        inproc(args)
+        recorded = json.loads((tmp_path / "run" / "run_config.json").read_text())["choices"]
+        gemm.use_backend("onednn")
+        inproc(args, resume=True)  # no checkpoint to resume from: the run config is the record
+        resumed_on = gemm.backend_name()
+    finally:
+        gemm.use_backend(None)
+    assert recorded == {"linear": "torch"} and resumed_on == "torch"

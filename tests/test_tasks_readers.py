@@ -152,11 +152,11 @@ class _Tok:
 
 def test_token_labels_on_first_subtoken_and_windows():
     s = Sentence(["ab", "c", "def"], ["B-PER", "O", "B-LOC"])
-    (f,) = encode_tokens(_Tok(), [s], {"O": 0, "B-PER": 1, "B-LOC": 2}, max_len=16)
+    (f,) = encode_tokens(_Tok(), [s], {"O": 0, "B-PER": 1, "B-LOC": 2}, max_seq_length=16)
     assert f.input_ids == [101, 1000, 1001, 1000, 1000, 1001, 1002, 102]
     assert f.label == [-100, 1, -100, 0, 2, -100, -100, -100]
     # 5 pieces of room: the sentence is split at word boundaries into windows
-    fs = encode_tokens(_Tok(), [s], {"O": 0, "B-PER": 1, "B-LOC": 2}, max_len=5)
+    fs = encode_tokens(_Tok(), [s], {"O": 0, "B-PER": 1, "B-LOC": 2}, max_seq_length=5)
     assert [(x.word_start, x.n_words) for x in fs] == [(0, 2), (2, 1)]
     assert truncate_pair([1, 2, 3, 4], [5, 6], 4) == ([1, 2], [5, 6])
     assert truncate_pair([1, 2], [5, 6, 7, 8, 9], 4) == ([1, 2], [5, 6])

@@ -32,6 +32,7 @@ SUBCOMMAND_MODULES = (
     "index",
     "retrieval",
     "distill",
+    "tune",
 )
 
 

@@ -131,7 +131,7 @@ def run_predict(args: argparse.Namespace) -> dict:
             "question-answering or multiple-choice model"
         )
     kind = kinds[arch]
-    max_len = args.max_seq_length or 128
+    max_seq_length = args.max_seq_length or 128
     tok = Tokenizer.from_pretrained(model_dir)
     model = model_class(kind, model_dir).from_pretrained(model_dir).eval()
     labels = (
@@ -162,7 +162,7 @@ def run_predict(args: argparse.Namespace) -> dict:
 
         examples = read_swag(path, require_label=False)
     task = TaskData("predict", kind, [], examples, None if regression else labels, lambda p, g: {}, "")
-    feats = encode(task, tok, examples, max_len)
+    feats = encode(task, tok, examples, max_seq_length)
     raw = predict_features(model, feats, kind, args.batch_size, tok.pad_token_id, progress=True)
     with atomic_write(args.out) as f:
         for e, r in zip(examples, raw):

@@ -15,7 +15,7 @@ CHUNK = 32  # questions / texts handed to the pipeline at a time (the progress b
 
 
 def service(
-    model_dir: str | Path, max_length: int | None, device: str | None = None, precision: str = "fp32"
+    model_dir: str | Path, max_seq_length: int | None, device: str | None = None, precision: str = "fp32"
 ) -> Any:
     """The server's service with no request limits (a file is not a request) and plain batches."""
     from bertkit.serving.limits import Limits
@@ -26,7 +26,7 @@ def service(
     return InferenceService(
         model_dir,
         limits=limits,
-        max_length=max_length,
+        max_length=max_seq_length,
         device=device,
         batching={"enabled": False},
         precision=precision,

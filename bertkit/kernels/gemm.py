@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .. import settings
-from ..tuning import choose, time_alternating
+from ..tuning import decide, recorded_choice, time_alternating
 from .state import fast_ok
 
 logger = logging.getLogger(__name__)
@@ -81,14 +81,22 @@ def backend_name() -> str:
     return "onednn" if onednn_in_use() else "torch"
 
 
-def resume_backend(recorded: str | None) -> None:
-    """Use the GEMM backend a training checkpoint was written with (``recorded``, from :func:`backend_name`).
+def backend_chosen() -> str | None:
+    """The fp32 GEMM backend this process has chosen, "onednn" or "torch"; None before its first use (the
+    question measures nothing)."""
+    return None if _op is _UNSET else backend_name()
+
+
+def resume_backend(recorded: str | None, source: str = "the checkpoint") -> None:
+    """Use the GEMM backend a training run recorded (``recorded``, from :func:`backend_name`, read from
+    ``source``: its checkpoint or run config) instead of choosing one for this machine.
 
     The two backends round differently, and where they measure alike the per-machine choice can fall either
     way in another process (a cleared or disabled cache, a fresh container): a resumed run then computes
-    other bits than the run it continues. A backend pinned in the environment (:mod:`bertkit.settings`) that
-    disagrees wins, and so
-    does this build when it lacks oneDNN's kernel; both with a warning that the resume is not bitwise."""
+    other bits than the run it continues. So the recorded backend wins over this machine's recorded choice
+    (:func:`bertkit.tuning.recorded_choice`; a warning when they differ) and nothing is measured. A backend
+    pinned in the environment (:mod:`bertkit.settings`) that disagrees wins, and so does this build when it
+    lacks oneDNN's kernel; both with a warning that the resume is not bitwise."""
     if recorded not in ("onednn", "torch"):
         return  # a checkpoint from before this was recorded, or an unknown name: the machine's choice
     if _op is not _UNSET and recorded == backend_name():
@@ -96,8 +104,9 @@ def resume_backend(recorded: str | None) -> None:
     if settings.gemm_backend_override() is not None:
         if choose_linear() != recorded:
             logger.warning(
-                "the checkpoint was written with GEMM backend %s; %s=%s keeps %s, so this resume "
+                "%s was written with GEMM backend %s; %s=%s keeps %s, so this resume "
                 "is not bitwise the run it continues",
+                source,
                 recorded,
                 settings.ONEDNN.name,
                 settings.ONEDNN.raw(),
@@ -106,12 +115,22 @@ def resume_backend(recorded: str | None) -> None:
         return
     if recorded == "onednn" and onednn_op() is None:
         logger.warning(
-            "the checkpoint was written with GEMM backend onednn, which this torch build lacks: resuming on "
-            "torch (F.linear), not bitwise the run it continues"
+            "%s was written with GEMM backend onednn, which this torch build lacks: resuming on "
+            "torch (F.linear), not bitwise the run it continues",
+            source,
         )
         use_backend("torch")
         return
-    logger.info("GEMM backend %s, as the checkpoint was written (not re-chosen for this machine)", recorded)
+    machine = recorded_choice("linear")
+    if machine is not None and machine != recorded:
+        logger.warning(
+            "GEMM backend %s, as %s was written, not %s, this machine's recorded choice (bertkit tune --show)",
+            recorded,
+            source,
+            machine,
+        )
+    else:
+        logger.info("GEMM backend %s, as %s was written (not re-chosen for this machine)", recorded, source)
     use_backend(recorded)
 
 
@@ -227,7 +246,13 @@ def _measure_linear_grad() -> tuple[str, dict[str, Any]]:
 
 def choose_linear() -> str:
     """The fp32 GEMM backend of :func:`bertkit.kernels.linear` on this machine: "onednn" or "torch"."""
-    return choose("linear", _measure_linear, override=settings.ONEDNN)
+    return decide_linear()[0]
+
+
+def decide_linear(force: bool = False) -> tuple[str, str]:
+    """:func:`choose_linear` and where the choice came from (:func:`bertkit.tuning.decide`; ``force``:
+    measured again even when cached)."""
+    return decide("linear", _measure_linear, override=settings.ONEDNN, force=force)
 
 
 class Linear(nn.Linear):

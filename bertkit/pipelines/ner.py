@@ -78,7 +78,7 @@ def tag(
     sentences: Sequence[Sequence[str]],
     run: TokenRun,
     labels: Sequence[str],
-    max_length: int,
+    max_seq_length: int,
     aggregation: str = "first",
     lock: Any = None,
 ) -> list[dict[str, Any]]:
@@ -91,7 +91,7 @@ def tag(
         raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
     sents = [Sentence(list(words), None) for words in sentences]
     with lock or nullcontext():  # the tokenizer's settings are shared state
-        feats = encode_tokens(tokenizer, sents, None, max_length)
+        feats = encode_tokens(tokenizer, sents, None, max_seq_length)
     logits = run([f.input_ids for f in feats], [f.token_type_ids for f in feats])
     out = [{"tags": ["O"] * len(s.words), "scores": [0.0] * len(s.words), "pieces": []} for s in sents]
     for f, lg in zip(feats, logits):
@@ -140,13 +140,13 @@ def entities(
     word_spans: Sequence[tuple[int, int]],
     run: TokenRun,
     labels: Sequence[str],
-    max_length: int,
+    max_seq_length: int,
     aggregation: str = "first",
     lock: Any = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(entities, the word-level tagging) of ``text`` whose words sit at ``word_spans``."""
     words = [text[s:e] for s, e in word_spans]
-    tagged = tag(model, tokenizer, [words], run, labels, max_length, aggregation, lock)[0]
+    tagged = tag(model, tokenizer, [words], run, labels, max_seq_length, aggregation, lock)[0]
     if aggregation != "simple":
         return group(tagged["tags"], tagged["scores"], word_spans, text), tagged
     with lock or nullcontext():

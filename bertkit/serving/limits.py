@@ -9,7 +9,7 @@ Three gates, cheapest first:
    tokenizer does not) and the number of texts (``max_batch_size``) -> 413 / 422;
 3. the model work (``max_request_tokens``): an upper bound on the tokens the request will run through the
    model, computed from character counts before any tokenisation (a WordPiece token covers at least one
-   character; truncated sequences count ``max_length``; windowed ones count every window) -> 413;
+   character; truncated sequences count ``max_seq_length``; windowed ones count every window) -> 413;
 4. the answer's size: ``/fill-mask`` returns ``top_k`` candidates per ``[MASK]``, so a short text of many
    masks with a vocabulary-sized ``top_k`` would be megabytes of JSON; masks x top_k is bounded by
    ``max_fill_mask_predictions`` -> 413.
@@ -103,18 +103,18 @@ def check_embed_all(tokens: int, dim: int, limits: Limits) -> None:
         )
 
 
-def truncated_tokens(chars: int, max_length: int, specials: int = 2) -> int:
+def truncated_tokens(chars: int, max_seq_length: int, specials: int = 2) -> int:
     """Upper bound on the tokens of one truncated sequence of ``chars`` characters."""
-    return min(chars + specials, max_length)
+    return min(chars + specials, max_seq_length)
 
 
-def windowed_tokens(chars: int, fixed: int, max_length: int, stride: int) -> int:
+def windowed_tokens(chars: int, fixed: int, max_seq_length: int, stride: int) -> int:
     """Upper bound on the tokens of the windows over a ``chars``-long text (``fixed`` tokens per window,
     e.g. the question and specials; windows advance by ``stride`` tokens)."""
-    room = max(max_length - fixed, 1)
+    room = max(max_seq_length - fixed, 1)
     if chars <= room:
         return chars + fixed
-    return (1 + math.ceil((chars - room) / max(stride, 1))) * max_length
+    return (1 + math.ceil((chars - room) / max(stride, 1))) * max_seq_length
 
 
 def check_budget(tokens: int, limits: Limits) -> None:

@@ -27,20 +27,20 @@ def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], l
 
 
 def encode_pairs(
-    tokenizer: Any, texts: Sequence[str], pairs: Sequence[str], max_length: int
+    tokenizer: Any, texts: Sequence[str], pairs: Sequence[str], max_seq_length: int
 ) -> tuple[list[list[int]], list[list[int]]]:
-    """(input_ids, token_type_ids) of ``[CLS] a [SEP] b [SEP]`` cut to ``max_length`` tokens."""
+    """(input_ids, token_type_ids) of ``[CLS] a [SEP] b [SEP]`` cut to ``max_seq_length`` tokens."""
     a_ids = tokenizer.encode_batch_ids(list(texts), add_special_tokens=False)
     b_ids = tokenizer.encode_batch_ids(list(pairs), add_special_tokens=False)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
     ids, types = [], []
     for a, b, pair in zip(a_ids, b_ids, pairs):
         if pair == "":
-            a = a[: max_length - 2]
+            a = a[: max_seq_length - 2]
             ids.append([cls_id, *a, sep_id])
             types.append([0] * (len(a) + 2))
             continue
-        a, b = truncate_pair(a, b, max_length - 3)
+        a, b = truncate_pair(a, b, max_seq_length - 3)
         ids.append([cls_id, *a, sep_id, *b, sep_id])
         types.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
     return ids, types

@@ -34,7 +34,8 @@ class InferenceService:
 
     Args:
         limits: what one request may cost (``Limits``); ``max_batch_size`` overrides its field.
-        max_length: tokens per sequence (default and ceiling: the model's ``max_position_embeddings``).
+        max_length: tokens per sequence, kept as ``max_seq_length`` (default and ceiling: the model's
+            ``max_position_embeddings``; the name is ``bertkit serve --max-length``'s).
         batching: keyword arguments of ``Batcher`` (max_batch_tokens, max_wait_ms, workers, enabled).
         long_text: ``"truncate"`` or ``"windows"`` (default policy for embed / predict).
         window_stride: tokens between window starts (default half of ``max_length``).
@@ -45,7 +46,7 @@ class InferenceService:
             outputs agree with fp32's (``bertkit.inference_precision``; measured once, at start-up).
         on_batch: ``(task, sequences, padded tokens)`` callback after each model batch (metrics).
         auto_truncate: what a TEI-shaped request that does not say ``truncate`` gets, as TEI's
-            ``--auto-truncate``: False (TEI's default) refuses an input over ``max_length`` tokens with
+            ``--auto-truncate``: False (TEI's default) refuses an input over ``max_seq_length`` tokens with
             413, True cuts it.
     """
 
@@ -120,13 +121,13 @@ class InferenceService:
             if self.architecture not in ("SentenceTransformer", "BertModel"):
                 self._int8_head = int8_static(self.model, int8_engine)
         limit = self.config.max_position_embeddings
-        self.max_length = min(max_length or limit, limit)
-        self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_length)
+        self.max_seq_length = min(max_length or limit, limit)
+        self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_seq_length)
         if self.architecture == "SentenceTransformer":
             # the folder's own max_seq_length is the one limit: /info reports it, truncation cuts there
             # and truncate: false refuses past it
-            self.max_length = self.encoder.max_seq_length
-        self.window_stride = window_stride or max(self.max_length // 2, 1)
+            self.max_seq_length = self.encoder.max_seq_length
+        self.window_stride = window_stride or max(self.max_seq_length // 2, 1)
         if not 0 < self.window_stride:
             raise UserError(f"--window-stride must be >= 1, got {window_stride}")
         self.batcher = Batcher(self._run, on_batch=on_batch, **(batching or {}))
@@ -155,8 +156,8 @@ class InferenceService:
             "hidden_size": c.hidden_size,
             "num_hidden_layers": c.num_hidden_layers,
             "vocab_size": c.vocab_size,
-            "max_length": self.max_length,
-            "max_input_length": self.max_length,  # TEI's name for the same limit
+            "max_length": self.max_seq_length,
+            "max_input_length": self.max_seq_length,  # TEI's name for the same limit
             "max_batch_size": self.limits.max_batch_size,
             "limits": self.limits.to_dict(),
             "long_text": self.long_text,
@@ -230,9 +231,9 @@ class InferenceService:
 
     # ------------------------------------------------------------ tokenisation
     def _windows(self, ids: list[int]) -> list[list[int]]:
-        """[CLS] w [SEP] windows of at most max_length tokens over ``ids`` (no specials), advancing by the
+        """[CLS] w [SEP] windows of at most max_seq_length tokens over ``ids`` (no specials), advancing by the
         stride."""
-        room = self.max_length - 2
+        room = self.max_seq_length - 2
         cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         if len(ids) <= room:
             return [[cls_id, *ids, sep_id]]
@@ -247,9 +248,9 @@ class InferenceService:
     def budget(self, texts: list[str], pairs: list[str] | None, long_text: str) -> int:
         """Upper bound on the tokens the model runs for ``texts`` (from their lengths, before tokenising)."""
         if long_text == "windows":
-            return sum(windowed_tokens(len(t), 2, self.max_length, self.window_stride) for t in texts)
+            return sum(windowed_tokens(len(t), 2, self.max_seq_length, self.window_stride) for t in texts)
         extra = [len(p) + 1 for p in pairs] if pairs is not None else [0] * len(texts)
-        return sum(truncated_tokens(len(t) + e, self.max_length) for t, e in zip(texts, extra))
+        return sum(truncated_tokens(len(t) + e, self.max_seq_length) for t, e in zip(texts, extra))
 
     def encode(
         self,
@@ -264,7 +265,7 @@ class InferenceService:
         """Sequences for the model: (ids, type_ids, owner) where ``owner[k]`` is the text of sequence k.
 
         ``long_text="windows"`` gives a long text several windows (single texts only); ``truncate=False``
-        refuses a text over ``max_length`` tokens instead of cutting it; ``truncation_direction="left"``
+        refuses a text over ``max_seq_length`` tokens instead of cutting it; ``truncation_direction="left"``
         keeps a long embedding text's last tokens instead of its first. ``field``: as :meth:`_refuse_long`.
         """
         direction = truncation_direction.lower()
@@ -298,12 +299,12 @@ class InferenceService:
             elif pairs is not None:  # linear in the texts' length, unlike the library's pair truncation
                 # untruncated (no length bound) when truncation is off: the check below refuses
                 ids, types = encode_pairs(
-                    self.tokenizer, texts, pairs, self.max_length if truncate else sys.maxsize
+                    self.tokenizer, texts, pairs, self.max_seq_length if truncate else sys.maxsize
                 )
             else:
                 enc = self.tokenizer(
                     texts,
-                    max_length=self.max_length if truncate else None,
+                    max_length=self.max_seq_length if truncate else None,
                     truncation=truncate,
                     padding=False,
                     return_tensors=None,
@@ -318,19 +319,19 @@ class InferenceService:
         return self.auto_truncate if truncate is None else truncate
 
     def _refuse_long(self, ids: list[list[int]], field: str | list[str]) -> None:
-        """413 for the first sequence over ``max_length`` tokens, as TEI refuses it (a validation error).
+        """413 for the first sequence over ``max_seq_length`` tokens, as TEI refuses it (a validation error).
 
         ``field``: the request field holding the texts (``inputs`` -> ``inputs[i]``), or one name per
         sequence when they come from several fields (``/rerank``'s query and texts)."""
         for i, x in enumerate(ids):
-            if len(x) > self.max_length:
+            if len(x) > self.max_seq_length:
                 name = field[i] if isinstance(field, list) else f"{field}[{i}]"
                 # OpenAI's request has no truncate field; TEI's routes do
                 ask = "" if name.startswith("input[") else "send truncate: true or "
                 raise ApiError(
                     413,
                     "validation",
-                    f"{name} is {len(x)} tokens long; this model takes at most {self.max_length} "
+                    f"{name} is {len(x)} tokens long; this model takes at most {self.max_seq_length} "
                     f"(GET /info: max_input_length); to cut it, {ask}start the server with --auto-truncate",
                     name,
                 )
@@ -342,10 +343,10 @@ class InferenceService:
         return enc["input_ids"]
 
     def _left_truncated(self, texts: list[str]) -> list[list[int]]:
-        """[CLS] t [SEP] keeping each text's last ``max_length - 2`` tokens."""
+        """[CLS] t [SEP] keeping each text's last ``max_seq_length - 2`` tokens."""
         if self.encoder.lowercase_input:
             texts = [t.lower() for t in texts]
-        room = self.max_length - 2
+        room = self.max_seq_length - 2
         pieces = self.tokenizer.encode_batch_ids(texts, add_special_tokens=False)
         cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         return [[cls_id, *p[max(len(p) - room, 0) :], sep_id] for p in pieces]
@@ -417,7 +418,7 @@ class InferenceService:
     ) -> list[float]:
         """Cosine similarity of each of ``texts[1:]`` with ``texts[0]`` (texts already checked, one by one,
         against the limits; the request's token budget is checked here). ``truncate=False`` refuses a
-        text over ``max_length`` tokens (``field``: as :meth:`_refuse_long`)."""
+        text over ``max_seq_length`` tokens (``field``: as :meth:`_refuse_long`)."""
         check_budget(self.budget(texts, None, self.long_text), self.limits)
         vecs, _ = self.embed_checked(
             texts,
@@ -459,7 +460,7 @@ class InferenceService:
         truncate: bool = True,
     ) -> np.ndarray:
         """float32 [N, num_labels] logits of a sequence classifier (a text's windows averaged);
-        ``truncate=False`` refuses a text (or pair) over ``max_length`` tokens (``field``: as
+        ``truncate=False`` refuses a text (or pair) over ``max_seq_length`` tokens (``field``: as
         :meth:`_refuse_long`)."""
         check_texts(texts, field if isinstance(field, str) else "texts", self.limits)
         if pairs is not None:

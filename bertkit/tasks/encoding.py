@@ -44,8 +44,10 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[l
     return a, b
 
 
-def _pack(tok: Tokenizer, a: list[int], b: list[int] | None, max_len: int) -> tuple[list[int], list[int]]:
-    a, b = truncate_pair(a, b, max_len - (3 if b is not None else 2))
+def _pack(
+    tok: Tokenizer, a: list[int], b: list[int] | None, max_seq_length: int
+) -> tuple[list[int], list[int]]:
+    a, b = truncate_pair(a, b, max_seq_length - (3 if b is not None else 2))
     ids = [tok.cls_token_id, *a, tok.sep_token_id]
     types = [0] * len(ids)
     if b is not None:
@@ -54,20 +56,24 @@ def _pack(tok: Tokenizer, a: list[int], b: list[int] | None, max_len: int) -> tu
     return ids, types
 
 
-def encode_pairs(tok: Tokenizer, a: Sequence[str], b: Sequence[str | None], max_len: int) -> list[tuple]:
+def encode_pairs(
+    tok: Tokenizer, a: Sequence[str], b: Sequence[str | None], max_seq_length: int
+) -> list[tuple]:
     ids_a = tok.encode_batch_ids(list(a), add_special_tokens=False)
     has_b = [x is not None for x in b]
     ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)
     it = iter(ids_b_list)
     # A second segment without tokens is no second segment, as run_classifier.py (`if tokens_b:`) and
     # transformers' tok(a, "") encode it: [CLS] a [SEP], not [CLS] a [SEP] [SEP].
-    return [_pack(tok, ia, (next(it) or None) if hb else None, max_len) for ia, hb in zip(ids_a, has_b)]
+    return [
+        _pack(tok, ia, (next(it) or None) if hb else None, max_seq_length) for ia, hb in zip(ids_a, has_b)
+    ]
 
 
 def encode_seq(
-    tok: Tokenizer, examples: list, label2id: dict[str, int] | None, max_len: int
+    tok: Tokenizer, examples: list, label2id: dict[str, int] | None, max_seq_length: int
 ) -> list[Feature]:
-    packed = encode_pairs(tok, [e.text_a for e in examples], [e.text_b for e in examples], max_len)
+    packed = encode_pairs(tok, [e.text_a for e in examples], [e.text_b for e in examples], max_seq_length)
     feats = []
     for i, (e, (ids, types)) in enumerate(zip(examples, packed)):
         if e.label is None:
@@ -84,14 +90,16 @@ def encode_seq(
     return feats
 
 
-def encode_tokens(tok: Tokenizer, sentences: list, label2id: dict[str, int], max_len: int) -> list[Feature]:
-    """Label on each word's first sub-token, -100 elsewhere; sentences longer than ``max_len`` pieces are
-    split into consecutive windows of whole words (a single over-long word is cut)."""
+def encode_tokens(
+    tok: Tokenizer, sentences: list, label2id: dict[str, int], max_seq_length: int
+) -> list[Feature]:
+    """Label on each word's first sub-token, -100 elsewhere; sentences longer than ``max_seq_length`` pieces
+    are split into consecutive windows of whole words (a single over-long word is cut)."""
     flat = [w for s in sentences for w in s.words]
     pieces = tok.encode_batch_ids(flat, add_special_tokens=False) if flat else []
     unk = tok.unk_token_id
     feats: list[Feature] = []
-    budget = max_len - 2
+    budget = max_seq_length - 2
     k = 0
     for si, s in enumerate(sentences):
         word_pieces = []
@@ -117,11 +125,11 @@ def encode_tokens(tok: Tokenizer, sentences: list, label2id: dict[str, int], max
     return feats
 
 
-def encode_choice(tok: Tokenizer, examples: list, max_len: int) -> list[Feature]:
+def encode_choice(tok: Tokenizer, examples: list, max_seq_length: int) -> list[Feature]:
     n = len(examples[0].endings) if examples else 0
     ctx = [e.context for e in examples for _ in range(n)]
     ends = [x for e in examples for x in e.endings]
-    packed = encode_pairs(tok, ctx, ends, max_len)
+    packed = encode_pairs(tok, ctx, ends, max_seq_length)
     feats = []
     for i, e in enumerate(examples):
         group = packed[i * n : (i + 1) * n]
@@ -129,14 +137,14 @@ def encode_choice(tok: Tokenizer, examples: list, max_len: int) -> list[Feature]
     return feats
 
 
-def encode(task: TaskData, tok: Tokenizer, examples: list, max_len: int) -> list[Feature]:
+def encode(task: TaskData, tok: Tokenizer, examples: list, max_seq_length: int) -> list[Feature]:
     label2id = {lab: i for i, lab in enumerate(task.labels)} if task.labels is not None else None
     if task.kind == "seq":
-        return encode_seq(tok, examples, label2id, max_len)
+        return encode_seq(tok, examples, label2id, max_seq_length)
     if task.kind == "token":
-        return encode_tokens(tok, examples, label2id, max_len)
+        return encode_tokens(tok, examples, label2id, max_seq_length)
     if task.kind == "choice":
-        return encode_choice(tok, examples, max_len)
+        return encode_choice(tok, examples, max_seq_length)
     raise ValueError(f"unknown task kind {task.kind!r}")
 
 

@@ -43,6 +43,7 @@ from bertkit.architectures import load_config
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
+from bertkit.kernels.gemm import backend_chosen
 from bertkit.model_card import write_model_card
 from bertkit.tasks.encoding import Feature, collate, encode
 from bertkit.tasks.evaluation import evaluate, predict_features, predictions
@@ -218,6 +219,7 @@ def finetune(
     score, r, model, losses, metrics, preds, raw, train_s, eval_s, run_dir = best
     result = _result(task, metrics, r, train_ex, train_feats, losses, (encode_s, train_s, eval_s), out)
     result["device"] = str(next(model.parameters()).device)  # where it trained (the GPU when there is one)
+    result["choices"] = {"linear": backend_chosen()}  # the fp32 GEMM backend it computed with (bertkit tune)
     best_eval = read_best(run_dir) if r.keep_best else None
     if best_eval is not None:
         result["best"] = best_eval  # the evaluation whose weights were kept (they are the saved model)

@@ -33,6 +33,7 @@ from bertkit.train import (
     warmup_steps_of_ratio,
 )
 from bertkit.train.distributed import dist_info
+from bertkit.train.options import Checkpointing, Numerics, Reporting, Schedule
 
 BEST_DIR = "best"
 
@@ -148,10 +149,12 @@ def train(
             return scores
 
     trainer = Trainer(
-        model, opt, sched, train_batches=batches, out_dir=out_dir, max_steps=total, loss_fn=loss_fn,
-        grad_accum=s.grad_accum, clip_norm=s.max_grad_norm or None, precision=s.precision, log_every=1,
-        checkpoint_every=s.checkpoint_every, seed=s.seed, progress=s.progress, callbacks=callbacks, desc=desc,
-        eval_fn=trainer_eval, eval_every=s.eval_every,
+        model, opt, sched, train_batches=batches, out_dir=out_dir,
+        schedule=Schedule(max_steps=total, grad_accum=s.grad_accum, eval_every=s.eval_every, seed=s.seed),
+        numerics=Numerics(precision=s.precision, clip_norm=s.max_grad_norm or None),
+        reporting=Reporting(log_every=1, progress=s.progress, desc=desc),
+        checkpointing=Checkpointing(checkpoint_every=s.checkpoint_every),
+        loss_fn=loss_fn, eval_fn=trainer_eval, callbacks=callbacks,
     )  # fmt: skip
     devices = [trainer.device] if trainer.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):

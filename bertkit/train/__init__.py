@@ -1,4 +1,5 @@
-"""Generic training: optimisers and schedules (optim), the resumable loop (loop), checkpoints (checkpoint)."""
+"""Generic training: optimisers and schedules (optim), the resumable loop (loop) and its option groups
+(options), checkpoints (checkpoint)."""
 
 from bertkit.train.batches import Batches, LengthGroupedBatches
 from bertkit.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
@@ -13,14 +14,20 @@ from bertkit.train.optim import (
     warmup_steps_from,
     warmup_steps_of_ratio,
 )
+from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, Schedule
 
 __all__ = [
     "Batches",
+    "Checkpointing",
     "CheckpointsExistError",
     "Lamb",
     "LengthGroupedBatches",
     "LinearWarmupDecay",
     "NonFiniteLossError",
+    "Numerics",
+    "Parallel",
+    "Reporting",
+    "Schedule",
     "Trainer",
     "build_optimizer",
     "latest_checkpoint",

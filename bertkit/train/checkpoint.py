@@ -5,9 +5,10 @@ A training checkpoint is one file ``OUT/checkpoints/step-XXXXXXXX.pt`` written w
 moment (SIGKILL included) leaves either the previous complete checkpoint or the new complete one.
 It holds the model, optimizer, scheduler and grad-scaler state, every RNG state (python ``random``,
 numpy's legacy global, torch CPU, CUDA), the data position (whatever the batch source's
-``state_dict()`` returns, including its own generator), the trainer's counters and the fp32 GEMM backend the
-run computed with (``gemm``: a resume takes it, :func:`bertkit.kernels.gemm.resume_backend`). Only the last
-``keep_last`` checkpoints are kept.
+``state_dict()`` returns, including its own generator), the trainer's counters and the per-machine choices the
+run computed with (``choices``: the fp32 GEMM backend and the precision ``auto`` resolved to; a resume takes
+them, :func:`bertkit.kernels.gemm.resume_backend`, :func:`bertkit.train.precision.resume_precision`). Only the
+last ``keep_last`` checkpoints are kept.
 
 These are *training* checkpoints; the final model is exported separately in the Hugging Face layout.
 

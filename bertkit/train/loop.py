@@ -3,16 +3,19 @@
 Quick start::
 
     from bertkit.train import Trainer, Batches, build_optimizer, linear_schedule
+    from bertkit.train.options import Checkpointing, Numerics, Reporting, Schedule
 
     batches = Batches(dataset, batch_size=32, collate_fn=collate, seed=0)   # resumable, rank-aware
     opt = build_optimizer(model, "adamw", lr=1e-4, weight_decay=0.01)
     sched = linear_schedule(opt, warmup_steps=100, total_steps=10_000)
-    trainer = Trainer(model, opt, sched, train_batches=batches, out_dir="runs/x", max_steps=10_000,
+    trainer = Trainer(model, opt, sched, train_batches=batches, out_dir="runs/x",
+                      schedule=Schedule(max_steps=10_000, grad_accum=1, eval_every=0, seed=0),
+                      numerics=Numerics(precision="fp32", clip_norm=1.0),   # "bf16" (CPU/GPU), "fp16" (GPU)
+                      reporting=Reporting(log_every=10),
+                      checkpointing=Checkpointing(checkpoint_every=500, keep_last=2),
                       loss_fn=None,            # default: model(**batch).loss
-                      grad_accum=1, clip_norm=1.0, precision="fp32",   # "bf16" (CPU/GPU), "fp16" (GPU)
-                      log_every=10, checkpoint_every=500, keep_last=2,
-                      eval_fn=None, eval_every=0, seed=0)
-    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, distributed ("fsdp", "ddp", "none"), ...
+                      eval_fn=None)
+    summary = trainer.fit(resume=True)         # dict: steps, loss, last log record, last eval, distributed ("fsdp", "ddp", "none"), choices, ...
 
 ``loss_fn(model, batch) -> loss`` or ``(loss, metrics)``: ``model`` is the (possibly DDP-wrapped) model and
 ``batch`` the micro-batch already on the device. ``metrics`` maps a name to a scalar (averaged over the
@@ -27,6 +30,9 @@ never changes the training stream). Results go to ``OUT/eval.jsonl`` and the sum
 ``state_dict()`` and ``load_state_dict()``), restored exactly on resume, or a plain re-iterable whose first
 ``consumed`` micro-batches are skipped on resume (deterministic only if the iterable is).
 
+Options come in five frozen groups (:mod:`bertkit.train.options`): ``Schedule``, ``Numerics``, ``Reporting``,
+``Checkpointing`` and ``Parallel``; any of their fields may also be passed as a keyword of its own.
+
 Files under ``out_dir``: ``metrics.jsonl`` (one JSON object per logged step: ``step``, ``loss``, every
 metric, ``lr``, ``grad_norm``, ``tokens_per_s``, ``elapsed_s``), ``eval.jsonl``, ``checkpoints/step-N.pt``
 (atomic; last ``keep_last`` kept; model, optimizer, scheduler, scaler, every RNG state, data position,
@@ -37,14 +43,14 @@ Resume: ``fit(resume=True)`` loads the newest checkpoint, truncates ``metrics.js
 checkpointed step, and continues; on CPU with the same seed the losses are bitwise those of an
 uninterrupted run (the test kills a run with SIGKILL).
 
-Non-finite loss: with ``nonfinite="skip"`` (default) a step whose loss or gradient norm is not finite is
+Non-finite loss: with ``Numerics(nonfinite="skip")`` (default) a step whose loss or gradient norm is not finite is
 skipped (no optimizer update; counted in ``nonfinite_steps``); after ``max_nonfinite`` consecutive ones,
 or at the first one with ``nonfinite="stop"``, :class:`NonFiniteLossError` explains what to try. The
 model is checked to be finite before every checkpoint, so a NaN never reaches one.
 
 Distributed (:mod:`bertkit.train.distributed`): if ``torch.distributed`` is initialised with more than one
-process (``torchrun``), the model is wrapped in DDP (``distributed="ddp"``, default) or FSDP (``distributed="fsdp"``; pass the optimizer and
-scheduler as factories ``lambda model: ...`` / ``lambda opt: ...`` so they see the sharded parameters).
+process (``torchrun``), the model is wrapped in DDP (``Parallel(strategy="ddp")``, default) or FSDP
+(``strategy="fsdp"``; pass the optimizer and scheduler as factories ``lambda model: ...`` / ``lambda opt: ...`` so they see the sharded parameters).
 Gradients are averaged over ranks; :class:`Batches` gives rank ``r`` its own part of every global batch
 (global batch = ``batch_size * world_size * grad_accum``), laid out so that N processes equal one process
 with ``grad_accum = N``. Only rank 0 writes files; RNG states of every rank are checkpointed.
@@ -89,7 +95,14 @@ from bertkit.train.distributed import (
     wrap_model,
 )
 from bertkit.train.logs import plot_curves, truncate_jsonl
-from bertkit.train.precision import autocast, check_precision, choose_precision, make_scaler
+from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, Schedule, group_options
+from bertkit.train.precision import (
+    autocast,
+    check_precision,
+    choose_precision,
+    make_scaler,
+    resume_precision,
+)
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
@@ -162,31 +175,27 @@ class Trainer:
         *,
         train_batches,
         out_dir: str | os.PathLike,
-        max_steps: int,
-        loss_fn: Callable | None = None,
-        grad_accum: int = 1,
-        clip_norm: float | None = 1.0,
-        precision: str = "fp32",
+        schedule: Schedule | None = None,
+        numerics: Numerics | None = None,
+        reporting: Reporting | None = None,
+        checkpointing: Checkpointing | None = None,
+        parallel: Parallel | None = None,
         device: str | torch.device | None = None,
-        log_every: int = 10,
-        checkpoint_every: int = 0,
-        keep_last: int = 2,
+        loss_fn: Callable | None = None,
         eval_fn: Callable[[nn.Module], dict] | None = None,
-        eval_every: int = 0,
-        seed: int = 0,
         tokens_fn: Callable[[Any], int] | None = None,
-        nonfinite: str = "skip",
-        max_nonfinite: int = 10,
-        progress: bool = True,
-        tensorboard: bool = False,
-        plot: bool = True,
-        distributed: str = "ddp",
-        find_unused_parameters: bool = False,
         callbacks: Iterable[Callable[[dict], None]] = (),
-        desc: str = "train",
+        **fields: Any,
     ):
-        if nonfinite not in ("skip", "stop"):
-            raise ValueError("nonfinite must be 'skip' or 'stop'")
+        """``fields``: any field of the five groups as a keyword of its own (``max_steps=...``,
+        ``precision=...``; :mod:`bertkit.train.options`), which sets it in its group."""
+        groups = dict(schedule=schedule, numerics=numerics, reporting=reporting)
+        opts = group_options(groups | dict(checkpointing=checkpointing, parallel=parallel), fields)
+        self.schedule: Schedule = opts["schedule"]
+        self.numerics: Numerics = opts["numerics"]
+        self.reporting: Reporting = opts["reporting"]
+        self.checkpointing: Checkpointing = opts["checkpointing"]
+        self.parallel: Parallel = opts["parallel"]
         self.rank, self.world_size = dist_info()
         if device is None:
             device = (
@@ -195,10 +204,10 @@ class Trainer:
                 else torch.device("cpu")
             )
         self.device = torch.device(device)
-        check_precision(precision, self.device)
+        check_precision(self.numerics.precision, self.device)
         self.model = model.to(self.device)
         self.wrapped, self._fsdp = wrap_model(
-            model, distributed, self.world_size, self.device, find_unused_parameters
+            model, self.parallel.strategy, self.world_size, self.device, self.parallel.find_unused_parameters
         )
         # the wrapper in use: "fsdp", "ddp", or "none" (one process)
         self.distributed = "fsdp" if self._fsdp else ("none" if self.wrapped is model else "ddp")
@@ -214,26 +223,20 @@ class Trainer:
         )
         self.train_batches = train_batches
         self.out_dir = Path(out_dir)
-        self.max_steps = int(max_steps)
+        self.max_steps = int(self.schedule.max_steps)
         self.loss_fn = loss_fn or default_loss_fn
-        self.grad_accum = int(grad_accum)
-        self.clip_norm = clip_norm
-        self.precision = precision
-        self.log_every = max(int(log_every), 1)
-        self.checkpoint_every = int(checkpoint_every or 0)
-        self.keep_last = int(keep_last)
+        self.grad_accum = int(self.schedule.grad_accum)
+        # "auto" is resolved at the first batch (or from a resumed checkpoint): the one option that changes
+        self.precision = self.numerics.precision
+        self.log_every = max(int(self.reporting.log_every), 1)
+        self.checkpoint_every = int(self.checkpointing.checkpoint_every or 0)
         self.eval_fn = eval_fn
-        self.eval_every = int(eval_every or 0)
-        self.seed = int(seed)
+        self.eval_every = int(self.schedule.eval_every or 0)
+        self.seed = int(self.schedule.seed)
         self.tokens_fn = tokens_fn or default_tokens_fn
-        self.nonfinite = nonfinite
-        self.max_nonfinite = int(max_nonfinite)
-        self.progress = progress and self.rank == 0
-        self.tensorboard = tensorboard
-        self.plot = plot
+        self.progress = self.reporting.progress and self.rank == 0
         self.callbacks = list(callbacks)
-        self.desc = desc
-        self.scaler = make_scaler(precision, self.device)
+        self.scaler = make_scaler(self.precision, self.device)
         self.step = 0
         self._drawn = 0  # micro-batches taken from train_batches
         self.nonfinite_steps = 0
@@ -243,6 +246,11 @@ class Trainer:
         self.last_eval: dict | None = None
         self._tb = None
         self.is_main = self.rank == 0
+
+    def choices(self) -> dict[str, str | None]:
+        """The per-machine choices this run computes with: the fp32 GEMM backend (None while no fp32 GEMM
+        has run) and the precision ("auto" until the first batch resolves it)."""
+        return {"linear": gemm.backend_chosen(), "precision": self.precision}
 
     def _autocast(self):
         return autocast(self.precision, self.device)
@@ -274,8 +282,8 @@ class Trainer:
             "nonfinite_steps": self.nonfinite_steps,
             "world_size": self.world_size,
             "seed": self.seed,
-            # the backends round differently: a resume must compute with the one this run used
-            "gemm": gemm.backend_name(),
+            # the per-machine choices this run computed with (they round differently): a resume takes them
+            "choices": {"linear": gemm.backend_name(), "precision": self.precision},
         }
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
@@ -288,7 +296,10 @@ class Trainer:
                 f"the checkpoint in {self.out_dir / 'checkpoints'} does not fit this run's model or optimizer "
                 f"({first}); resume with the settings it was written with, or start a new --out"
             ) from None
-        gemm.resume_backend(state.get("gemm"))
+        choices = state.get("choices") or {"linear": state.get("gemm")}  # "gemm": an older checkpoint
+        gemm.resume_backend(choices.get("linear"))
+        if self.precision == "auto":
+            self.precision = resume_precision(choices.get("precision")) or "auto"
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler"):
@@ -328,7 +339,7 @@ class Trainer:
         state = self.state_dict()
         path = None
         if self.is_main:
-            path = save_checkpoint(self.out_dir, self.step, state, keep_last=self.keep_last)
+            path = save_checkpoint(self.out_dir, self.step, state, keep_last=self.checkpointing.keep_last)
         if self.world_size > 1:
             dist.barrier()
         return path
@@ -384,7 +395,7 @@ class Trainer:
         # fault them in afresh each step (bertkit.kernels.freed_memory; off by bertkit.settings)
         keep_freed_memory()
         resumed_from = self._begin(resume)
-        if self.tensorboard and self.is_main:
+        if self.reporting.tensorboard and self.is_main:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -398,7 +409,11 @@ class Trainer:
             from tqdm.auto import tqdm
 
             bar = tqdm(
-                total=self.max_steps, initial=self.step, desc=self.desc, unit="step", dynamic_ncols=True
+                total=self.max_steps,
+                initial=self.step,
+                desc=self.reporting.desc,
+                unit="step",
+                dynamic_ncols=True,
             )
         data = iter(self.train_batches) if not hasattr(self.train_batches, "__next__") else self.train_batches
         self.wrapped.train()
@@ -474,7 +489,7 @@ class Trainer:
         if self._tb is not None:
             self._tb.close()
         png = None
-        if self.plot and self.is_main:
+        if self.reporting.plot and self.is_main:
             try:
                 png = plot_curves(
                     self.out_dir / "metrics.jsonl", self.out_dir / "eval.jsonl", self.out_dir / "curves.png"
@@ -490,6 +505,7 @@ class Trainer:
             "resumed_from": resumed_from,
             "stopped": stopped,
             "distributed": self.distributed,
+            "choices": self.choices(),
             "elapsed_s": round(time.perf_counter() - self._t0, 3),
             "curves_png": str(png) if png else None,
             "out_dir": str(self.out_dir),
@@ -563,7 +579,7 @@ class Trainer:
         return loss_sum / self.grad_accum, metrics_step, pairs_step, tokens
 
     def _clip(self, params: list[torch.Tensor]) -> float:
-        max_norm = self.clip_norm if self.clip_norm else float("inf")
+        max_norm = self.numerics.clip_norm if self.numerics.clip_norm else float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         if hasattr(norm, "full_tensor"):  # FSDP2: a DTensor
             norm = norm.full_tensor()
@@ -578,11 +594,11 @@ class Trainer:
             "Try a lower --lr, a longer --warmup, --precision fp32 (or bf16 instead of fp16), and check the data "
             f"for empty or corrupt batches; resume from the last checkpoint under {self.out_dir / 'checkpoints'}."
         )
-        if self.nonfinite == "stop" or self._consecutive_bad > self.max_nonfinite:
+        if self.numerics.nonfinite == "stop" or self._consecutive_bad > self.numerics.max_nonfinite:
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLossError(
                 msg
-                if self.nonfinite == "stop"
+                if self.numerics.nonfinite == "stop"
                 else f"{self._consecutive_bad} consecutive non-finite steps; " + msg
             )
         logger.warning("skipping " + msg)

@@ -5,14 +5,18 @@
 underflows small gradients: the scaler multiplies the loss before backward, unscales before clipping, and
 skips a step whose gradients overflowed while lowering the scale). fp16 on a CPU is refused.
 ``auto``: bf16 where it measured faster on this machine for this model and batch AND its loss agreed with
-fp32's, else fp32 (:func:`choose_precision`, made at the first batch and cached per machine).
+fp32's, else fp32 (:func:`choose_precision`, made at the first batch and cached per machine); a resumed run
+takes the precision its checkpoint recorded instead (:func:`resume_precision`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import torch
+
+logger = logging.getLogger("bertkit")
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 
@@ -112,3 +116,28 @@ def choose_precision(model: torch.nn.Module, batch, loss_fn, device: torch.devic
         return ("bf16" if t["bf16"] < 0.9 * t["fp32"] else "fp32"), details
 
     return choose(name, measure, override=PRECISION)
+
+
+def resume_precision(recorded: object) -> str | None:
+    """What ``--precision auto`` resolves to in a run resumed from a checkpoint that recorded ``recorded``
+    (the precision the run computed in, "fp32" or "bf16"): that one, not a choice made afresh for this
+    machine (fp32 and bf16 give other bits, and a cleared cache or another load can tip the measurement).
+    The environment's override (:mod:`bertkit.settings`) wins, with a warning when it disagrees. None: nothing
+    usable was recorded (a checkpoint from before this was, or one written before its first batch), so the
+    first batch chooses as in a new run."""
+    from bertkit.settings import PRECISION
+
+    if recorded not in ("fp32", "bf16"):
+        return None
+    pinned = PRECISION.value()
+    if pinned is not None and pinned != recorded:
+        logger.warning(
+            "the checkpoint was computed in %s; %s=%s keeps %s, so this resume is not bitwise the run it continues",
+            recorded,
+            PRECISION.name,
+            PRECISION.raw(),
+            pinned,
+        )
+        return pinned
+    logger.info("precision %s, as the checkpoint was written (--precision auto not re-chosen)", recorded)
+    return str(recorded)

@@ -12,6 +12,7 @@ from torch import nn
 from bertkit.train.batches import Batches
 from bertkit.train.loop import Trainer
 from bertkit.train.optim import build_optimizer, linear_schedule, warmup_steps_of_ratio
+from bertkit.train.options import Schedule
 
 S = TypeVar("S", bound="AdamWSettings")
 
@@ -60,8 +61,9 @@ def adamw_trainer(
     **trainer_kwargs: Any,
 ) -> tuple[Trainer, int]:
     """(Trainer, steps) for ``epochs`` passes over ``items``. An epoch is ``len(items) // batch_size`` steps,
-    because ``Batches`` drops each epoch's ragged end (``Batches`` refuses fewer items than one batch). ``trainer_kwargs`` go to
-    ``Trainer`` (out_dir, loss_fn, precision, progress, ...)."""
+        because ``Batches`` drops each epoch's ragged end (``Batches`` refuses fewer items than one batch). ``trainer_kwargs`` go to
+        ``Trainer`` (out_dir, loss_fn, and option groups or their fields: precision, progress, ...;
+    :mod:`bertkit.train.options`)."""
     steps = max(1, math.ceil(len(items) // batch_size * epochs))  # >= 1 also for a tiny fraction of an epoch
     opt = build_optimizer(model, "adamw", lr=lr, weight_decay=weight_decay)
     trainer = Trainer(
@@ -69,8 +71,7 @@ def adamw_trainer(
         opt,
         linear_schedule(opt, warmup_steps=warmup_steps_of_ratio(warmup_ratio, steps), total_steps=steps),
         train_batches=Batches(items, batch_size, collate_fn, seed=seed),
-        max_steps=steps,
-        seed=seed,
+        schedule=Schedule(max_steps=steps, seed=seed),
         **trainer_kwargs,
     )
     return trainer, steps

@@ -22,11 +22,11 @@ def fill_mask(svc: InferenceService, text: str, top_k: int = 5) -> list[list[dic
     if mask not in text:
         raise validation(f"text must contain at least one {mask} token")
     check_fill_mask(text.count(mask), top_k, svc.limits)
-    check_budget(truncated_tokens(len(text), svc.max_length), svc.limits)
+    check_budget(truncated_tokens(len(text), svc.max_seq_length), svc.limits)
     with svc.tok_lock:
         n = len(svc.tokenizer.encode(text).ids)
-        if n > svc.max_length:
-            raise too_large(f"text is {n} tokens long; this model takes at most {svc.max_length}")
+        if n > svc.max_seq_length:
+            raise too_large(f"text is {n} tokens long; this model takes at most {svc.max_seq_length}")
         with inference_autocast(svc.precision, svc.device):
             return predict_masks(svc.model, svc.tokenizer, text, top_k=top_k)
 

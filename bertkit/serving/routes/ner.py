@@ -35,7 +35,7 @@ def ner(
     else:
         check_text(text, "text", svc.limits)
     # every word costs at least one token; windows hold whole words
-    check_budget(windowed_tokens(len(text), 2, svc.max_length, svc.max_length - 2), svc.limits)
+    check_budget(windowed_tokens(len(text), 2, svc.max_seq_length, svc.max_seq_length - 2), svc.limits)
     with svc.tok_lock:
         if words is None:
             spans = split_words(svc.tokenizer, text)
@@ -44,7 +44,15 @@ def ner(
         return svc.batcher.submit("tokens", ids, types)
 
     ents, tagged = entities(
-        svc.model, svc.tokenizer, text, spans, run, svc.labels(), svc.max_length, aggregation, svc.tok_lock
+        svc.model,
+        svc.tokenizer,
+        text,
+        spans,
+        run,
+        svc.labels(),
+        svc.max_seq_length,
+        aggregation,
+        svc.tok_lock,
     )
     out: dict[str, Any] = {"entities": ents}
     if words is not None:

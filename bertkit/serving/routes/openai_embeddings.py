@@ -20,23 +20,23 @@ def embed_ids(
 ) -> tuple[np.ndarray, int]:
     """``InferenceService.embed`` of sequences already tokenised (OpenAI's token-id input): each runs as
     given, special tokens included; ids outside the vocabulary are refused, and sequences over
-    ``max_length`` too unless ``truncate`` (then their first ``max_length`` ids run, as TEI cuts them).
+    ``max_seq_length`` too unless ``truncate`` (then their first ``max_seq_length`` ids run, as TEI cuts them).
     float32 [N, D] vectors and the number of tokens run."""
     if not ids:
         raise validation(f"{field} must hold at least one sequence", field)
     if truncate:
-        ids = [seq[: svc.max_length] for seq in ids]
+        ids = [seq[: svc.max_seq_length] for seq in ids]
     check_count(len(ids), field, "sequences", svc.limits)
     vocab = svc.config.vocab_size
     for i, seq in enumerate(ids):
         name = f"{field}[{i}]" if len(ids) > 1 else field
         if not seq:
             raise validation(f"{name} holds no token ids", field)
-        if len(seq) > svc.max_length:
+        if len(seq) > svc.max_seq_length:
             raise ApiError(  # TEI's status and type for an over-long input
                 413,
                 "validation",
-                f"{name} is {len(seq)} tokens long; this model takes at most {svc.max_length} "
+                f"{name} is {len(seq)} tokens long; this model takes at most {svc.max_seq_length} "
                 "(GET /info: max_input_length); start the server with --auto-truncate to cut it",
                 field,
             )

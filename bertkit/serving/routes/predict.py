@@ -44,7 +44,7 @@ def tei_predict(
     truncate: bool = True,
 ) -> list[Any]:
     """TEI's shape: per item (a text or [text, pair]), every label with its score, best first;
-    ``truncate=False`` refuses an item over ``max_length`` tokens (413 naming it)."""
+    ``truncate=False`` refuses an item over ``max_seq_length`` tokens (413 naming it)."""
     texts, pairs = [], []
     for k, item in enumerate(items):
         item = [item] if isinstance(item, str) else item

@@ -25,8 +25,8 @@ def answer(
     if not items:
         raise validation(f"{field} must hold at least one question")
     check_count(len(items), field, "questions", svc.limits)
-    window = min(384, svc.max_length)
-    query = min(64, svc.max_length // 4)
+    window = min(384, svc.max_seq_length)
+    query = min(64, svc.max_seq_length // 4)
     if doc_stride is None:  # run_squad.py's 128, or the whole room of a smaller model's window
         doc_stride = min(128, window - query - 3)
     settings = QASettings(

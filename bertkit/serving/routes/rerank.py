@@ -12,7 +12,7 @@ def rerank(
     svc: InferenceService, query: str, texts: list[str], raw_scores: bool = False, truncate: bool = True
 ) -> list[float]:
     """One score per text (input order): a cross-encoder's logit (sigmoid unless ``raw_scores``), or
-    the cosine similarity of the embeddings. ``truncate=False`` refuses an input over ``max_length``."""
+    the cosine similarity of the embeddings. ``truncate=False`` refuses an input over ``max_seq_length``."""
     check_text(query, "query", svc.limits)
     check_texts(texts, "texts", svc.limits)
     names = [f"texts[{i}]" for i in range(len(texts))]

@@ -15,7 +15,7 @@ def similarity(
     truncation_direction: str = "right",
 ) -> list[float]:
     """One cosine per sentence (input order), of unit vectors from the service's embedding call;
-    ``truncate=False`` refuses a sentence over ``max_length`` tokens (413 naming it)."""
+    ``truncate=False`` refuses a sentence over ``max_seq_length`` tokens (413 naming it)."""
     check_text(source, "inputs.source_sentence", svc.limits)
     check_texts(sentences, "inputs.sentences", svc.limits)
     texts = svc.encoder.prompts.apply([source, *sentences], prompt_name)
