@@ -89,6 +89,15 @@ def read_text(path: str | os.PathLike, what: str = "file") -> str:
         ) from None
 
 
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """A JSON file's value; a one-line UserError naming the file (and the line) when it is missing, not UTF-8
+    or not valid JSON."""
+    try:
+        return json.loads(read_text(path, what))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+
+
 def open_text(path: str | os.PathLike, what: str = "file", newline: str | None = None) -> io.StringIO:
     """A drop-in for ``open(path, encoding="utf-8")`` in readers: the whole file checked by :func:`read_text`
     (UserError naming ``path:line`` when it is not UTF-8 or missing), as a text stream."""

@@ -210,28 +210,12 @@ def choose_fast_path(full, fast, vocab: Sequence[str]) -> bool:
     words (deterministic), cached with the other per-machine choices (:mod:`bertkit.tuning`); an
     environment variable overrides it (:mod:`bertkit.settings`). Both pipelines give the same output (tested), so
     the choice is speed only."""
-    return _decide(full, fast, vocab, force=False)[0] == "on"
+    return decide_fast_path(full, fast, vocab, force=False)[0] == "on"
 
 
 # the words `bertkit tune` measures the two pipelines on (no model at hand: any plain words do, the choice
 # being about the pipelines, not the vocabulary)
-SAMPLE_WORDS = (
-    "the of and to in is was for on that with as by at from his her an which are this be had it not were "
-    "one all their has been they would there more when who will time year first other new two its after "
-    "people city world state between under during called river house music history"
-).split()
-
-
-def decide_sample_fast_path(force: bool = False) -> tuple[str, str]:
-    """The fast-path choice ("on" or "off") made on a vocabulary of :data:`SAMPLE_WORDS`, and where it came
-    from (:func:`bertkit.tuning.decide`; ``force``: measured again) - what ``bertkit tune`` records."""
-    from .tokenizer import Tokenizer
-
-    tok = Tokenizer.from_vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *SAMPLE_WORDS, ",", "."])
-    return _decide(tok._tok, tok._fast_tok, tok.ids_to_tokens, force)
-
-
-def _decide(full, fast, vocab: Sequence[str], force: bool) -> tuple[str, str]:
+def decide_fast_path(full, fast, vocab: Sequence[str], force: bool = False) -> tuple[str, str]:
     import random
 
     from .settings import TOKENIZER_FAST_PATH

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
-from .errors import UserError
 
 logger = logging.getLogger("bertkit")
 
@@ -231,24 +230,3 @@ def recorded_choices() -> dict[str, Any]:
         "details": {k: {"details": v.get("details"), "date": v.get("date")} for k, v in entries.items()
                     if isinstance(v, dict)},
     }  # fmt: skip
-
-
-def tune(force: bool = False) -> dict[str, Any]:
-    """Make this machine's choices that do not depend on a model (the fp32 GEMM backend, the tokenizer's
-    plain-text path) now, and record them in the cache: each is taken from the cache where it is recorded
-    there, measured otherwise (``force``: measured again). Returns :func:`recorded_choices` with the choices
-    made and where each came from ("sources"). The bf16-or-fp32 choices of ``--precision auto`` depend on the
-    model and its batch shape: they are measured by the first run of each and recorded beside these."""
-    from bertkit.kernels.gemm import decide_linear
-    from bertkit.tokenizer_fast_path import decide_sample_fast_path
-
-    if not settings.choice_cache_enabled():
-        raise UserError(
-            f"{settings.CHOICE_CACHE.name}={settings.CHOICE_CACHE.raw()} turns the choice cache off, so nothing "
-            "would be recorded; unset it to tune"
-        )
-    made = {"linear": decide_linear(force), "tokenizer_fast_path": decide_sample_fast_path(force)}
-    out = recorded_choices()
-    out["choices"] |= {k: choice for k, (choice, _) in made.items()}
-    out["sources"] = {k: source for k, (_, source) in made.items()}
-    return out

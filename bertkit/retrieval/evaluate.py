@@ -10,20 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..sentence.encoder import rank_corpus
 from .metrics import retrieval_metrics
-
-
-def rank_corpus(
-    encoder: Any, queries: Sequence[str], corpus: Sequence[str], k: int = 100, batch_size: int = 64
-) -> tuple[np.ndarray, np.ndarray]:
-    """(scores [Q, k], corpus positions [Q, k]) of each query's top ``k`` by cosine similarity."""
-    from ..index import exact_search
-
-    docs = encoder.encode(list(corpus), batch_size=batch_size, show_progress=True)
-    q = encoder.encode(list(queries), batch_size=batch_size, show_progress=True)
-    docs /= np.maximum(np.linalg.norm(docs, axis=1, keepdims=True), 1e-12)
-    q /= np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-12)
-    return exact_search(docs, q, min(k, len(corpus)))
 
 
 def evaluate_retrieval(

@@ -8,9 +8,7 @@ sentence's high-scoring partner among all second sentences.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -19,29 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-
-
-def read_sts(path: str | os.PathLike) -> list[tuple[str, str, float]]:
-    """GLUE STS-B TSV (header; sentence1, sentence2, score columns) -> [(s1, s2, score)].
-
-    Read with ``csv.QUOTE_NONE``: the sentences contain unbalanced quote characters.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: STS file not found")
-    rows: list[tuple[str, str, float]] = []
-    with path.open(encoding="utf-8", newline="") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header is None or not {"sentence1", "sentence2", "score"} <= set(header):
-            raise UserError(f"{path}: line 1: expected a header with sentence1, sentence2 and score columns")
-        c1, c2, cs = (header.index(k) for k in ("sentence1", "sentence2", "score"))
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                rows.append((row[c1], row[c2], float(row[cs])))
-            except (IndexError, ValueError):
-                raise UserError(f"{path}: line {lineno}: malformed row ({len(row)} columns)") from None
-    return rows
+from ..sentence.data import read_sts
 
 
 def rankdata(x: np.ndarray) -> np.ndarray:

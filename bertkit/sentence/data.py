@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from dataclasses import dataclass, field
@@ -41,8 +42,6 @@ def read_pairs(path: str | os.PathLike) -> list[Pair]:
     """Training pairs of any of the module docstring's kinds (all lines of one file of one kind)."""
     path = Path(path)
     if path.suffix == ".tsv":
-        from ..retrieval.sts import read_sts
-
         return [Pair(a, b, score=s) for a, b, s in read_sts(path)]
     pairs: list[Pair] = []
     kind = None
@@ -145,3 +144,26 @@ def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
     with atomic_write(path) as f:
         for r in rows:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def read_sts(path: str | os.PathLike) -> list[tuple[str, str, float]]:
+    """GLUE STS-B TSV (header; sentence1, sentence2, score columns) -> [(s1, s2, score)].
+
+    Read with ``csv.QUOTE_NONE``: the sentences contain unbalanced quote characters.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: STS file not found")
+    rows: list[tuple[str, str, float]] = []
+    with path.open(encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header is None or not {"sentence1", "sentence2", "score"} <= set(header):
+            raise UserError(f"{path}: line 1: expected a header with sentence1, sentence2 and score columns")
+        c1, c2, cs = (header.index(k) for k in ("sentence1", "sentence2", "score"))
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                rows.append((row[c1], row[c2], float(row[cs])))
+            except (IndexError, ValueError):
+                raise UserError(f"{path}: line {lineno}: malformed row ({len(row)} columns)") from None
+    return rows

@@ -80,7 +80,7 @@ class Dense(torch.nn.Module):
         """Read a Dense folder (safetensors only: a pickled ``pytorch_model.bin`` is refused)."""
         from safetensors.torch import load_file
 
-        from .folder import read_json
+        from ..io import read_json
 
         path = Path(path)
         cfg = read_json(path / "config.json") if (path / "config.json").is_file() else None

@@ -12,7 +12,6 @@ Reading also takes folders sentence-transformers >= 5 saved (the length limit as
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..io import atomic_dir, atomic_write_json, path_inside
+from ..io import atomic_dir, atomic_write_json, path_inside, read_json
 from ..pooling import POOLING_MODES
 from .dense import Dense
 
@@ -31,13 +30,6 @@ _ST_POOLING_KEYS = (
     ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len"),
     ("pooling_mode_mean_tokens", "mean"),
 )
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
 
 
 @dataclass

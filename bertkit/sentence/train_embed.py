@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..io import atomic_write_json
 from ..train.simple import AdamWSettings
 from .data import Pair
-from .encoder import SentenceEncoder
+from .encoder import SentenceEncoder, rank_corpus
 from .losses import cosent, cosine_loss, mnrl
 
 logger = logging.getLogger("bertkit")
@@ -45,7 +45,6 @@ def mine_hard_negatives(
 ) -> list[Pair]:
     """Each query's ``n`` best-scoring corpus passages under ``model`` that are not its positive -> the pairs
     with those as ``negatives`` (given negatives are replaced)."""
-    from ..retrieval.evaluate import rank_corpus
 
     corpus = list(dict.fromkeys(corpus))  # unique, order kept
     _, top = rank_corpus(model, [p.query for p in pairs], corpus, n + 5, batch_size)

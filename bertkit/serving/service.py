@@ -147,8 +147,6 @@ class InferenceService:
         return [names.get(i, f"LABEL_{i}") for i in range(self.config.num_labels)]
 
     def info(self) -> dict[str, Any]:
-        from .routes import served
-
         c = self.config
         out: dict[str, Any] = {
             "model_id": self.model_id,  # the dir's name only: no filesystem path leaves the server
@@ -171,7 +169,6 @@ class InferenceService:
             "int8": self.int8,
             "int8_engine": self.int8_engine,
             "device": str(self.device),
-            "endpoints": served(self),
         }
         if self.architecture in ("BertForSequenceClassification", "BertForTokenClassification"):
             out["labels"] = self.labels()
