@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from bpe_folder import build_folder, generated_texts
+from bpe_folder import build_folder, generated_texts, tiny_modernbert_config
 
 from bertkit import kernels
 from bertkit.modernbert import ModernBertForSequenceClassification
@@ -51,28 +51,11 @@ def folders(tmp_path_factory) -> dict[str, Any]:
     """name -> (folder, transformers model): one folder per head, random weights, one BPE tokenizer."""
     root = tmp_path_factory.mktemp("modernbert-serve")
     build_folder(root / "tokenizer", generated_texts(1500, seed=0), vocab_size=400)
-    tok = transformers.AutoTokenizer.from_pretrained(root / "tokenizer")
     out = {}
     for name, (cls, extra) in HEADS.items():
         path = root / name
         shutil.copytree(root / "tokenizer", path)
-        config = transformers.ModernBertConfig(
-            vocab_size=len(tok),
-            hidden_size=32,
-            num_hidden_layers=3,
-            num_attention_heads=2,
-            intermediate_size=48,
-            global_attn_every_n_layers=2,
-            local_attention=16,
-            max_position_embeddings=MAX_POSITIONS,
-            pad_token_id=tok.pad_token_id,
-            cls_token_id=tok.cls_token_id,
-            sep_token_id=tok.sep_token_id,
-            bos_token_id=tok.cls_token_id,
-            eos_token_id=tok.sep_token_id,
-            attn_implementation="sdpa",
-            **extra,
-        )
+        config = tiny_modernbert_config(path, max_position_embeddings=MAX_POSITIONS, **extra)
         torch.manual_seed(len(out))
         model = getattr(transformers, cls)(config).eval()
         with torch.no_grad():  # sharper attention than the initialisation's: positions and the window matter
