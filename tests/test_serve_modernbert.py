@@ -341,3 +341,27 @@ def test_bf16_serves_modernbert_close_to_float(folders):
     finally:
         fp32.close()
         bf16.close()
+
+
+def test_predict_command_tags_and_answers_as_the_routes_do(tmp_path, clients, folders, capsys):
+    """``bertkit predict`` on a ModernBERT tagging or QA folder runs the routes' pipelines."""
+    from bertkit.cli import main
+
+    texts = [t.replace("\n", " ").strip() for t in TEXTS[-3:]]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    assert main(["predict", str(folders["ner"][0]), "--input", str(tmp_path / "texts.txt"),
+                 "--out", str(tmp_path / "ner.jsonl")]) == 0  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "ner.jsonl").read_text().splitlines()]
+    ours, _ = clients["ner"]
+    for text, row in zip(texts, rows, strict=True):
+        assert_same(row["entities"], ours.post("/ner", json={"text": text}).json()["entities"])
+    items = [{"question": q, "context": c} for q, c in zip(texts, TEXTS[:3])]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items))
+    assert main(["predict", str(folders["qa"][0]), "--input", str(tmp_path / "qa.jsonl"),
+                 "--out", str(tmp_path / "qa.out.jsonl")]) == 0  # fmt: skip
+    capsys.readouterr()
+    answers = [json.loads(x) for x in (tmp_path / "qa.out.jsonl").read_text().splitlines()]
+    ours, _ = clients["qa"]
+    for item, got in zip(items, answers, strict=True):
+        want = ours.post("/qa", json=item).json()
+        assert_same({k: got[k] for k in want}, want)

@@ -146,6 +146,8 @@ class InferenceService:
     def head(self) -> str:
         """The task head the architecture names, without its "Bert" / "ModernBert" prefix
         ("ForSequenceClassification", ...; "Model" for a bare encoder)."""
+        from ..architectures import head_of
+
         return head_of(self.architecture)
 
     def labels(self) -> list[str]:
@@ -505,14 +507,6 @@ def _encoder_of(model: Any) -> Any:
         return model
     inner = getattr(model, "model", None)
     return inner if isinstance(inner, ModernBertModel) else model.bert
-
-
-def head_of(architecture: str) -> str:
-    """``architecture`` without its "ModernBert" / "Bert" prefix ("ModernBertForMaskedLM" -> "ForMaskedLM")."""
-    for prefix in ("ModernBert", "Bert"):
-        if architecture.startswith(prefix):
-            return architecture[len(prefix) :]
-    return architecture
 
 
 __all__ = ["LONG_TEXT", "InferenceService"]
