@@ -188,11 +188,11 @@ def bench_batches(config: Any, dataset: str, n_batches: int, repeats: int) -> di
         f"ModernBERT-base L{config.num_hidden_layers} {dataset} b32",
         _forward_all(ours, batches),
         _forward_all(ref, batches),
-        repeats=repeats,
-        warmup=1,
         items=32 * n_batches,
         unit="seq",
         goal=GOAL,
+        repeats=repeats,
+        warmup=1,
         check=f"max abs diff {worst:.2e} <= {ATOL} (real tokens)",
         extra={
             "inputs": source,
