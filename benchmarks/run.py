@@ -23,6 +23,8 @@ measured; a row has at least ``name`` and ``ratio``, or ``skipped``/``error`` wi
                                            on/off, vs sentence-transformers behind FastAPI (serve engineer)
 - ``index``     benchmarks.bench_index     1M x 384 vectors: FAISS flat / HNSW / IVF-PQ vs exact search (QPS, recall@10)
 - ``embed_train`` benchmarks.bench_embed_train  train-embed vs sentence-transformers' trainer (pairs/s, quality)
+- ``modernbert`` benchmarks.bench_modernbert  ModernBERT-base shape vs transformers': SST-2/CoNLL batches of 32,
+                                           4,096- and 8,192-token documents (peak memory), an MLM step
 
 Every run pins torch's threads (``--threads``, default 2: the target machine has 2 cores), sets the
 tokenizers' Rust pool to the same size (``RAYON_NUM_THREADS``) and gets OpenMP's wait policy as every user
@@ -54,7 +56,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SUITES = ("encoder", "tokenizer", "finetune", "pretrain", "data", "gpu", "serve", "index", "embed_train")
+SUITES = (
+    "encoder",
+    "tokenizer",
+    "finetune",
+    "pretrain",
+    "data",
+    "gpu",
+    "serve",
+    "index",
+    "embed_train",
+    "modernbert",
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -74,3 +74,12 @@ def head_class(kind: str, model_dir: str | os.PathLike | None = None) -> Any:
     from . import heads
 
     return getattr(heads, "Bert" + HEADS[kind])
+
+
+def head_of(architecture: str) -> str:
+    """``architecture`` (a config's ``architectures[0]``) without its "ModernBert" / "Bert" prefix:
+    "ModernBertForMaskedLM" -> "ForMaskedLM", "BertModel" -> "Model"."""
+    for prefix in ("ModernBert", "Bert"):
+        if architecture.startswith(prefix):
+            return architecture[len(prefix) :]
+    return architecture

@@ -56,3 +56,27 @@ def build_folder(path, texts: list[str], vocab_size: int = 700) -> None:
         **{f"{t[1:-1].lower()}_token": t for t in SPECIALS},
     }
     (path / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def tiny_modernbert_config(path, **overrides):
+    """transformers' ``ModernBertConfig`` of a tiny model (window 16, a global layer every 2nd) whose special
+    tokens are those of the tokenizer folder ``path``."""
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    settings = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=48,
+        global_attn_every_n_layers=2,
+        local_attention=16,
+        pad_token_id=tok.pad_token_id,
+        cls_token_id=tok.cls_token_id,
+        sep_token_id=tok.sep_token_id,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        attn_implementation="sdpa",
+    )
+    return transformers.ModernBertConfig(**{**settings, **overrides})

@@ -272,3 +272,54 @@ def test_the_pretraining_bench_gives_each_row_as_soon_as_it_is_measured(monkeypa
     rows = bench_pretrain.run({"sizes": ["mini", "small"], "ours_only_sizes": []})
     assert next(rows) == {"name": "mini"} and measured == ["mini"]
     assert next(rows) == {"name": "small"} and measured == ["mini", "small"]
+
+
+def _tiny_modernbert(**overrides):
+    from benchmarks.bench_modernbert import base_config
+
+    if not hasattr(transformers, "ModernBertModel"):
+        pytest.skip("this transformers has no ModernBERT")
+    # ModernBERT-base's layout at a tiny width: layer 0 global, 1 and 2 local with a 16-token window
+    tiny = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, local_attention=16)
+    return base_config(3, **tiny, **overrides)
+
+
+def test_modernbert_bench_pairs_agree_and_a_difference_is_caught():
+    """What the ModernBERT suite times computes the same on both sides: padded batches and a document longer
+    than the window (hidden states), and the MLM step (loss, every gradient); a changed weight is caught."""
+    from benchmarks.bench_modernbert import (
+        build_pair,
+        check_hidden,
+        check_step,
+        document,
+        mlm_batch,
+        synthetic_batches,
+    )
+
+    cfg = _tiny_modernbert()
+    ours, ref = build_pair(cfg)
+    batches = synthetic_batches("conll", 2)
+    assert batches[0]["attention_mask"].min() == 0 and batches[0]["input_ids"].shape[1] > 16
+    assert check_hidden(ours, ref, [*batches, document(300)], "tiny") <= 1e-4
+    mlm, mlm_ref = build_pair(cfg, "ModernBertForMaskedLM")
+    check = check_step(mlm, mlm_ref, mlm_batch(cfg.vocab_size, 4, 48))
+    assert check["max_grad_diff"] <= 1e-4
+    with torch.no_grad():
+        ours.final_norm.weight.mul_(1.01)
+    with pytest.raises(Mismatch):
+        check_hidden(ours, ref, batches[:1], "changed")
+
+
+def test_modernbert_flops_formula_matches_torch_flop_counter():
+    """``modernbert_flops`` (the suite's model FLOPs) equals torch's FLOP counter over transformers' forward
+    of a sequence inside the window (there local attention is dense; eager attention: matmuls the counter
+    sees)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from benchmarks.bench_modernbert import build_pair, document, modernbert_flops
+
+    cfg = _tiny_modernbert(attn_implementation="eager")
+    _, ref = build_pair(cfg)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        ref(**document(16))
+    assert counter.get_total_flops() == pytest.approx(modernbert_flops(cfg, [16]), rel=1e-9)

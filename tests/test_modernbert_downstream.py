@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from bpe_folder import build_folder, generated_texts
+from bpe_folder import build_folder, generated_texts, tiny_modernbert_config
 
 from bertkit.architectures import load_encoder, model_type_of
 from bertkit.cli import main
@@ -24,22 +24,7 @@ def modernbert_folder(path, head=None):
     """A transformers-saved ModernBERT (window 16, global every 2nd layer) with a BPE tokenizer; returns the
     transformers model."""
     build_folder(path, generated_texts(1500, seed=0), vocab_size=400)
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    config = transformers.ModernBertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        intermediate_size=48,
-        global_attn_every_n_layers=2,
-        local_attention=16,
-        pad_token_id=tok.pad_token_id,
-        cls_token_id=tok.cls_token_id,
-        sep_token_id=tok.sep_token_id,
-        bos_token_id=tok.cls_token_id,
-        eos_token_id=tok.sep_token_id,
-        attn_implementation="sdpa",
-    )
+    config = tiny_modernbert_config(path)
     torch.manual_seed(0)
     model = (head or transformers.ModernBertModel)(config).eval()
     model.save_pretrained(path)

@@ -101,7 +101,7 @@ def run_features(args: argparse.Namespace) -> dict:
 
 
 def run_predict(args: argparse.Namespace) -> dict:
-    from bertkit.architectures import load_config
+    from bertkit.architectures import head_of, load_config
     from bertkit.io import atomic_write
     from bertkit.tasks.encoding import encode
     from bertkit.tasks.evaluation import predict_features
@@ -118,10 +118,11 @@ def run_predict(args: argparse.Namespace) -> dict:
         "ModernBertForSequenceClassification": "seq",
         "ModernBertForMultipleChoice": "choice",
     }
-    if arch in ("BertForQuestionAnswering", "BertForTokenClassification"):
+    head = head_of(arch)
+    if head in ("ForQuestionAnswering", "ForTokenClassification"):  # BERT's or ModernBERT's
         from bertkit.cli import predict_spans
 
-        fn = predict_spans.predict_qa if arch == "BertForQuestionAnswering" else predict_spans.predict_ner
+        fn = predict_spans.predict_qa if head == "ForQuestionAnswering" else predict_spans.predict_ner
         with atomic_write(args.out) as f:
             n = fn(args, f)
         return {"out": args.out, "architecture": arch, "examples": n}

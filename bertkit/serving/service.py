@@ -67,8 +67,7 @@ class InferenceService:
         precision: str = "fp32",
         auto_truncate: bool = False,
     ) -> None:
-        from ..config import BertConfig
-        from ..model import BertModel
+        from ..architectures import load_config
         from ..sentence.encoder import SentenceEncoder
         from ..tokenizer import Tokenizer
 
@@ -97,13 +96,16 @@ class InferenceService:
             self.tokenizer = self.encoder.tokenizer
             self.architecture = "SentenceTransformer"
         else:
-            config = BertConfig.from_pretrained(self.model_dir)
-            cls = _model_class((config.architectures or ["BertModel"])[0])
+            config = load_config(self.model_dir)  # BERT's or ModernBERT's, by the folder's model_type
+            cls = _model_class((config.architectures or [""])[0], self.model_dir)
             self.model = cls.from_pretrained(self.model_dir).to(self.device).eval()
             self.tokenizer = Tokenizer.from_pretrained(self.model_dir)
-            bert = self.model if isinstance(self.model, BertModel) else self.model.bert
             self.encoder = SentenceEncoder(
-                bert, self.tokenizer, pooling="mean", max_seq_length=max_length, precision=precision
+                _encoder_of(self.model),
+                self.tokenizer,
+                pooling="mean",
+                max_seq_length=max_length,
+                precision=precision,
             )
             self.architecture = type(self.model).__name__
         self.config = self.model.config
@@ -118,7 +120,7 @@ class InferenceService:
                 raise UserError("--int8 runs on the CPU only (dynamic quantisation); drop --device")
             self._int8_encoder = int8_static(self.encoder.model, int8_engine)
             self.int8_engine = self._int8_encoder.int8_engine
-            if self.architecture not in ("SentenceTransformer", "BertModel"):
+            if self.model is not self.encoder.model:  # a task head: its own int8 copy
                 self._int8_head = int8_static(self.model, int8_engine)
         limit = self.config.max_position_embeddings
         self.max_seq_length = min(max_length or limit, limit)
@@ -139,7 +141,15 @@ class InferenceService:
     @property
     def cross_encoder(self) -> bool:
         """A one-output sequence classifier scores (query, text) pairs jointly; others rank by cosine."""
-        return self.architecture == "BertForSequenceClassification" and self.config.num_labels == 1
+        return self.head == "ForSequenceClassification" and self.config.num_labels == 1
+
+    @property
+    def head(self) -> str:
+        """The task head the architecture names, without its "Bert" / "ModernBert" prefix
+        ("ForSequenceClassification", ...; "Model" for a bare encoder)."""
+        from ..architectures import head_of
+
+        return head_of(self.architecture)
 
     def labels(self) -> list[str]:
         """One name per output of the head (``LABEL_i`` where the config names none)."""
@@ -170,7 +180,7 @@ class InferenceService:
             "int8_engine": self.int8_engine,
             "device": str(self.device),
         }
-        if self.architecture in ("BertForSequenceClassification", "BertForTokenClassification"):
+        if self.head in ("ForSequenceClassification", "ForTokenClassification"):
             out["labels"] = self.labels()
             out["num_labels"] = c.num_labels
         return out
@@ -210,11 +220,13 @@ class InferenceService:
 
     def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
         if task in ("embed", "hidden"):
-            hidden = self._int8_encoder(t_ids, mask, t_types)[0]
+            # by keyword: the encoders' third positional argument differs (BERT: type ids, ModernBERT:
+            # positions)
+            hidden = self._int8_encoder(t_ids, attention_mask=mask, token_type_ids=t_types)[0]
             if task == "hidden":
                 return [hidden[i, : len(x)].float().numpy() for i, x in enumerate(ids)]
             return list(self.encoder.sentence_vectors(hidden, mask).numpy())
-        out = self._int8_head(t_ids, mask, t_types)
+        out = self._int8_head(t_ids, attention_mask=mask, token_type_ids=t_types)
         if task == "classify":
             return list(out[0].float().numpy())
         if task == "tokens":
@@ -470,15 +482,29 @@ class InferenceService:
         return np.stack(self._combine(self.batcher.submit("classify", ids, types), owner, len(texts)))
 
 
-def _model_class(architecture: str) -> Any:
-    """The class a config's ``architectures[0]`` names: a BERT task head of ``bertkit.heads`` (those of
-    ``architectures.HEADS``, and pre-training's), else the bare encoder."""
-    from .. import heads
-    from ..architectures import HEADS
+def _model_class(architecture: str, model_dir: str | os.PathLike | None = None) -> Any:
+    """The class a config's ``architectures[0]`` names, in the folder's architecture (BERT without a folder):
+    a task head of ``architectures.HEADS`` (and BERT's pre-training head), else the bare encoder."""
+    from .. import heads, modernbert
+    from ..architectures import HEADS, is_modernbert
     from ..model import BertModel
 
+    if model_dir is not None and is_modernbert(model_dir):
+        known = {"ModernBert" + suffix for suffix in HEADS.values()}
+        return getattr(modernbert, architecture) if architecture in known else modernbert.ModernBertModel
     known = {"Bert" + suffix for suffix in HEADS.values()} | {"BertForPreTraining"}
     return getattr(heads, architecture) if architecture in known else BertModel
+
+
+def _encoder_of(model: Any) -> Any:
+    """The encoder inside a head model (BERT's ``bert``, ModernBERT's ``model``), or the encoder itself."""
+    from ..model import BertModel
+    from ..modernbert import ModernBertModel
+
+    if isinstance(model, (BertModel, ModernBertModel)):
+        return model
+    inner = getattr(model, "model", None)
+    return inner if isinstance(inner, ModernBertModel) else model.bert
 
 
 __all__ = ["LONG_TEXT", "InferenceService"]

@@ -31,6 +31,11 @@ class Route:
     head: str = ""
 
 
+def _both(head: str) -> tuple[str, ...]:
+    """BERT's and ModernBERT's class names of the task head ``head`` ("ForMaskedLM", ...)."""
+    return ("Bert" + head, "ModernBert" + head)
+
+
 ROUTES = [
     Route("/", "GET", "playground"),
     Route("/health", "GET", "health"),
@@ -43,10 +48,10 @@ ROUTES = [
     Route("/similarity", "POST", "similarity"),
     Route("/v1/embeddings", "POST", "openai_embeddings"),
     Route("/rerank", "POST", "rerank"),
-    Route("/predict", "POST", "predict", ("BertForSequenceClassification",), "sequence-classification"),
-    Route("/fill-mask", "POST", "fill_mask", ("BertForMaskedLM", "BertForPreTraining"), "masked-LM"),
-    Route("/qa", "POST", "qa", ("BertForQuestionAnswering",), "question-answering"),
-    Route("/ner", "POST", "ner", ("BertForTokenClassification",), "token-classification"),
+    Route("/predict", "POST", "predict", _both("ForSequenceClassification"), "sequence-classification"),
+    Route("/fill-mask", "POST", "fill_mask", (*_both("ForMaskedLM"), "BertForPreTraining"), "masked-LM"),
+    Route("/qa", "POST", "qa", _both("ForQuestionAnswering"), "question-answering"),
+    Route("/ner", "POST", "ner", _both("ForTokenClassification"), "token-classification"),
 ]
 
 
