@@ -412,6 +412,11 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
         )
     vocab_words = _vocab_tokens(vocab_file)
+    if vocab_file.suffix.lower() == ".json" and any(p["whole_word_mask"] for p in phases):
+        # words are found by WordPiece's "##" pieces; byte-level BPE marks a word's start instead
+        raise UserError(
+            f"whole_word_mask: {vocab_file} is a BPE tokenizer; whole words are found in WordPiece data only"
+        )
     manifest_file = data_dir / "manifest.json"
     manifest = {}
     if manifest_file.is_file():

@@ -131,7 +131,11 @@ def _bpe_tokens(path: Path) -> list[str]:
         )
     by_id = {i: t for t, i in model["vocab"].items() if isinstance(i, int)}
     for added in data.get("added_tokens") or []:
-        if isinstance(added, dict) and isinstance(added.get("id"), int) and isinstance(added.get("content"), str):
+        if (
+            isinstance(added, dict)
+            and isinstance(added.get("id"), int)
+            and isinstance(added.get("content"), str)
+        ):
             by_id[added["id"]] = added["content"]
     if sorted(by_id) != list(range(len(by_id))):
         raise UserError(f"{path}: token ids are not 0..{len(by_id) - 1} without gaps")
@@ -143,7 +147,9 @@ def _bpe_lowercases(path: Path) -> bool:
 
     def walk(node: object) -> bool:
         if isinstance(node, dict):
-            if node.get("type") == "Lowercase" or (node.get("type") == "BertNormalizer" and node.get("lowercase")):
+            if node.get("type") == "Lowercase" or (
+                node.get("type") == "BertNormalizer" and node.get("lowercase")
+            ):
                 return True
             return any(walk(v) for v in node.values())
         return isinstance(node, list) and any(walk(v) for v in node)
@@ -390,9 +396,9 @@ def vocab_name(kind: str) -> str:
     return "tokenizer.json" if kind == "bpe" else "vocab.txt"
 
 
-def _copy_vocab(vocab_file: Path, out_dir: Path, kind: str = "wordpiece") -> None:
+def _copy_vocab(vocab_file: Path, out_dir: Path) -> None:
     """``out_dir/vocab.txt`` (or ``tokenizer.json``) = ``vocab_file`` (nothing to do when it is that file)."""
-    name = vocab_name(kind)
+    name = vocab_name(resolve_vocab(vocab_file)[1])
     if out_dir.resolve() != vocab_file.parent.resolve() or vocab_file.name != name:
         with atomic_write(out_dir / name, "wb") as f, open(vocab_file, "rb") as src:
             shutil.copyfileobj(src, f)
@@ -469,7 +475,7 @@ def prepare(
             from bertkit.data.cluster import build_on_cluster, connect
 
             with connect(cluster, cluster_timeout, max_workers=max_shards) as client:
-                _copy_vocab(vocab_file, out_dir, kind)  # the workers load it there (see bertkit.data.cluster)
+                _copy_vocab(vocab_file, out_dir)  # the workers load it there (see bertkit.data.cluster)
                 build_on_cluster(client, tasks(), lowercase, records, bar)
         elif workers <= 1:
             _WORKER.update(tok=tokenizer, cache=ChunkCache())
@@ -497,7 +503,7 @@ def prepare(
                 (out_dir / f"{p.stem}.{key}.npy").unlink(missing_ok=True)
             p.unlink()
     if cluster is None:
-        _copy_vocab(vocab_file, out_dir, kind)
+        _copy_vocab(vocab_file, out_dir)
     manifest = {
         "format": "bertkit-shards",
         "version": FORMAT_VERSION,

@@ -45,8 +45,16 @@ def train_bpe(
 
     ``vocab_size`` counts the specials and the 256 byte symbols; the result may be smaller when the corpus
     offers fewer merges of ``min_frequency`` or more."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers import trainers
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from tqdm import tqdm
 
     smallest = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE + 1
@@ -59,7 +67,9 @@ def train_bpe(
     corpus = list(corpus)
     stats = CorpusStats()
     total = sum(p.stat().st_size for p in expand_paths(corpus))
-    bar = tqdm(total=total, unit="B", unit_scale=True, desc="vocab (bpe)", disable=not progress, smoothing=0.1)
+    bar = tqdm(
+        total=total, unit="B", unit_scale=True, desc="vocab (bpe)", disable=not progress, smoothing=0.1
+    )
 
     def sentences() -> Iterator[str]:
         for doc in _documents(corpus, fmt, on_error, bar, stats):
@@ -82,7 +92,9 @@ def train_bpe(
     if stats.sentences == 0:
         raise UserError(f"no text found in {', '.join(map(str, corpus))}; check --corpus and the format")
     ids = {s: tok.token_to_id(s) for s in SPECIAL_TOKENS}
-    if list(ids.values()) != list(range(len(SPECIAL_TOKENS))):  # the trainer places them first; never write otherwise
+    if list(ids.values()) != list(
+        range(len(SPECIAL_TOKENS))
+    ):  # the trainer places them first; never write otherwise
         raise RuntimeError(f"trained tokenizer has its special tokens at {ids}")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0",
