@@ -178,3 +178,16 @@ def test_a_wordpiece_tokenizer_json_is_refused(corpus_and_bpe, tmp_path):
         prepare([corpus], tmp_path / "wp" / "tokenizer.json", tmp_path / "d", progress=False)
     # the folder means its vocab.txt
     assert prepare([corpus], tmp_path / "wp", tmp_path / "d", progress=False)["tokenizer"] == "wordpiece"
+
+
+def test_a_local_cluster_shards_bpe_as_one_process(corpus_and_bpe, tmp_path):
+    """Cluster workers load the tokenizer.json the coordinator copies into --out."""
+    pytest.importorskip("distributed")
+    corpus, path, _ = corpus_and_bpe
+    one = prepare([corpus], path, tmp_path / "one", shard_size_mb=0.004, progress=False)
+    dask = prepare([corpus], path, tmp_path / "dask", shard_size_mb=0.004, progress=False, cluster="local:2")
+    assert dask["shards_written"] == one["num_shards"] > 1
+    files = [
+        {p.name: p.read_bytes() for p in sorted(d.iterdir())} for d in (tmp_path / "one", tmp_path / "dask")
+    ]
+    assert files[0] == files[1] and "tokenizer.json" in files[0]
