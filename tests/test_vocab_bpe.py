@@ -52,6 +52,7 @@ def test_the_file_is_modernberts_layout(corpus_and_bpe):
     }  # fmt: skip
     assert data["decoder"]["type"] == "ByteLevel"
     tok = Tokenizer.from_pretrained(path.parent)
+    assert Tokenizer.from_pretrained(path).encode_batch_ids(["a café"]) == tok.encode_batch_ids(["a café"])
     assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (
         0, 1, 2, 3, 4,
     )  # fmt: skip
@@ -124,8 +125,11 @@ def test_prepare_shards_each_sentence_as_the_tokenizer_encodes_it(corpus_and_bpe
     docs = corpus.read_text(encoding="utf-8").strip().split("\n\n")
     assert shards.documents == len(docs)
     for d, doc in enumerate(docs):
-        want = tok.encode_batch_ids(doc.split("\n"))
+        first, *rest = doc.split("\n")
+        # a sentence after another starts with the spaced form of its word, as in running text
+        want = tok.encode_batch_ids([first, *(" " + s for s in rest)])
         assert [s.tolist() for s in shards.document(d)] == want
+        assert sum(want, []) == tok.encode_batch_ids([" ".join([first, *rest])])[0]
     ids = np.concatenate([a["ids"] for a in shards.arrays])
     assert ids.max() < shards.vocab_size and not np.isin(ids, [0, 2, 3, 4]).any()
     # a folder holding the tokenizer.json is the same vocabulary; finished shards are kept

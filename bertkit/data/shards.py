@@ -257,11 +257,19 @@ def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache
     return flat, lengths
 
 
-def _encode_whole(tok, sentences: list[str], dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids of ``sentences`` (flat) and each one's length, each sentence encoded as it is written.
+def running_text(docs: list[list[str]]) -> list[str]:
+    """The documents' sentences as they read in running text: each after a space but a document's first."""
+    return [s if k == 0 or not s else " " + s for doc in docs for k, s in enumerate(doc)]
 
-    Not by cached space-separated chunks as :func:`encode_sentences`: byte-level BPE tokens carry the space
-    before a word (``" word"``), so a word's ids depend on what precedes it."""
+
+def _encode_running(tok, docs: list[list[str]], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of the documents' sentences (flat) and each one's length, for a byte-level BPE tokenizer.
+
+    Its tokens carry the space before a word (``" word"``): a sentence that follows another starts with the
+    spaced token, as in the text the model will read, not the form a text's very first word takes. And not
+    by cached space-separated chunks as :func:`encode_sentences`, since a word's ids depend on what precedes
+    it."""
+    sentences = running_text(docs)
     per = tok.encode_batch_ids(sentences) if sentences else []
     lengths = np.fromiter(map(len, per), dtype=np.int64, count=len(per))
     flat = np.fromiter((i for ids in per for i in ids), dtype=np.int64, count=int(lengths.sum()))
@@ -276,7 +284,7 @@ def _build_shard(task: tuple, tok=None, cache: ChunkCache | None = None) -> dict
     tok = _WORKER["tok"] if tok is None else tok
     cache = _WORKER["cache"] if cache is None else cache
     if options.get("tokenizer") == "bpe":
-        ids, lengths = _encode_whole(tok, sentences, dtype)
+        ids, lengths = _encode_running(tok, docs, dtype)
     else:
         ids, lengths = encode_sentences(tok, sentences, dtype, cache)
     # Drop sentences that tokenize to nothing, then documents left empty.
