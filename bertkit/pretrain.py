@@ -567,7 +567,12 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             export.load_state_dict(full)
     if rank == 0:
         for folder in objective.save(export, model_dir) or [model_dir]:
-            save_tokenizer(vocab_file, bool(manifest.get("lowercase", True)), folder)
+            save_tokenizer(
+                vocab_file,
+                bool(manifest.get("lowercase", True)),
+                folder,
+                export.config.max_position_embeddings,
+            )
     last = results["phases"][-1] if results["phases"] else {}
     results.update(
         {
@@ -671,14 +676,17 @@ def _special_ids(mc: Any, vocab_words: list[str]) -> None:
             setattr(mc, f"{key}_token_id", vocab_words.index(token))
 
 
-def save_tokenizer(vocab_file: Path, lowercase: bool, model_dir: Path) -> None:
+def save_tokenizer(
+    vocab_file: Path, lowercase: bool, model_dir: Path, model_max_length: int | None = None
+) -> None:
     """vocab.txt + tokenizer files beside the model, so ``Tokenizer``/transformers load them from the dir
-    (a BPE tokenizer.json: it, with the configs that name its special tokens)."""
+    (a BPE tokenizer.json: it, with the configs that name its special tokens and ``model_max_length``, the
+    model's positions: a ModernBERT's may be far more than 512)."""
     if vocab_file.suffix.lower() == ".json":
         from bertkit.tokenizer_bpe import BPETokenizer
 
         # no fallback here: a tokenizer.json that does not load is refused when the data is read, long before
-        BPETokenizer.from_file(vocab_file).save_pretrained(model_dir)
+        BPETokenizer.from_file(vocab_file, model_max_length or 512).save_pretrained(model_dir)
         return
     try:
         from bertkit.tokenizer import Tokenizer

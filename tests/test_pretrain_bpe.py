@@ -90,6 +90,7 @@ def test_the_chain_gives_a_folder_transformers_loads(bpe_data, tmp_path, capsys,
     )  # fmt: skip
     assert (config["bos_token_id"], config["eos_token_id"]) == (ours_tok.cls_token_id, ours_tok.sep_token_id)
     assert theirs_tok.mask_token_id == ours_tok.mask_token_id == 4
+    assert theirs_tok.model_max_length == ours_tok.model_max_length == 64  # the model's positions
 
     ours = ModernBertForMaskedLM.from_pretrained(model_dir, sparse_prediction=False)
     theirs = transformers.ModernBertForMaskedLM.from_pretrained(model_dir, attn_implementation="sdpa").eval()
