@@ -406,12 +406,17 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     if total_steps <= 0:
         raise UserError("steps must be positive")
 
-    vocab_file = Path(cfg.vocab) if cfg.vocab else data_dir / "vocab.txt"
+    vocab_file = Path(cfg.vocab) if cfg.vocab else _data_vocab(data_dir)
     if not vocab_file.is_file():
         raise UserError(
             f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
         )
-    vocab_words = read_text(vocab_file, "vocabulary").splitlines()
+    vocab_words = _vocab_tokens(vocab_file)
+    if vocab_file.suffix.lower() == ".json" and any(p["whole_word_mask"] for p in phases):
+        # words are found by WordPiece's "##" pieces; byte-level BPE marks a word's start instead
+        raise UserError(
+            f"whole_word_mask: {vocab_file} is a BPE tokenizer; whole words are found in WordPiece data only"
+        )
     manifest_file = data_dir / "manifest.json"
     manifest = {}
     if manifest_file.is_file():
@@ -432,6 +437,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     )
     mc = build_model_config(cfg, len(vocab_words), max(p["max_seq_length"] for p in phases))
     mc.pad_token_id = pad_id
+    _special_ids(mc, vocab_words)
     objective.configure(mc)
 
     torch.manual_seed(cfg.seed)  # model initialisation
@@ -561,7 +567,12 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             export.load_state_dict(full)
     if rank == 0:
         for folder in objective.save(export, model_dir) or [model_dir]:
-            save_tokenizer(vocab_file, bool(manifest.get("lowercase", True)), folder)
+            save_tokenizer(
+                vocab_file,
+                bool(manifest.get("lowercase", True)),
+                folder,
+                export.config.max_position_embeddings,
+            )
     last = results["phases"][-1] if results["phases"] else {}
     results.update(
         {
@@ -641,8 +652,42 @@ def _write_card(
     )  # fmt: skip
 
 
-def save_tokenizer(vocab_file: Path, lowercase: bool, model_dir: Path) -> None:
-    """vocab.txt + tokenizer files beside the model, so ``Tokenizer``/transformers load them from the dir."""
+def _data_vocab(data_dir: Path) -> Path:
+    """The vocabulary a prepared directory's ids refer to: its vocab.txt, or the BPE tokenizer.json
+    ``bertkit prepare --vocab tokenizer.json`` copied there."""
+    bpe = data_dir / "tokenizer.json"
+    return bpe if bpe.is_file() and not (data_dir / "vocab.txt").is_file() else data_dir / "vocab.txt"
+
+
+def _vocab_tokens(vocab_file: Path) -> list[str]:
+    """The tokens of ``vocab_file`` in id order: a vocab.txt's lines, a BPE tokenizer.json's vocabulary."""
+    if vocab_file.suffix.lower() == ".json":
+        from bertkit.data.shards import vocab_tokens
+
+        return vocab_tokens(vocab_file)
+    return read_text(vocab_file, "vocabulary").splitlines()
+
+
+def _special_ids(mc: Any, vocab_words: list[str]) -> None:
+    """Point a config's [CLS]/[SEP] ids (ModernBERT's cls/bos, sep/eos) at the data's vocabulary: its
+    defaults are the released tokenizer's ids, which a vocabulary trained here does not share."""
+    for key, token in (("cls", "[CLS]"), ("bos", "[CLS]"), ("sep", "[SEP]"), ("eos", "[SEP]")):
+        if hasattr(mc, f"{key}_token_id") and token in vocab_words:
+            setattr(mc, f"{key}_token_id", vocab_words.index(token))
+
+
+def save_tokenizer(
+    vocab_file: Path, lowercase: bool, model_dir: Path, model_max_length: int | None = None
+) -> None:
+    """vocab.txt + tokenizer files beside the model, so ``Tokenizer``/transformers load them from the dir
+    (a BPE tokenizer.json: it, with the configs that name its special tokens and ``model_max_length``, the
+    model's positions: a ModernBERT's may be far more than 512)."""
+    if vocab_file.suffix.lower() == ".json":
+        from bertkit.tokenizer_bpe import BPETokenizer
+
+        # no fallback here: a tokenizer.json that does not load is refused when the data is read, long before
+        BPETokenizer.from_file(vocab_file, model_max_length or 512).save_pretrained(model_dir)
+        return
     try:
         from bertkit.tokenizer import Tokenizer
 

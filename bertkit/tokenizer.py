@@ -256,9 +256,12 @@ class Tokenizer:
     # ------------------------------------------------------------ persistence
     @classmethod
     def from_pretrained(cls, model_dir: str | os.PathLike, **overrides: Any) -> Tokenizer:
-        """Load from a model directory: ``vocab.txt`` with the settings in ``tokenizer_config.json``."""
+        """Load from a model directory: ``vocab.txt`` with the settings in ``tokenizer_config.json`` (else its
+        ``tokenizer.json``); or from a bare ``vocab.txt`` or ``tokenizer.json`` file."""
         model_dir = Path(model_dir)
-        if model_dir.is_file():  # a bare vocab.txt
+        if model_dir.is_file():  # a bare vocab.txt, or a tokenizer.json (`bertkit vocab --kind bpe`)
+            if model_dir.suffix.lower() == ".json":
+                return cls._from_tokenizer_json(model_dir, **overrides)
             return cls(model_dir, **overrides)
         settings = cls._config_settings(model_dir / TOKENIZER_CONFIG)
         vocab_file = model_dir / VOCAB_FILE

@@ -1,4 +1,5 @@
-"""``bertkit vocab`` and ``bertkit prepare``: corpus -> WordPiece vocabulary -> token shards (-> static instances)."""
+"""``bertkit vocab`` and ``bertkit prepare``: corpus -> WordPiece vocabulary or byte-level BPE tokenizer -> token
+shards (-> static instances)."""
 
 from __future__ import annotations
 
@@ -47,10 +48,20 @@ def _announce_files(args: argparse.Namespace) -> None:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("vocab", help="train a WordPiece vocabulary (vocab.txt) from a corpus")
+    p = subparsers.add_parser(
+        "vocab",
+        help="train a WordPiece vocabulary (vocab.txt) or a byte-level BPE tokenizer (tokenizer.json) from a corpus",
+    )
     _add_corpus_args(p)
+    p.add_argument(
+        "--kind",
+        choices=("wordpiece", "bpe"),
+        default="wordpiece",
+        help="wordpiece: BERT's vocab.txt (default); bpe: a byte-level BPE tokenizer.json laid out as "
+        "ModernBERT's (--cased keeps case, else it lower-cases too)",
+    )
     p.add_argument("--vocab-size", type=A.int_range(6, 10_000_000), required=True)
-    A.add_output(p, "--out", kind="file", help="vocab.txt to write")
+    A.add_output(p, "--out", kind="file", help="vocab.txt (or, with --kind bpe, tokenizer.json) to write")
     p.add_argument(
         "--min-frequency", type=A.positive_int, default=2,
         help="a word piece enters the vocabulary only if it occurs at least this often (default 2)",
@@ -59,7 +70,12 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("prepare", help="tokenize a corpus into binary shards for pre-training")
     _add_corpus_args(p)
-    p.add_argument("--vocab", required=True, type=A.existing_file, help="vocab.txt")
+    p.add_argument(
+        "--vocab",
+        required=True,
+        type=A.existing_path,
+        help="vocab.txt, a byte-level BPE tokenizer.json (`bertkit vocab --kind bpe`) or a folder holding one",
+    )
     A.add_output(p, "--out", kind="dir", resumable=_prepare_started, help="data directory to write")
     p.add_argument(
         "--resume",
@@ -101,8 +117,20 @@ def register(subparsers) -> None:
 
 def run_vocab(args: argparse.Namespace) -> dict:
     from bertkit.data.vocab import train_vocab
+    from bertkit.data.vocab_bpe import train_bpe
 
     _announce_files(args)
+    if args.kind == "bpe":
+        return train_bpe(
+            args.corpus,
+            args.vocab_size,
+            args.out,
+            lowercase=not args.cased,
+            fmt=args.format,
+            on_error=args.on_error,
+            min_frequency=args.min_frequency,
+            progress=not args.quiet,
+        )
     return train_vocab(
         args.corpus,
         args.vocab_size,
@@ -116,10 +144,14 @@ def run_vocab(args: argparse.Namespace) -> dict:
 
 
 def run_prepare(args: argparse.Namespace) -> dict:
-    from bertkit.data.shards import prepare
+    from bertkit.data.shards import prepare, resolve_vocab
 
     if args.cluster is not None and args.workers != 1:
         raise UserError("--workers and --cluster: give one (a cluster's processes are its workers)")
+    if args.static and resolve_vocab(args.vocab)[1] == "bpe":
+        # the original's instances mask whole words by WordPiece's "##" pieces and were only ever made so
+        raise UserError(f"--static: {args.vocab} is a BPE tokenizer; static instances need a WordPiece vocab.txt "
+                        "(leave --static out: pretrain masks BPE data dynamically)")  # fmt: skip
     _announce_files(args)
     result = prepare(
         args.corpus,

@@ -124,10 +124,10 @@ _LOCAL = threading.local()
 
 def _build_on_worker(task: tuple, lowercase: bool) -> dict:
     """Build one shard (``task`` as :func:`bertkit.data.shards._build_shard` takes it) on a worker."""
-    from bertkit.data.shards import ChunkCache, _build_shard, load_tokenizer, sha256_file
+    from bertkit.data.shards import ChunkCache, _build_shard, load_tokenizer, sha256_file, vocab_name
 
     out_dir, options = Path(task[3]), task[5]
-    vocab = out_dir / "vocab.txt"
+    vocab = out_dir / vocab_name(options.get("tokenizer", "wordpiece"))
     key = (str(vocab), options["vocab_sha256"], lowercase)
     if getattr(_LOCAL, "key", None) != key:
         if not vocab.is_file() or sha256_file(vocab) != options["vocab_sha256"]:

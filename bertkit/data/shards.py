@@ -2,8 +2,9 @@
 
 Layout of ``DATA_DIR``::
 
-    manifest.json            counts, vocab sha256, per-shard file sha256s, options
-    vocab.txt                copy of the vocabulary the ids refer to
+    manifest.json            counts, vocab sha256, per-shard file sha256s, options, the tokenizer's kind
+    vocab.txt                copy of the vocabulary the ids refer to (WordPiece), or
+    tokenizer.json           copy of the byte-level BPE tokenizer they come from (``bertkit vocab --kind bpe``)
     shard_00000.ids.npy      token ids, flat (uint16 when the vocab has < 65536 entries, else int32)
     shard_00000.sents.npy    int64 [n_sentences + 1]: sentence k is ids[sents[k]:sents[k+1]]
     shard_00000.docs.npy     int64 [n_documents + 1]: document d is sentences docs[d]:docs[d+1]
@@ -43,6 +44,8 @@ __all__ = [
     "prepare",
     "ShardSet",
     "load_tokenizer",
+    "resolve_vocab",
+    "vocab_tokens",
     "encode_sentences",
     "ChunkCache",
     "encode_chunks",
@@ -62,23 +65,96 @@ def sha256_file(path: str | os.PathLike, bufsize: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def resolve_vocab(path: str | os.PathLike) -> tuple[Path, str]:
+    """The vocabulary file ``path`` names and its kind, ``"wordpiece"`` or ``"bpe"``: a ``.json`` file is a
+    BPE ``tokenizer.json``; a folder gives its ``vocab.txt`` (a BERT folder holds both), else its
+    ``tokenizer.json``; any other file is a WordPiece ``vocab.txt``."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "vocab.txt").is_file():
+            return path / "vocab.txt", "wordpiece"
+        if (path / "tokenizer.json").is_file():
+            return path / "tokenizer.json", "bpe"
+        raise UserError(f"{path}: no vocab.txt or tokenizer.json in this folder")
+    return path, "bpe" if path.suffix.lower() == ".json" else "wordpiece"
+
+
 def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
-    """The project's :class:`bertkit.tokenizer.Tokenizer` for ``vocab_file``."""
+    """The project's :class:`bertkit.tokenizer.Tokenizer` for ``vocab_file`` (see :func:`resolve_vocab`);
+    ``lowercase`` applies to a WordPiece vocabulary only: a tokenizer.json carries its own normaliser."""
     from bertkit.tokenizer import Tokenizer
 
-    return Tokenizer(str(vocab_file), lowercase=lowercase)
+    path, kind = resolve_vocab(vocab_file)
+    if kind == "bpe":
+        from bertkit.tokenizer_bpe import BPETokenizer
+
+        _read_vocab(path)  # the model's kind and the special tokens, in one line each
+        return BPETokenizer.from_file(path)
+    return Tokenizer(str(path), lowercase=lowercase)
+
+
+def vocab_tokens(vocab_file: str | os.PathLike) -> list[str]:
+    """The tokens of a vocab.txt or BPE tokenizer.json (or a folder holding one) in id order; the five
+    special tokens must be among them."""
+    return _read_vocab(resolve_vocab(vocab_file)[0])
 
 
 def _read_vocab(vocab_file: Path) -> list[str]:
+    """The vocabulary's tokens in id order (the special tokens the data needs checked)."""
     if not vocab_file.is_file():
         raise UserError(f"{vocab_file}: vocabulary file not found (train one with `bertkit vocab`)")
-    words = [line.rstrip("\r") for line in read_text(vocab_file, "vocabulary").split("\n")]
-    while words and not words[-1]:
-        words.pop()
+    if resolve_vocab(vocab_file)[1] == "bpe":
+        words = _bpe_tokens(vocab_file)
+        fix = "train one with `bertkit vocab --kind bpe`"
+    else:
+        words = [line.rstrip("\r") for line in read_text(vocab_file, "vocabulary").split("\n")]
+        while words and not words[-1]:
+            words.pop()
+        fix = "use a BERT vocab.txt"
     missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in set(words)]
     if missing:
-        raise UserError(f"{vocab_file}: vocabulary lacks {' '.join(missing)}; use a BERT vocab.txt")
+        raise UserError(f"{vocab_file}: vocabulary lacks {' '.join(missing)}; {fix}")
     return words
+
+
+def _bpe_tokens(path: Path) -> list[str]:
+    """The tokens of a BPE ``tokenizer.json`` (its added tokens included) in id order."""
+    try:
+        data = json.loads(read_text(path, "tokenizer file"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    model = data.get("model") if isinstance(data, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind != "BPE" or not isinstance(model.get("vocab"), dict):
+        raise UserError(
+            f"{path}: model type {kind!r}, not a BPE tokenizer.json; give a WordPiece vocabulary as its vocab.txt"
+        )
+    by_id = {i: t for t, i in model["vocab"].items() if isinstance(i, int)}
+    for added in data.get("added_tokens") or []:
+        if (
+            isinstance(added, dict)
+            and isinstance(added.get("id"), int)
+            and isinstance(added.get("content"), str)
+        ):
+            by_id[added["id"]] = added["content"]
+    if sorted(by_id) != list(range(len(by_id))):
+        raise UserError(f"{path}: token ids are not 0..{len(by_id) - 1} without gaps")
+    return [by_id[i] for i in range(len(by_id))]
+
+
+def _bpe_lowercases(path: Path) -> bool:
+    """Whether a tokenizer.json's normaliser lower-cases (a ``Lowercase`` step, or BERT's with lowercase)."""
+
+    def walk(node: object) -> bool:
+        if isinstance(node, dict):
+            if node.get("type") == "Lowercase" or (
+                node.get("type") == "BertNormalizer" and node.get("lowercase")
+            ):
+                return True
+            return any(walk(v) for v in node.values())
+        return isinstance(node, list) and any(walk(v) for v in node)
+
+    return walk(json.loads(read_text(path, "tokenizer file")).get("normalizer"))
 
 
 # --- writing -----------------------------------------------------------------------------------------
@@ -181,6 +257,25 @@ def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache
     return flat, lengths
 
 
+def running_text(docs: list[list[str]]) -> list[str]:
+    """The documents' sentences as they read in running text: each after a space but a document's first."""
+    return [s if k == 0 or not s else " " + s for doc in docs for k, s in enumerate(doc)]
+
+
+def _encode_running(tok, docs: list[list[str]], dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of the documents' sentences (flat) and each one's length, for a byte-level BPE tokenizer.
+
+    Its tokens carry the space before a word (``" word"``): a sentence that follows another starts with the
+    spaced token, as in the text the model will read, not the form a text's very first word takes. And not
+    by cached space-separated chunks as :func:`encode_sentences`, since a word's ids depend on what precedes
+    it."""
+    sentences = running_text(docs)
+    per = tok.encode_batch_ids(sentences) if sentences else []
+    lengths = np.fromiter(map(len, per), dtype=np.int64, count=len(per))
+    flat = np.fromiter((i for ids in per for i in ids), dtype=np.int64, count=int(lengths.sum()))
+    return flat.astype(dtype, copy=False), lengths
+
+
 def _build_shard(task: tuple, tok=None, cache: ChunkCache | None = None) -> dict:
     """Tokenize one group of documents and write its arrays + record (runs in a worker; ``tok`` and ``cache``
     default to the worker's own)."""
@@ -188,7 +283,10 @@ def _build_shard(task: tuple, tok=None, cache: ChunkCache | None = None) -> dict
     sentences = [s for doc in docs for s in doc]
     tok = _WORKER["tok"] if tok is None else tok
     cache = _WORKER["cache"] if cache is None else cache
-    ids, lengths = encode_sentences(tok, sentences, dtype, cache)
+    if options.get("tokenizer") == "bpe":
+        ids, lengths = _encode_running(tok, docs, dtype)
+    else:
+        ids, lengths = encode_sentences(tok, sentences, dtype, cache)
     # Drop sentences that tokenize to nothing, then documents left empty.
     doc_sizes = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
     doc_of_sent = np.repeat(np.arange(len(docs)), doc_sizes)
@@ -301,10 +399,16 @@ def _prepare_in_pool(
         _WORKER.pop("inherited", None)
 
 
+def vocab_name(kind: str) -> str:
+    """The name a data directory gives its copy of a ``kind`` vocabulary."""
+    return "tokenizer.json" if kind == "bpe" else "vocab.txt"
+
+
 def _copy_vocab(vocab_file: Path, out_dir: Path) -> None:
-    """``out_dir/vocab.txt`` = ``vocab_file`` (nothing to do when it is that file)."""
-    if out_dir.resolve() != vocab_file.parent.resolve() or vocab_file.name != "vocab.txt":
-        with atomic_write(out_dir / "vocab.txt", "wb") as f, open(vocab_file, "rb") as src:
+    """``out_dir/vocab.txt`` (or ``tokenizer.json``) = ``vocab_file`` (nothing to do when it is that file)."""
+    name = vocab_name(resolve_vocab(vocab_file)[1])
+    if out_dir.resolve() != vocab_file.parent.resolve() or vocab_file.name != name:
+        with atomic_write(out_dir / name, "wb") as f, open(vocab_file, "rb") as src:
             shutil.copyfileobj(src, f)
 
 
@@ -330,10 +434,12 @@ def prepare(
 
     t0 = time.perf_counter()
     corpus = list(corpus)
-    vocab_file = Path(vocab_file)
+    vocab_file, kind = resolve_vocab(vocab_file)
     out_dir = Path(out_dir)
     words = _read_vocab(vocab_file)
     tokenizer = load_tokenizer(vocab_file, lowercase)  # fail early (in this process) on a bad vocabulary
+    if kind == "bpe":  # the file's normaliser decides, whatever --cased says
+        lowercase = _bpe_lowercases(vocab_file)
     vocab_sha = sha256_file(vocab_file)
     dtype = "uint16" if len(words) < 65536 else "int32"
     options = {
@@ -341,6 +447,7 @@ def prepare(
         "lowercase": bool(lowercase),
         "dtype": dtype,
         "version": FORMAT_VERSION,
+        **({"tokenizer": "bpe"} if kind == "bpe" else {}),  # WordPiece shards' records stay as they were
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = CorpusStats()
@@ -376,7 +483,7 @@ def prepare(
             from bertkit.data.cluster import build_on_cluster, connect
 
             with connect(cluster, cluster_timeout, max_workers=max_shards) as client:
-                _copy_vocab(vocab_file, out_dir)  # the workers load it from there (see bertkit.data.cluster)
+                _copy_vocab(vocab_file, out_dir)  # the workers load it there (see bertkit.data.cluster)
                 build_on_cluster(client, tasks(), lowercase, records, bar)
         elif workers <= 1:
             _WORKER.update(tok=tokenizer, cache=ChunkCache())
@@ -408,7 +515,8 @@ def prepare(
     manifest = {
         "format": "bertkit-shards",
         "version": FORMAT_VERSION,
-        "vocab_file": "vocab.txt",
+        "vocab_file": vocab_name(kind),
+        "tokenizer": kind,
         "vocab_sha256": vocab_sha,
         "vocab_size": len(words),
         "lowercase": bool(lowercase),
