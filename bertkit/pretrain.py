@@ -662,7 +662,7 @@ def _data_vocab(data_dir: Path) -> Path:
 def _vocab_tokens(vocab_file: Path) -> list[str]:
     """The tokens of ``vocab_file`` in id order: a vocab.txt's lines, a BPE tokenizer.json's vocabulary."""
     if vocab_file.suffix.lower() == ".json":
-        from bertkit.data.shards import vocab_tokens
+        from bertkit.data.shard_build import vocab_tokens
 
         return vocab_tokens(vocab_file)
     return read_text(vocab_file, "vocabulary").splitlines()

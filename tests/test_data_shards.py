@@ -250,7 +250,7 @@ TRICKY = [
 
 @pytest.mark.parametrize("lowercase", [True, False])
 def test_cached_encoding_is_exact(lowercase, shared_data):
-    from bertkit.data.shards import ChunkCache, encode_sentences
+    from bertkit.data.shard_build import ChunkCache, encode_sentences
     from bertkit.tokenizer import Tokenizer
 
     tok = Tokenizer(str(shared_data / "vocab" / "bert-base-uncased-vocab.txt"), lowercase=lowercase)
@@ -285,11 +285,11 @@ def test_shard_arrays_skip_fsync_but_stay_atomic(tmp_path, monkeypatch):
 
     import numpy as np
 
-    from bertkit.data import shards
+    from bertkit.data import shard_build
 
     synced = []
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
-    info = shards._write_array(tmp_path / "a.npy", np.arange(5))
+    info = shard_build._write_array(tmp_path / "a.npy", np.arange(5))
     assert synced == [] and np.load(tmp_path / "a.npy").tolist() == [0, 1, 2, 3, 4]
     assert info["bytes"] == (tmp_path / "a.npy").stat().st_size
 
@@ -298,7 +298,7 @@ def test_shard_arrays_skip_fsync_but_stay_atomic(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError):
-        shards._write_array(tmp_path / "b.npy", np.arange(3))
+        shard_build._write_array(tmp_path / "b.npy", np.arange(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]
 
 

@@ -144,7 +144,8 @@ def run_vocab(args: argparse.Namespace) -> dict:
 
 
 def run_prepare(args: argparse.Namespace) -> dict:
-    from bertkit.data.shards import prepare, resolve_vocab
+    from bertkit.data.shard_build import resolve_vocab
+    from bertkit.data.shards import prepare
 
     if args.cluster is not None and args.workers != 1:
         raise UserError("--workers and --cluster: give one (a cluster's processes are its workers)")

@@ -2,7 +2,8 @@
 
 - :mod:`bertkit.data.corpus`: ``iter_documents(paths, fmt, on_error)`` streams documents (lists of sentences).
 - :mod:`bertkit.data.vocab`: ``train_vocab(paths, vocab_size, out, lowercase)`` (``bertkit vocab``).
-- :mod:`bertkit.data.shards`: ``prepare(...)`` (``bertkit prepare``) and ``ShardSet`` (memory-mapped shards).
+- :mod:`bertkit.data.shards`: ``prepare(...)`` (``bertkit prepare``) and ``ShardSet`` (memory-mapped shards);
+  :mod:`bertkit.data.shard_build` builds one shard (vocabulary, tokenizer, encoding, its files).
 - :mod:`bertkit.data.instances`: the static path, the original release's algorithm step for step
   (``create_training_instances``), and its ``.npz`` writer.
 - :mod:`bertkit.data.dynamic`: ``PretrainingDataset`` + ``collate_pretraining`` + ``EpochSampler``, the

@@ -123,8 +123,8 @@ _LOCAL = threading.local()
 
 
 def _build_on_worker(task: tuple, lowercase: bool) -> dict:
-    """Build one shard (``task`` as :func:`bertkit.data.shards._build_shard` takes it) on a worker."""
-    from bertkit.data.shards import ChunkCache, _build_shard, load_tokenizer, sha256_file, vocab_name
+    """Build one shard (``task`` as :func:`bertkit.data.shard_build._build_shard` takes it) on a worker."""
+    from bertkit.data.shard_build import ChunkCache, _build_shard, load_tokenizer, sha256_file, vocab_name
 
     out_dir, options = Path(task[3]), task[5]
     vocab = out_dir / vocab_name(options.get("tokenizer", "wordpiece"))
@@ -150,7 +150,7 @@ def build_on_cluster(client, tasks: Iterator[tuple[tuple, int]], lowercase: bool
     import dask
     from distributed import KilledWorker
 
-    from bertkit.data.shards import _shard_name
+    from bertkit.data.shard_build import _shard_name
 
     in_flight = max(1, 2 * sum(client.nthreads().values()))
     run = uuid.uuid4().hex[:12]  # keys unique on a scheduler that other runs share
