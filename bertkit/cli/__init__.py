@@ -124,17 +124,16 @@ def _exit_without_finalizing(code: int) -> NoReturn:
     """Flush what the process wrote, run its exit handlers and end it at once, skipping interpreter teardown.
 
     Why: gloo's worker threads outlive ``destroy_process_group`` (gloo's shutdown is a no-op and torch keeps the
-    group referenced, e.g. from DTensor's sharding caches under FSDP), and a worker that finishes with a
+    group referenced, under FSDP from DTensor's planner and sharding caches among others), and a worker that finishes with a
     collective after its ``wait()`` returned still drops that collective's tensors. When that drop comes while
     the interpreter is being torn down, the worker asks for the GIL, Python ends the thread with
     ``pthread_exit`` and its forced unwind through gloo's ``noexcept`` loop calls ``std::terminate``: the rank
     aborts ("terminate called without an active exception") after its work was done. Without teardown there is
     nothing for the thread to race."""
     import atexit
-    import logging as logging_
 
     atexit._run_exitfuncs()
-    logging_.shutdown()
+    logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to say
             stream.flush()
@@ -204,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(argv: Sequence[str] | None = None) -> NoReturn:
     """The ``bertkit`` program: :func:`main`, then the exit status. A command that ran under a torchrun
     process group ends without interpreter teardown (:func:`_exit_without_finalizing`), a failure too."""
+    _closed_group.clear()
     try:
         code = main(argv)
     except SystemExit:
