@@ -152,7 +152,7 @@ def train(
     encoder = getattr(trained, trained.base_model_prefix) if s.freeze_encoder else None
 
     def loss_fn(m: nn.Module, batch: dict) -> torch.Tensor:
-        # `m` may be the DDP wrapper: reach the encoder through `model`. The Trainer sets the whole model to
+        # `m` may be the DDP wrapper: reach the encoder through `trained`. The Trainer sets the whole model to
         # train mode; frozen features must not get dropout.
         if encoder is not None:
             encoder.eval()
