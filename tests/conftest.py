@@ -77,6 +77,7 @@ SLOW_MODULES = frozenset(
         "test_experiment",
         "test_experiment_runners",
         "test_finetune_e2e",
+        "test_finetune_fsdp",
         "test_finetune_scale",
         "test_freed_memory",
         "test_glue_tasks",

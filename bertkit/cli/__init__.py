@@ -13,10 +13,12 @@ import importlib
 import io
 import json
 import logging
+import os
 import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from .. import __version__
 from ..errors import UserError
@@ -99,11 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Set when a command destroyed the process group it ran under (a torchrun rank): :func:`run` then ends the
+# process without finalizing the interpreter (see there).
+_closed_group: list[bool] = []
+
+
 @contextlib.contextmanager
 def _process_group_closed() -> Iterator[None]:
-    """Destroy the torch.distributed process group a command opened (under torchrun) when it ends: left to
-    the interpreter's exit, gloo's threads are torn down in no set order and a rank could abort with
-    "terminate called without an active exception" after its work was done."""
+    """Destroy the torch.distributed process group a command opened (under torchrun) when it ends."""
     try:
         yield
     finally:
@@ -112,6 +117,27 @@ def _process_group_closed() -> Iterator[None]:
 
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
+                _closed_group.append(True)
+
+
+def _exit_without_finalizing(code: int) -> NoReturn:
+    """Flush what the process wrote, run its exit handlers and end it at once, skipping interpreter teardown.
+
+    Why: gloo's worker threads outlive ``destroy_process_group`` (gloo's shutdown is a no-op and torch keeps the
+    group referenced, under FSDP from DTensor's planner and sharding caches among others), and a worker that finishes with a
+    collective after its ``wait()`` returned still drops that collective's tensors. When that drop comes while
+    the interpreter is being torn down, the worker asks for the GIL, Python ends the thread with
+    ``pthread_exit`` and its forced unwind through gloo's ``noexcept`` loop calls ``std::terminate``: the rank
+    aborts ("terminate called without an active exception") after its work was done. Without teardown there is
+    nothing for the thread to race."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken pipe: nothing left to say
+            stream.flush()
+    os._exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,5 +200,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def run(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``bertkit`` program: :func:`main`, then the exit status. A command that ran under a torchrun
+    process group ends without interpreter teardown (:func:`_exit_without_finalizing`), a failure too."""
+    _closed_group.clear()
+    try:
+        code = main(argv)
+    except SystemExit:
+        raise
+    except BaseException:
+        if not _closed_group:
+            raise
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    if _closed_group:
+        _exit_without_finalizing(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -82,6 +82,7 @@ def _settings(args: argparse.Namespace, **extra):
         max_steps=args.max_steps,
         eval_every=args.eval_every,
         keep_best=args.keep_best,
+        distributed=args.distributed,
         **extra,
     )
 

@@ -73,6 +73,13 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
         "also under OUT/best/)",
     )
     p.add_argument(
+        "--distributed",
+        choices=["ddp", "fsdp"],
+        default="ddp",
+        help="under torchrun: ddp (a replica per process) or fsdp (parameters, gradients and optimizer state "
+        "sharded over the processes); one process trains unwrapped either way (default ddp)",
+    )
+    p.add_argument(
         "--gradient-checkpointing",
         action="store_true",
         help="recompute each encoder layer in the backward pass: far less activation memory for long "

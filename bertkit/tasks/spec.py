@@ -33,6 +33,7 @@ class Settings:
     max_steps: int | None = None  # optimizer steps; overrides epochs when set
     eval_every: int = 0  # evaluate on dev every N optimizer steps (eval.jsonl); 0: only after training
     keep_best: bool = False  # keep the weights best on the main dev metric (needs eval_every)
+    distributed: str = "ddp"  # under torchrun: "ddp" (replicas) or "fsdp" (parameters sharded over the ranks)
 
 
 @dataclass

@@ -247,6 +247,7 @@ def run(args: Any) -> dict:
         gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
         grad_accum=int(_setting(args, "grad_accum", 1)), max_steps=getattr(args, "max_steps", None),
         eval_every=int(_setting(args, "eval_every", 0)), keep_best=bool(getattr(args, "keep_best", False)),
+        distributed=str(_setting(args, "distributed", "ddp")),
     )  # fmt: skip
     pad_id = tok.pad_token_id
 

@@ -58,13 +58,15 @@ def wrap_model(
     raise ValueError(f"distributed must be 'ddp', 'fsdp' or 'none', got {distributed!r}")
 
 
-def full_model_state(model: nn.Module, fsdp: bool) -> dict:
-    """The unsharded model state dict (a collective under FSDP: every rank must call it)."""
+def full_model_state(model: nn.Module, fsdp: bool, every_rank: bool = False) -> dict:
+    """The unsharded model state dict (a collective under FSDP: every rank must call it). Under FSDP rank 0
+    alone gets it, on the CPU, unless ``every_rank`` (then each rank gets it, on the model's device)."""
     if not fsdp:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    options = StateDictOptions(full_state_dict=True, cpu_offload=not every_rank)
+    return get_model_state_dict(model, options=options)
 
 
 def full_optim_state(model: nn.Module, optimizer: torch.optim.Optimizer, fsdp: bool) -> dict:
