@@ -147,6 +147,22 @@ def test_real_server_process(dirs):
         emb = np.array(body["embeddings"])
         assert emb.shape == (2, 128)
         np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+        # what a TEI client and the official OpenAI client send, over the wire to the same process
+        req = urllib.request.Request(
+            f"{server.url}/embed",
+            data=json.dumps({"inputs": ["the cat sat", "a dog"]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            tei = np.array(json.loads(r.read()))
+        np.testing.assert_allclose(tei, emb, atol=1e-5)
+        openai = pytest.importorskip("openai")
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=30)
+        got = client.embeddings.create(model="enc", input=["the cat sat", "a dog"])
+        np.testing.assert_allclose(np.array([d.embedding for d in got.data]), emb, atol=1e-5)
+        with pytest.raises(openai.UnprocessableEntityError) as bad:  # the client shows the message and field
+            client.embeddings.create(model="enc", input=["the cat"], encoding_format="int8")
+        assert bad.value.param == "encoding_format" and "encoding_format" in str(bad.value)
     assert server.proc.returncode is not None and not health_ok(server.port)
 
 
