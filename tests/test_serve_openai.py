@@ -54,10 +54,10 @@ def test_openai_client_embeddings(served):
     np.testing.assert_allclose(one.data[0].embedding, unit[1], atol=1e-5)
     assert one.usage.prompt_tokens == len(ids[1])
     # errors: the client's exception carries the server's one-line message
-    with pytest.raises(openai.UnprocessableEntityError) as e:
+    with pytest.raises(openai.BadRequestError) as e:  # 400, as OpenAI answers a bad request
         client.embeddings.create(input=[[2, 99999, 3]], model="m")
     assert "token id 99999" in e.value.message
-    with pytest.raises(openai.UnprocessableEntityError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.embeddings.create(input="a", model="m", extra_body={"temperature": 1})
     assert "'temperature'" in e.value.message
 
@@ -65,7 +65,7 @@ def test_openai_client_embeddings(served):
 def test_v1_errors_have_openai_shape_and_tei_routes_keep_theirs(served):
     _, http = served
     r = http.post("/v1/embeddings", json={"input": [[]]})
-    assert r.status_code == 422
+    assert r.status_code == 400
     err = r.json()["error"]
     assert set(err) == {"message", "type", "param", "code"} and "no token ids" in err["message"]
     assert err["type"] == "invalid_request_error" and err["code"] == "validation"

@@ -64,16 +64,16 @@ def test_max_embed_all_values_must_be_a_positive_integer(model, value, capsys):
 @pytest.mark.parametrize(
     ("body", "status", "param"),
     [
-        ({"input": [[2, 99999, 3]]}, 422, "input"),  # a token id outside the vocabulary
-        ({"input": ["a", "b\ud800"]}, 422, "input"),  # a lone surrogate (the library's check)
-        ({"input": []}, 422, "input"),
-        ({"input": "a", "model": "m\ud800"}, 422, "model"),
-        ({"input": "a", "dimensions": 0}, 422, "dimensions"),
-        ({"input": [[5, 6]], "dimensions": 4096}, 422, "dimensions"),
-        ({"input": "a", "encoding_format": "hex"}, 422, "encoding_format"),
-        ({"input": "a", "temperature": 1}, 422, "temperature"),  # pydantic: an unknown field
-        ({"input": 3}, 422, "input"),  # pydantic: a wrong type
-        ({"model": "m"}, 422, "input"),  # pydantic: a missing field
+        ({"input": [[2, 99999, 3]]}, 400, "input"),  # a token id outside the vocabulary
+        ({"input": ["a", "b\ud800"]}, 400, "input"),  # a lone surrogate (the library's check)
+        ({"input": []}, 400, "input"),
+        ({"input": "a", "model": "m\ud800"}, 400, "model"),
+        ({"input": "a", "dimensions": 0}, 400, "dimensions"),
+        ({"input": [[5, 6]], "dimensions": 4096}, 400, "dimensions"),
+        ({"input": "a", "encoding_format": "hex"}, 400, "encoding_format"),
+        ({"input": "a", "temperature": 1}, 400, "temperature"),  # pydantic: an unknown field
+        ({"input": 3}, 400, "input"),  # pydantic: a wrong type
+        ({"model": "m"}, 400, "input"),  # pydantic: a missing field
     ],
 )
 def test_openai_errors_name_the_field_at_fault(model, body, status, param):
@@ -88,7 +88,7 @@ def test_openai_errors_name_the_field_at_fault(model, body, status, param):
 def test_openai_errors_with_no_one_field_have_a_null_param(model):
     client = TestClient(create_app(model))
     r = client.post("/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
-    assert r.status_code == 422 and r.json()["error"]["param"] is None
+    assert r.status_code == 400 and r.json()["error"]["param"] is None
     # TEI's routes keep TEI's shape, with no param
     r = client.post("/embed", json={"inputs": []})
     assert r.status_code == 422 and set(r.json()) == {"error", "error_type"}

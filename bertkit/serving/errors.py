@@ -1,7 +1,8 @@
 """One error path for the server: every refusal is an ``ApiError`` and leaves as ``{"error", "error_type"}``.
 
 The shape is text-embeddings-inference's (TEI); on the OpenAI routes (``/v1/...``) it is OpenAI's,
-``{"error": {"message", "type", "param", "code"}}``, which its clients read the message from. Handlers are installed once on the app, so a route never
+``{"error": {"message", "type", "param", "code"}}``, which its clients read the message from, and a request
+refused as invalid is 400 there (OpenAI's status; TEI's is 422), so a client raises its ``BadRequestError``. Handlers are installed once on the app, so a route never
 needs its own try/except: bad input raises ``ApiError`` (or a pydantic validation error, or a ``UserError``
 from the library), and anything else is a bug, answered 500 with its traceback in the server log only.
 """
@@ -101,9 +102,11 @@ def install_handlers(app: Any, on_error: Any = None) -> None:
     def respond(
         status: int, error_type: str, message: str, request: Any = None, param: str | None = None
     ) -> JSONResponse:
+        path = request.url.path if request is not None else ""
+        if status == 422 and path.startswith(OPENAI_PREFIX):  # OpenAI answers a bad request 400, not 422
+            status = 400
         if on_error is not None:
             on_error(status, error_type)
-        path = request.url.path if request is not None else ""
         return JSONResponse(error_body(status, error_type, message, path, param), status_code=status)
 
     @app.exception_handler(ApiError)
