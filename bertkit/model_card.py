@@ -107,7 +107,7 @@ def write_model_card(
         "```",
         "",
         f"bertkit {__version__}, torch {torch.__version__}. The weights are in the Hugging Face layout "
-        "(`config.json`, `model.safetensors`, `vocab.txt`): `bertkit` and `transformers` load them.",
+        "(`config.json`, `model.safetensors` and the tokenizer files): `bertkit` and `transformers` load them.",
         "",
     ]
     path = Path(model_dir) / "README.md"

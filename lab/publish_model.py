@@ -94,6 +94,10 @@ def publish(
             )
         shutil.copyfile(model_dir / "config.json", tmp / "config.json")
         for name in TOKENIZER_FILES:
+            # tokenizer.json holds the vocabulary too: vocab.txt is copied only where it is the sole record of it
+            # (a model on a published vocabulary then carries no byte copy of that file)
+            if name == "vocab.txt" and (model_dir / "tokenizer.json").is_file():
+                continue
             if (model_dir / name).is_file():
                 shutil.copyfile(model_dir / name, tmp / name)
         shape = {

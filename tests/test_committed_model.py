@@ -40,7 +40,13 @@ def test_publish_writes_bf16_weights_that_load_back_and_a_card_from_the_result_f
     card = (out / "README.md").read_text()
     assert "| STS-B seed 1 | pearson 0.432 (dev, 7 training examples) |" in card
     assert "bertkit pretrain X" in card and "interim" in card and "1 CPU-second" in card
-    assert (out / "vocab.txt").read_bytes() == (tiny_model / "vocab.txt").read_bytes()
+    from bertkit.tokenizer import Tokenizer
+
+    # the vocabulary travels in tokenizer.json (no vocab.txt copy): the same ids as the source folder's
+    assert not (out / "vocab.txt").exists() and (out / "tokenizer.json").is_file()
+    text = ["the cat sat on the mat", "hello"]
+    same = Tokenizer.from_pretrained(out)(text)["input_ids"].tolist()
+    assert same == Tokenizer.from_pretrained(tiny_model)(text)["input_ids"].tolist()
 
 
 def test_publish_refuses_bad_inputs_in_one_line_and_leaves_nothing_half_written(tiny_model, tmp_path, capsys):
