@@ -120,18 +120,8 @@ def run_vocab(args: argparse.Namespace) -> dict:
     from bertkit.data.vocab_bpe import train_bpe
 
     _announce_files(args)
-    if args.kind == "bpe":
-        return train_bpe(
-            args.corpus,
-            args.vocab_size,
-            args.out,
-            lowercase=not args.cased,
-            fmt=args.format,
-            on_error=args.on_error,
-            min_frequency=args.min_frequency,
-            progress=not args.quiet,
-        )
-    return train_vocab(
+    train = train_bpe if args.kind == "bpe" else train_vocab
+    return train(
         args.corpus,
         args.vocab_size,
         args.out,

@@ -103,10 +103,18 @@ def train_vocab(
     with atomic_write(out) as f:
         for w in words:
             f.write(w + "\n")
+    return vocab_result(out, len(words), vocab_size, lowercase, stats, t0)
+
+
+def vocab_result(
+    out: Path, size: int, requested: int, lowercase: bool, stats: CorpusStats, t0: float, **extra: Any
+) -> dict:
+    """What ``bertkit vocab`` prints for either kind: the file, its size, the corpus read, the time taken."""
     return {
         "out": str(out),
-        "vocab_size": len(words),
-        "requested_vocab_size": vocab_size,
+        **extra,
+        "vocab_size": size,
+        "requested_vocab_size": requested,
         "lowercase": lowercase,
         "documents": stats.documents,
         "sentences": stats.sentences,

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bertkit.data.corpus import CorpusStats, expand_paths
-from bertkit.data.vocab import SPECIAL_TOKENS, _documents
+from bertkit.data.vocab import SPECIAL_TOKENS, _documents, vocab_result
 from bertkit.errors import UserError
 from bertkit.io import atomic_write
 
@@ -94,7 +94,7 @@ def train_bpe(
     ids = {s: tok.token_to_id(s) for s in SPECIAL_TOKENS}
     if list(ids.values()) != list(
         range(len(SPECIAL_TOKENS))
-    ):  # the trainer places them first; never write otherwise
+    ):  # the trainer puts them first; never write otherwise
         raise RuntimeError(f"trained tokenizer has its special tokens at {ids}")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0",
@@ -106,15 +106,6 @@ def train_bpe(
     out = Path(out)
     with atomic_write(out) as f:
         f.write(tok.to_str(pretty=True))
-    return {
-        "out": str(out),
-        "kind": "bpe",
-        "vocab_size": tok.get_vocab_size(with_added_tokens=True),
-        "requested_vocab_size": vocab_size,
-        "lowercase": lowercase,
-        "documents": stats.documents,
-        "sentences": stats.sentences,
-        "text_bytes": stats.bytes,
-        "skipped_lines": stats.skipped_lines,
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
+    return vocab_result(
+        out, tok.get_vocab_size(with_added_tokens=True), vocab_size, lowercase, stats, t0, kind="bpe"
+    )

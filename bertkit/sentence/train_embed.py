@@ -23,7 +23,7 @@ import torch
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from ..train.simple import AdamWSettings
+from ..train.simple import AdamWSettings, fit_and_save
 from .data import Pair
 from .encoder import SentenceEncoder, rank_corpus
 from .losses import cosent, cosine_loss, mnrl
@@ -152,11 +152,7 @@ def train_embed(
         model, pairs, _Collate(model, scored), out_dir=out_dir, loss_fn=make_loss_fn(s), tokens_fn=_tokens,
         eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
     )  # fmt: skip
-    t0 = time.perf_counter()
-    summary = trainer.fit()
-    train_s = time.perf_counter() - t0
-    model.eval()
-    model.save(out_dir / "model")
+    summary, train_s = fit_and_save(trainer, model, out_dir / "model")
     result = {
         "loss_name": s.loss,
         "steps": steps,

@@ -11,7 +11,6 @@ as a Hugging Face sequence-classification dir.
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..io import atomic_write_json
-from ..train.simple import AdamWSettings
+from ..train.simple import AdamWSettings, fit_and_save
 from .data import Pair
 
 
@@ -100,11 +99,7 @@ def train_rerank(
     trainer, steps = s.trainer(
         model, triples, collate, out_dir=out_dir, loss_fn=loss_fn, progress=progress, desc="train-rerank"
     )
-    t0 = time.perf_counter()
-    summary = trainer.fit()
-    seconds = time.perf_counter() - t0
-    model.eval()
-    model.save(out_dir / "model")
+    summary, seconds = fit_and_save(trainer, model, out_dir / "model")
     result = {
         "steps": steps,
         "triples": len(triples),

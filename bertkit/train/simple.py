@@ -75,3 +75,16 @@ def adamw_trainer(
         **trainer_kwargs,
     )
     return trainer, steps
+
+
+def fit_and_save(trainer: Trainer, model: Any, model_dir: Any) -> tuple[dict, float]:
+    """Train, then save ``model`` (anything with ``save(dir)``) in eval mode to ``model_dir``: (the trainer's
+    summary, the training's wall seconds)."""
+    import time
+
+    t0 = time.perf_counter()
+    summary = trainer.fit()
+    seconds = time.perf_counter() - t0
+    model.eval()
+    model.save(model_dir)
+    return summary, seconds
