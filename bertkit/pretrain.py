@@ -683,7 +683,7 @@ def save_tokenizer(
     (a BPE tokenizer.json: it, with the configs that name its special tokens and ``model_max_length``, the
     model's positions: a ModernBERT's may be far more than 512)."""
     if vocab_file.suffix.lower() == ".json":
-        from bertkit.tokenizer_bpe import BPETokenizer
+        from bertkit.tokenizer import BPETokenizer
 
         # no fallback here: a tokenizer.json that does not load is refused when the data is read, long before
         BPETokenizer.from_file(vocab_file, model_max_length or 512).save_pretrained(model_dir)

@@ -63,12 +63,10 @@ def resolve_vocab(path: str | os.PathLike) -> tuple[Path, str]:
 def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
     """The project's :class:`bertkit.tokenizer.Tokenizer` for ``vocab_file`` (see :func:`resolve_vocab`);
     ``lowercase`` applies to a WordPiece vocabulary only: a tokenizer.json carries its own normaliser."""
-    from bertkit.tokenizer import Tokenizer
+    from bertkit.tokenizer import BPETokenizer, Tokenizer
 
     path, kind = resolve_vocab(vocab_file)
     if kind == "bpe":
-        from bertkit.tokenizer_bpe import BPETokenizer
-
         _read_vocab(path)  # the model's kind and the special tokens, in one line each
         return BPETokenizer.from_file(path)
     return Tokenizer(str(path), lowercase=lowercase)
