@@ -54,7 +54,7 @@ from bertkit.config import BertConfig
 from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json, read_text
-from bertkit.objectives import REGISTRY, Objective, get_objective, objective_class
+from bertkit.objectives import Objective, get_objective, objective_class
 from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
@@ -64,8 +64,6 @@ from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, 
 from bertkit.validate import check_device, check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
-
-OBJECTIVES = tuple(REGISTRY)
 
 # Learning rate, warm-up, batch size and masking rate when the config leaves them unset (None). ``recipe =
 # "cpu"`` (the default for the small presets) is what learned the most per CPU-second on 2 cores (docs/results/paper-mini.md

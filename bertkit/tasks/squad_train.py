@@ -83,10 +83,6 @@ def split_articles(
     return {**data, "data": articles}, dev
 
 
-def _count_questions(data: dict) -> int:
-    return sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])
-
-
 # ------------------------------------------------------------------------------------------------ batching
 
 
