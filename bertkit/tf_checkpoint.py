@@ -17,7 +17,6 @@ dropped) and writes a Hugging Face-layout directory.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -517,7 +516,7 @@ def convert_tf_checkpoint(
     """
     from .checkpoint import SAFETENSORS, save_state_dict
     from .config import BertConfig
-    from .io import atomic_dir
+    from .io import atomic_dir, read_json
     from .tokenizer import Tokenizer
 
     prefix = checkpoint_prefix(ckpt)
@@ -528,10 +527,7 @@ def convert_tf_checkpoint(
         raise UserError(f"{config_path}: bert_config.json not found; pass --config")
     if not vocab_path.is_file():
         raise UserError(f"{vocab_path}: vocab.txt not found; pass --vocab")
-    try:
-        raw_cfg = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{config_path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    raw_cfg = read_json(config_path, "bert_config.json")
     raw_cfg.setdefault("model_type", "bert")
     raw_cfg.setdefault("layer_norm_eps", 1e-12)
     raw_cfg.setdefault("pad_token_id", 0)
