@@ -26,10 +26,11 @@ original text after a word, never by re-joining words with single spaces; and th
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,25 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
                 f"{what}[{i}]: lone surrogate U+{ord(m.group()):04X} at character {m.start()} is not valid "
                 "Unicode text; fix the input's encoding"
             )
+
+
+@contextlib.contextmanager
+def _encoding_errors(
+    texts: Sequence[Any], pairs: Sequence[Any] | None, max_length: Any, truncation: Any
+) -> Iterator[None]:
+    """What the tokenizers library raises while encoding, said in one line: a TypeError names the input it
+    came from (:func:`_check_texts`); any other error is an impossible truncation, a ValueError."""
+    try:
+        yield
+    except TypeError:
+        _check_texts(texts, "texts")
+        if pairs is not None:
+            _check_texts(pairs, "pairs")
+        raise
+    except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
+        raise ValueError(
+            f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
+        ) from None
 
 
 def _no_empty_pairs(pairs: Sequence[Any]) -> list[Any]:
@@ -529,16 +549,8 @@ class Tokenizer:
             pair = None  # see _no_empty_pairs
         n_special = (3 if pair is not None else 2) if add_special_tokens else 0
         self._configure(max_length, truncation, stride, padding=False, n_special=n_special)
-        try:
+        with _encoding_errors([text], [pair], max_length, truncation):
             return self._backend_for(text, pair).encode(text, pair, add_special_tokens=add_special_tokens)
-        except TypeError:
-            _check_texts([text], "texts")
-            _check_texts([pair], "pairs")
-            raise
-        except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
-            raise ValueError(
-                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
-            ) from None
 
     def encode_batch(
         self,
@@ -563,17 +575,8 @@ class Tokenizer:
             (3 if pairs is not None and any(b is not None for b in pairs) else 2) if add_special_tokens else 0
         )
         self._configure(max_length, truncation, stride, padding, n_special=n_special)
-        try:
+        with _encoding_errors(texts, pairs, max_length, truncation):
             return self._encode_routed(inputs, texts, pairs, add_special_tokens)
-        except TypeError:
-            _check_texts(texts, "texts")
-            if pairs is not None:
-                _check_texts(pairs, "pairs")
-            raise
-        except Exception as e:
-            raise ValueError(
-                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
-            ) from None
 
     def __call__(
         self,
@@ -640,7 +643,7 @@ class Tokenizer:
         cut: list[int] = []
         if limit is not None:
             inputs, cut = self._cut_texts(texts, limit)
-        try:
+        with _encoding_errors(texts, pairs, max_length, truncation):
             if pairs is None:
                 encodings = self._encode_routed(inputs, inputs, None, offsets=False)
             else:
@@ -648,15 +651,6 @@ class Tokenizer:
             for i in cut:  # a cut text must still fill the window, else encode it whole
                 if len(encodings[i].ids) < limit:
                     encodings[i] = self._encode_routed([texts[i]], [texts[i]], None, offsets=False)[0]
-        except TypeError:
-            _check_texts(texts, "texts")
-            if pairs is not None:
-                _check_texts(pairs, "pairs")
-            raise
-        except Exception as e:
-            raise ValueError(
-                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
-            ) from None
         keys = (("input_ids", "ids"), ("token_type_ids", "type_ids"), ("attention_mask", "attention_mask"))
         if return_tensors is None:
             out = {k: [getattr(e, a) for e in encodings] for k, a in keys}
