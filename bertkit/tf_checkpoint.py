@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,29 +117,44 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
+def protobuf_fields(buf: Any, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of the message in ``buf[start:end]``: an int for varints, the
+    ``(start, end)`` of a length-delimited field (no copy: TFRecord reading stays zero-copy), raw bytes for
+    fixed32/fixed64."""
+    pos = start
+    end = len(buf) if end is None else end
+    while pos < end:
+        key, pos = read_varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, pos = read_varint(buf, pos)
+        elif wire == 2:
+            n, pos = read_varint(buf, pos)
+            if pos + n > end:
+                raise ValueError("truncated field")
+            val = (pos, pos + n)
+            pos += n
+        elif wire == 5:
+            val = bytes(buf[pos : pos + 4])
+            pos += 4
+        elif wire == 1:
+            val = bytes(buf[pos : pos + 8])
+            pos += 8
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > end:
+            raise ValueError("truncated message")
+        yield num, wire, val
+
+
 def parse_protobuf(buf: bytes) -> dict[int, list[Any]]:
     """Field number -> list of raw values (ints for varint/fixed, bytes for length-delimited)."""
     fields: dict[int, list[Any]] = {}
-    pos = 0
-    while pos < len(buf):
-        tag, pos = read_varint(buf, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = read_varint(buf, pos)
-        elif wire == 1:
-            (value,) = struct.unpack_from("<Q", buf, pos)
-            pos += 8
-        elif wire == 2:
-            length, pos = read_varint(buf, pos)
-            value = bytes(buf[pos : pos + length])
-            if len(value) != length:
-                raise ValueError("truncated length-delimited field")
-            pos += length
-        elif wire == 5:
-            (value,) = struct.unpack_from("<I", buf, pos)
-            pos += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
+    for number, wire, value in protobuf_fields(buf):
+        if wire == 2:
+            value = bytes(buf[value[0] : value[1]])
+        elif wire in (1, 5):
+            value = int.from_bytes(value, "little")
         fields.setdefault(number, []).append(value)
     return fields
 
@@ -608,6 +624,7 @@ __all__ = [
     "load_tf_state_dict",
     "mask_crc",
     "parse_protobuf",
+    "protobuf_fields",
     "read_table",
     "read_varint",
     "tf_to_hf_name",
