@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from bertkit.config import BertConfig
+from bertkit.data.shard_build import vocab_tokens
 from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json, read_text
@@ -409,7 +410,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         raise UserError(
             f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
         )
-    vocab_words = _vocab_tokens(vocab_file)
+    vocab_words = vocab_tokens(vocab_file)  # the special tokens checked too
     if vocab_file.suffix.lower() == ".json" and any(p["whole_word_mask"] for p in phases):
         # words are found by WordPiece's "##" pieces; byte-level BPE marks a word's start instead
         raise UserError(
@@ -655,15 +656,6 @@ def _data_vocab(data_dir: Path) -> Path:
     ``bertkit prepare --vocab tokenizer.json`` copied there."""
     bpe = data_dir / "tokenizer.json"
     return bpe if bpe.is_file() and not (data_dir / "vocab.txt").is_file() else data_dir / "vocab.txt"
-
-
-def _vocab_tokens(vocab_file: Path) -> list[str]:
-    """The tokens of ``vocab_file`` in id order: a vocab.txt's lines, a BPE tokenizer.json's vocabulary."""
-    if vocab_file.suffix.lower() == ".json":
-        from bertkit.data.shard_build import vocab_tokens
-
-        return vocab_tokens(vocab_file)
-    return read_text(vocab_file, "vocabulary").splitlines()
 
 
 def _special_ids(mc: Any, vocab_words: list[str]) -> None:
