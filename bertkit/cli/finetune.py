@@ -60,29 +60,7 @@ def _settings(args: argparse.Namespace, **extra):
         import torch
 
         torch.set_num_threads(args.threads)
-    return Settings(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        max_seq_length=args.max_seq_length,
-        seed=args.seed,
-        warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay,
-        freeze_encoder=args.freeze_encoder,
-        max_train_examples=args.max_train_examples,
-        eval_batch_size=args.eval_batch_size,
-        progress=not args.quiet,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        precision=args.precision,
-        gradient_checkpointing=args.gradient_checkpointing,
-        grad_accum=args.grad_accum,
-        max_steps=args.max_steps,
-        eval_every=args.eval_every,
-        keep_best=args.keep_best,
-        distributed=args.distributed,
-        **extra,
-    )
+    return Settings.from_args(args, **extra)
 
 
 def _run(task, args, **extra) -> dict:
