@@ -411,59 +411,41 @@ _SKIP = re.compile(
     r"(^|/)(adam_m|adam_v|Adam|Adam_1|global_step|beta1_power|beta2_power|bad_steps|good_steps|loss_scale)(/|$)"
 )
 
+Rename = tuple[re.Pattern[str], str, bool]
+
+
+def _dense(tf: str, hf: str) -> list[Rename]:
+    """A TF dense layer's ``kernel`` ([in, out]: transposed to the weight) and ``bias``."""
+    return [
+        (re.compile(rf"^{tf}/kernel$"), f"{hf}.weight", True),
+        (re.compile(rf"^{tf}/bias$"), f"{hf}.bias", False),
+    ]
+
+
+def _norm(tf: str, hf: str) -> list[Rename]:
+    """A TF LayerNorm's ``gamma`` and ``beta``: the weight and the bias."""
+    return [
+        (re.compile(rf"^{tf}/gamma$"), f"{hf}.weight", False),
+        (re.compile(rf"^{tf}/beta$"), f"{hf}.bias", False),
+    ]
+
+
+_LAYER = r"bert/encoder/layer_(\d+)"
+
 # (TF name regex, HF name template, transpose?) - first match wins.
-RENAMES: list[tuple[re.Pattern[str], str, bool]] = [
+RENAMES: list[Rename] = [
     (
         re.compile(r"^bert/embeddings/(word|position|token_type)_embeddings$"),
         r"bert.embeddings.\1_embeddings.weight",
         False,
     ),
-    (re.compile(r"^bert/embeddings/LayerNorm/gamma$"), "bert.embeddings.LayerNorm.weight", False),
-    (re.compile(r"^bert/embeddings/LayerNorm/beta$"), "bert.embeddings.LayerNorm.bias", False),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/attention/self/(query|key|value)/kernel$"),
-        r"bert.encoder.layer.\1.attention.self.\2.weight",
-        True,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/attention/self/(query|key|value)/bias$"),
-        r"bert.encoder.layer.\1.attention.self.\2.bias",
-        False,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|intermediate|output)/dense/kernel$"),
-        r"bert.encoder.layer.\1.\2.dense.weight",
-        True,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|intermediate|output)/dense/bias$"),
-        r"bert.encoder.layer.\1.\2.dense.bias",
-        False,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|output)/LayerNorm/gamma$"),
-        r"bert.encoder.layer.\1.\2.LayerNorm.weight",
-        False,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|output)/LayerNorm/beta$"),
-        r"bert.encoder.layer.\1.\2.LayerNorm.bias",
-        False,
-    ),
-    (re.compile(r"^bert/pooler/dense/kernel$"), "bert.pooler.dense.weight", True),
-    (re.compile(r"^bert/pooler/dense/bias$"), "bert.pooler.dense.bias", False),
-    (re.compile(r"^cls/predictions/transform/dense/kernel$"), "cls.predictions.transform.dense.weight", True),
-    (re.compile(r"^cls/predictions/transform/dense/bias$"), "cls.predictions.transform.dense.bias", False),
-    (
-        re.compile(r"^cls/predictions/transform/LayerNorm/gamma$"),
-        "cls.predictions.transform.LayerNorm.weight",
-        False,
-    ),
-    (
-        re.compile(r"^cls/predictions/transform/LayerNorm/beta$"),
-        "cls.predictions.transform.LayerNorm.bias",
-        False,
-    ),
+    *_norm("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm"),
+    *_dense(rf"{_LAYER}/attention/self/(query|key|value)", r"bert.encoder.layer.\1.attention.self.\2"),
+    *_dense(rf"{_LAYER}/(attention/output|intermediate|output)/dense", r"bert.encoder.layer.\1.\2.dense"),
+    *_norm(rf"{_LAYER}/(attention/output|output)/LayerNorm", r"bert.encoder.layer.\1.\2.LayerNorm"),
+    *_dense("bert/pooler/dense", "bert.pooler.dense"),
+    *_dense("cls/predictions/transform/dense", "cls.predictions.transform.dense"),
+    *_norm("cls/predictions/transform/LayerNorm", "cls.predictions.transform.LayerNorm"),
     (re.compile(r"^cls/predictions/output_bias$"), "cls.predictions.bias", False),
     # [out, in] already: the original code multiplies by the transpose.
     (re.compile(r"^cls/seq_relationship/output_weights$"), "cls.seq_relationship.weight", False),
