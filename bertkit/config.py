@@ -9,7 +9,6 @@ label-map machinery lives in :class:`HFConfig`, which other architectures' confi
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from .errors import UserError
-from .io import atomic_write_json
+from .io import atomic_write_json, read_json
 
 logger = logging.getLogger("bertkit")
 
@@ -51,12 +50,7 @@ C = TypeVar("C", bound="HFConfig")
 
 def read_config_json(path: Path, what: str = "model") -> dict[str, Any]:
     """The JSON object in ``path``; UserError naming the file (and line) when it is missing or not an object."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: config file not found") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    data = read_json(path, "config file")
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a JSON object of {what} settings")
     return data

@@ -74,14 +74,7 @@ def load_model(model_dir: str | os.PathLike, encoder_only: bool = False) -> nn.M
 
 
 def export_graph(model: nn.Module) -> nn.Module:
-    """What the exporter traces for ``model``: :class:`BertGraph`, or ModernBERT's
-    (:class:`bertkit.export_modernbert.StaticModernBert`)."""
-    from .modernbert import ModernBertPreTrainedModel
-
-    if isinstance(model, ModernBertPreTrainedModel):
-        from .export_modernbert import StaticModernBert
-
-        return StaticModernBert(model)
+    """What the exporter traces for ``model``: :class:`BertGraph`."""
     return BertGraph(model)
 
 
@@ -93,25 +86,31 @@ OUTPUTS = {
     "BertForQuestionAnswering": ["start_logits", "end_logits"],
     "BertForMaskedLM": ["logits"],
     "BertForPreTraining": ["prediction_logits", "seq_relationship_logits"],
+    "ModernBertModel": ["last_hidden_state"],
+    "ModernBertForMaskedLM": ["logits"],
+    "ModernBertForSequenceClassification": ["logits"],
+    "ModernBertForTokenClassification": ["logits"],
+    "ModernBertForQuestionAnswering": ["start_logits", "end_logits"],
 }
 
 
 class BertGraph(nn.Module):
-    """A BERT model (encoder or head class) as the tracer takes it: its own forward, called with the three
-    inputs in order, returning its outputs as a tuple (names: :meth:`output_names`).
+    """A BERT or ModernBERT model (encoder or head class) as the tracer takes it: its own forward, called
+    with the inputs of :attr:`input_names` in order (ModernBERT has no segment ids), returning its outputs as
+    a tuple (names: :meth:`output_names`).
 
     Traced under the reference ops (:func:`bertkit.kernels.reference_ops`), the forward is the padded,
-    masked computation, with no branch on the inputs' values, so the graph holds for any batch and length.
+    masked computation, with no branch on the inputs' values, so the graph holds for any batch and length
+    (ModernBERT's local layers attend through a dense [T, T] band there).
     """
-
-    input_names = INPUT_NAMES
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
         self.kind = type(model).__name__
-        if self.kind == "BertForMultipleChoice":
-            raise UserError("ONNX export of BertForMultipleChoice is not supported; use --head encoder")
+        self.input_names = INPUT_NAMES[:2] if self.kind.startswith("ModernBert") else INPUT_NAMES
+        if self.kind.endswith("ForMultipleChoice"):
+            raise UserError(f"ONNX export of {self.kind} is not supported; use --head encoder")
         if self.kind not in OUTPUTS:
             raise UserError(f"ONNX export of {self.kind} is not supported")
         if self.kind == "BertForTokenClassification" and getattr(model, "crf", None) is not None:
@@ -123,11 +122,9 @@ class BertGraph(nn.Module):
             return names[:1]
         return names
 
-    def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor
-    ) -> tuple[Tensor, ...]:
-        """input_ids, attention_mask, token_type_ids [B, T] -> the outputs of :meth:`output_names`."""
-        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    def forward(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        """The inputs of :attr:`input_names`, each [B, T] -> the outputs of :meth:`output_names`."""
+        out = self.model(**dict(zip(self.input_names, inputs)))
         return tuple(getattr(out, name) for name in self.output_names())
 
 

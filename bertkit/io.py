@@ -98,6 +98,17 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
         raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
 
 
+def read_json_object(path: str | os.PathLike, what: str = "JSON file") -> dict[str, Any]:
+    """The JSON object in ``path``, ``{}`` when there is no such file; UserError as :func:`read_json`, or
+    when the file holds something other than an object."""
+    if not Path(path).is_file():
+        return {}
+    data = read_json(path, what)
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a JSON object")
+    return data
+
+
 def open_text(path: str | os.PathLike, what: str = "file", newline: str | None = None) -> io.StringIO:
     """A drop-in for ``open(path, encoding="utf-8")`` in readers: the whole file checked by :func:`read_text`
     (UserError naming ``path:line`` when it is not UTF-8 or missing), as a text stream."""

@@ -51,10 +51,11 @@ import torch
 import torch.distributed as dist
 
 from bertkit.config import BertConfig
+from bertkit.data.shard_build import vocab_tokens
 from bertkit.data.static import detect_format, open_static
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json, read_text
-from bertkit.objectives import REGISTRY, Objective, get_objective, objective_class
+from bertkit.objectives import Objective, get_objective, objective_class
 from bertkit.train.batches import Batches
 from bertkit.train.checkpoint import latest_checkpoint
 from bertkit.train.distributed import init_distributed
@@ -64,8 +65,6 @@ from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, 
 from bertkit.validate import check_device, check_field_types, check_values
 
 logger = logging.getLogger("bertkit")
-
-OBJECTIVES = tuple(REGISTRY)
 
 # Learning rate, warm-up, batch size and masking rate when the config leaves them unset (None). ``recipe =
 # "cpu"`` (the default for the small presets) is what learned the most per CPU-second on 2 cores (docs/results/paper-mini.md
@@ -411,7 +410,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
         raise UserError(
             f"{vocab_file}: vocabulary not found; pass --vocab VOCAB.txt (the one the data was made with)"
         )
-    vocab_words = _vocab_tokens(vocab_file)
+    vocab_words = vocab_tokens(vocab_file)  # the special tokens checked too
     if vocab_file.suffix.lower() == ".json" and any(p["whole_word_mask"] for p in phases):
         # words are found by WordPiece's "##" pieces; byte-level BPE marks a word's start instead
         raise UserError(
@@ -659,15 +658,6 @@ def _data_vocab(data_dir: Path) -> Path:
     return bpe if bpe.is_file() and not (data_dir / "vocab.txt").is_file() else data_dir / "vocab.txt"
 
 
-def _vocab_tokens(vocab_file: Path) -> list[str]:
-    """The tokens of ``vocab_file`` in id order: a vocab.txt's lines, a BPE tokenizer.json's vocabulary."""
-    if vocab_file.suffix.lower() == ".json":
-        from bertkit.data.shard_build import vocab_tokens
-
-        return vocab_tokens(vocab_file)
-    return read_text(vocab_file, "vocabulary").splitlines()
-
-
 def _special_ids(mc: Any, vocab_words: list[str]) -> None:
     """Point a config's [CLS]/[SEP] ids (ModernBERT's cls/bos, sep/eos) at the data's vocabulary: its
     defaults are the released tokenizer's ids, which a vocabulary trained here does not share."""
@@ -683,7 +673,7 @@ def save_tokenizer(
     (a BPE tokenizer.json: it, with the configs that name its special tokens and ``model_max_length``, the
     model's positions: a ModernBERT's may be far more than 512)."""
     if vocab_file.suffix.lower() == ".json":
-        from bertkit.tokenizer_bpe import BPETokenizer
+        from bertkit.tokenizer import BPETokenizer
 
         # no fallback here: a tokenizer.json that does not load is refused when the data is read, long before
         BPETokenizer.from_file(vocab_file, model_max_length or 512).save_pretrained(model_dir)

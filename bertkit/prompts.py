@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .tokenizer_bpe import _read_json as read_json_object
+from .io import read_json_object
 
 CONFIG_NAME = "config_sentence_transformers.json"
 

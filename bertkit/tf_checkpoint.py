@@ -17,11 +17,11 @@ dropped) and writes a Hugging Face-layout directory.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,29 +117,44 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
+def protobuf_fields(buf: Any, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of the message in ``buf[start:end]``: an int for varints, the
+    ``(start, end)`` of a length-delimited field (no copy: TFRecord reading stays zero-copy), raw bytes for
+    fixed32/fixed64."""
+    pos = start
+    end = len(buf) if end is None else end
+    while pos < end:
+        key, pos = read_varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            val, pos = read_varint(buf, pos)
+        elif wire == 2:
+            n, pos = read_varint(buf, pos)
+            if pos + n > end:
+                raise ValueError("truncated field")
+            val = (pos, pos + n)
+            pos += n
+        elif wire == 5:
+            val = bytes(buf[pos : pos + 4])
+            pos += 4
+        elif wire == 1:
+            val = bytes(buf[pos : pos + 8])
+            pos += 8
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > end:
+            raise ValueError("truncated message")
+        yield num, wire, val
+
+
 def parse_protobuf(buf: bytes) -> dict[int, list[Any]]:
     """Field number -> list of raw values (ints for varint/fixed, bytes for length-delimited)."""
     fields: dict[int, list[Any]] = {}
-    pos = 0
-    while pos < len(buf):
-        tag, pos = read_varint(buf, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = read_varint(buf, pos)
-        elif wire == 1:
-            (value,) = struct.unpack_from("<Q", buf, pos)
-            pos += 8
-        elif wire == 2:
-            length, pos = read_varint(buf, pos)
-            value = bytes(buf[pos : pos + length])
-            if len(value) != length:
-                raise ValueError("truncated length-delimited field")
-            pos += length
-        elif wire == 5:
-            (value,) = struct.unpack_from("<I", buf, pos)
-            pos += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
+    for number, wire, value in protobuf_fields(buf):
+        if wire == 2:
+            value = bytes(buf[value[0] : value[1]])
+        elif wire in (1, 5):
+            value = int.from_bytes(value, "little")
         fields.setdefault(number, []).append(value)
     return fields
 
@@ -396,59 +411,41 @@ _SKIP = re.compile(
     r"(^|/)(adam_m|adam_v|Adam|Adam_1|global_step|beta1_power|beta2_power|bad_steps|good_steps|loss_scale)(/|$)"
 )
 
+Rename = tuple[re.Pattern[str], str, bool]
+
+
+def _dense(tf: str, hf: str) -> list[Rename]:
+    """A TF dense layer's ``kernel`` ([in, out]: transposed to the weight) and ``bias``."""
+    return [
+        (re.compile(rf"^{tf}/kernel$"), f"{hf}.weight", True),
+        (re.compile(rf"^{tf}/bias$"), f"{hf}.bias", False),
+    ]
+
+
+def _norm(tf: str, hf: str) -> list[Rename]:
+    """A TF LayerNorm's ``gamma`` and ``beta``: the weight and the bias."""
+    return [
+        (re.compile(rf"^{tf}/gamma$"), f"{hf}.weight", False),
+        (re.compile(rf"^{tf}/beta$"), f"{hf}.bias", False),
+    ]
+
+
+_LAYER = r"bert/encoder/layer_(\d+)"
+
 # (TF name regex, HF name template, transpose?) - first match wins.
-RENAMES: list[tuple[re.Pattern[str], str, bool]] = [
+RENAMES: list[Rename] = [
     (
         re.compile(r"^bert/embeddings/(word|position|token_type)_embeddings$"),
         r"bert.embeddings.\1_embeddings.weight",
         False,
     ),
-    (re.compile(r"^bert/embeddings/LayerNorm/gamma$"), "bert.embeddings.LayerNorm.weight", False),
-    (re.compile(r"^bert/embeddings/LayerNorm/beta$"), "bert.embeddings.LayerNorm.bias", False),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/attention/self/(query|key|value)/kernel$"),
-        r"bert.encoder.layer.\1.attention.self.\2.weight",
-        True,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/attention/self/(query|key|value)/bias$"),
-        r"bert.encoder.layer.\1.attention.self.\2.bias",
-        False,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|intermediate|output)/dense/kernel$"),
-        r"bert.encoder.layer.\1.\2.dense.weight",
-        True,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|intermediate|output)/dense/bias$"),
-        r"bert.encoder.layer.\1.\2.dense.bias",
-        False,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|output)/LayerNorm/gamma$"),
-        r"bert.encoder.layer.\1.\2.LayerNorm.weight",
-        False,
-    ),
-    (
-        re.compile(r"^bert/encoder/layer_(\d+)/(attention/output|output)/LayerNorm/beta$"),
-        r"bert.encoder.layer.\1.\2.LayerNorm.bias",
-        False,
-    ),
-    (re.compile(r"^bert/pooler/dense/kernel$"), "bert.pooler.dense.weight", True),
-    (re.compile(r"^bert/pooler/dense/bias$"), "bert.pooler.dense.bias", False),
-    (re.compile(r"^cls/predictions/transform/dense/kernel$"), "cls.predictions.transform.dense.weight", True),
-    (re.compile(r"^cls/predictions/transform/dense/bias$"), "cls.predictions.transform.dense.bias", False),
-    (
-        re.compile(r"^cls/predictions/transform/LayerNorm/gamma$"),
-        "cls.predictions.transform.LayerNorm.weight",
-        False,
-    ),
-    (
-        re.compile(r"^cls/predictions/transform/LayerNorm/beta$"),
-        "cls.predictions.transform.LayerNorm.bias",
-        False,
-    ),
+    *_norm("bert/embeddings/LayerNorm", "bert.embeddings.LayerNorm"),
+    *_dense(rf"{_LAYER}/attention/self/(query|key|value)", r"bert.encoder.layer.\1.attention.self.\2"),
+    *_dense(rf"{_LAYER}/(attention/output|intermediate|output)/dense", r"bert.encoder.layer.\1.\2.dense"),
+    *_norm(rf"{_LAYER}/(attention/output|output)/LayerNorm", r"bert.encoder.layer.\1.\2.LayerNorm"),
+    *_dense("bert/pooler/dense", "bert.pooler.dense"),
+    *_dense("cls/predictions/transform/dense", "cls.predictions.transform.dense"),
+    *_norm("cls/predictions/transform/LayerNorm", "cls.predictions.transform.LayerNorm"),
     (re.compile(r"^cls/predictions/output_bias$"), "cls.predictions.bias", False),
     # [out, in] already: the original code multiplies by the transpose.
     (re.compile(r"^cls/seq_relationship/output_weights$"), "cls.seq_relationship.weight", False),
@@ -517,7 +514,7 @@ def convert_tf_checkpoint(
     """
     from .checkpoint import SAFETENSORS, save_state_dict
     from .config import BertConfig
-    from .io import atomic_dir
+    from .io import atomic_dir, read_json
     from .tokenizer import Tokenizer
 
     prefix = checkpoint_prefix(ckpt)
@@ -528,10 +525,7 @@ def convert_tf_checkpoint(
         raise UserError(f"{config_path}: bert_config.json not found; pass --config")
     if not vocab_path.is_file():
         raise UserError(f"{vocab_path}: vocab.txt not found; pass --vocab")
-    try:
-        raw_cfg = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{config_path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    raw_cfg = read_json(config_path, "bert_config.json")
     raw_cfg.setdefault("model_type", "bert")
     raw_cfg.setdefault("layer_norm_eps", 1e-12)
     raw_cfg.setdefault("pad_token_id", 0)
@@ -612,6 +606,7 @@ __all__ = [
     "load_tf_state_dict",
     "mask_crc",
     "parse_protobuf",
+    "protobuf_fields",
     "read_table",
     "read_varint",
     "tf_to_hf_name",

@@ -12,15 +12,25 @@ Texts made only of "plain" characters (ASCII and the common Latin/punctuation bl
 normaliser leaves alone apart from lowercasing; see :mod:`bertkit.tokenizer_fast_path`) go through a
 second, cheaper pipeline that gives identical ids, offsets and word ids; every other text takes the full
 one. ``Tokenizer.fast_path = False`` turns this off.
+
+:class:`BPETokenizer` runs a ``tokenizer.json`` whose model is BPE (ModernBERT's byte-level BPE) behind the same
+interface: same calls, same outputs' layout, ids equal transformers' ``PreTrainedTokenizerFast`` on the folder.
+The file is run as it is written: its normaliser, pre-tokenizer, BPE merges, post-processor (ModernBERT's
+``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]``), added tokens (``[MASK]`` with its left-strip) and decoder. Only
+the five special tokens are looked up, by the names ``tokenizer_config.json`` (or ``special_tokens_map.json``)
+gives, else by BERT's and RoBERTa's usual names. What differs from WordPiece inside the shared code: byte-level
+tokens carry their whitespace (``" word"``, ``"\\n\\n"``), so a long text is cut for truncation by slicing the
+original text after a word, never by re-joining words with single spaces; and the cheaper plain-text pipeline
+(BERT's normaliser) is never used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +39,7 @@ from tokenizers import AddedToken, Encoding, decoders, models, normalizers, pre_
 from tokenizers import Tokenizer as _RustTokenizer
 
 from .errors import UserError
-from .io import atomic_write, atomic_write_json, read_text
+from .io import atomic_write, atomic_write_json, read_json, read_json_object
 from .tokenizer_fast_path import (
     PlainText,
     choose_fast_path,
@@ -83,6 +93,25 @@ def _check_texts(texts: Sequence[Any], what: str) -> None:
                 f"{what}[{i}]: lone surrogate U+{ord(m.group()):04X} at character {m.start()} is not valid "
                 "Unicode text; fix the input's encoding"
             )
+
+
+@contextlib.contextmanager
+def _encoding_errors(
+    texts: Sequence[Any], pairs: Sequence[Any] | None, max_length: Any, truncation: Any
+) -> Iterator[None]:
+    """What the tokenizers library raises while encoding, said in one line: a TypeError names the input it
+    came from (:func:`_check_texts`); any other error is an impossible truncation, a ValueError."""
+    try:
+        yield
+    except TypeError:
+        _check_texts(texts, "texts")
+        if pairs is not None:
+            _check_texts(pairs, "pairs")
+        raise
+    except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
+        raise ValueError(
+            f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
+        ) from None
 
 
 def _no_empty_pairs(pairs: Sequence[Any]) -> list[Any]:
@@ -279,35 +308,24 @@ class Tokenizer:
     def _config_settings(config_file: Path) -> dict[str, Any]:
         """The constructor settings ``tokenizer_config.json`` gives (none when the file is absent)."""
         settings: dict[str, Any] = {}
-        if config_file.is_file():
-            try:
-                cfg = json.loads(config_file.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as e:
-                raise UserError(f"{config_file}: line {e.lineno}: not valid JSON ({e.msg})") from None
-            if "do_lower_case" in cfg:
-                settings["lowercase"] = bool(cfg["do_lower_case"])
-            if cfg.get("strip_accents") is not None:
-                settings["strip_accents"] = bool(cfg["strip_accents"])
-            if "tokenize_chinese_chars" in cfg:
-                settings["tokenize_chinese_chars"] = bool(cfg["tokenize_chinese_chars"])
-            if isinstance(cfg.get("model_max_length"), int) and cfg["model_max_length"] < 10**6:
-                settings["model_max_length"] = cfg["model_max_length"]
-            if isinstance(cfg.get("max_input_chars_per_word"), int):
-                settings["max_input_chars_per_word"] = _word_limit(
-                    cfg["max_input_chars_per_word"], config_file
-                )
+        cfg = read_json_object(config_file)
+        if "do_lower_case" in cfg:
+            settings["lowercase"] = bool(cfg["do_lower_case"])
+        if cfg.get("strip_accents") is not None:
+            settings["strip_accents"] = bool(cfg["strip_accents"])
+        if "tokenize_chinese_chars" in cfg:
+            settings["tokenize_chinese_chars"] = bool(cfg["tokenize_chinese_chars"])
+        if isinstance(cfg.get("model_max_length"), int) and cfg["model_max_length"] < 10**6:
+            settings["model_max_length"] = cfg["model_max_length"]
+        if isinstance(cfg.get("max_input_chars_per_word"), int):
+            settings["max_input_chars_per_word"] = _word_limit(cfg["max_input_chars_per_word"], config_file)
         return settings
 
     @classmethod
     def _from_tokenizer_json(cls, path: Path, **overrides: Any) -> Tokenizer:
-        try:
-            data = json.loads(read_text(path, "tokenizer file"))
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        data = read_json(path, "tokenizer file")
         model = data.get("model") if isinstance(data, dict) else None
         if isinstance(model, dict) and model.get("type") == "BPE":  # byte-level BPE (ModernBERT's)
-            from .tokenizer_bpe import BPETokenizer
-
             return BPETokenizer.from_file(path, **overrides)
         if not isinstance(model, dict) or model.get("type") != "WordPiece":
             kind = model.get("type") if isinstance(model, dict) else None
@@ -531,16 +549,8 @@ class Tokenizer:
             pair = None  # see _no_empty_pairs
         n_special = (3 if pair is not None else 2) if add_special_tokens else 0
         self._configure(max_length, truncation, stride, padding=False, n_special=n_special)
-        try:
+        with _encoding_errors([text], [pair], max_length, truncation):
             return self._backend_for(text, pair).encode(text, pair, add_special_tokens=add_special_tokens)
-        except TypeError:
-            _check_texts([text], "texts")
-            _check_texts([pair], "pairs")
-            raise
-        except Exception as e:  # tokenizers reports impossible truncations as generic exceptions
-            raise ValueError(
-                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
-            ) from None
 
     def encode_batch(
         self,
@@ -565,17 +575,8 @@ class Tokenizer:
             (3 if pairs is not None and any(b is not None for b in pairs) else 2) if add_special_tokens else 0
         )
         self._configure(max_length, truncation, stride, padding, n_special=n_special)
-        try:
+        with _encoding_errors(texts, pairs, max_length, truncation):
             return self._encode_routed(inputs, texts, pairs, add_special_tokens)
-        except TypeError:
-            _check_texts(texts, "texts")
-            if pairs is not None:
-                _check_texts(pairs, "pairs")
-            raise
-        except Exception as e:
-            raise ValueError(
-                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
-            ) from None
 
     def __call__(
         self,
@@ -642,7 +643,7 @@ class Tokenizer:
         cut: list[int] = []
         if limit is not None:
             inputs, cut = self._cut_texts(texts, limit)
-        try:
+        with _encoding_errors(texts, pairs, max_length, truncation):
             if pairs is None:
                 encodings = self._encode_routed(inputs, inputs, None, offsets=False)
             else:
@@ -650,15 +651,6 @@ class Tokenizer:
             for i in cut:  # a cut text must still fill the window, else encode it whole
                 if len(encodings[i].ids) < limit:
                     encodings[i] = self._encode_routed([texts[i]], [texts[i]], None, offsets=False)[0]
-        except TypeError:
-            _check_texts(texts, "texts")
-            if pairs is not None:
-                _check_texts(pairs, "pairs")
-            raise
-        except Exception as e:
-            raise ValueError(
-                f"cannot encode with max_length={max_length}, truncation={truncation!r}: {e}"
-            ) from None
         keys = (("input_ids", "ids"), ("token_type_ids", "type_ids"), ("attention_mask", "attention_mask"))
         if return_tensors is None:
             out = {k: [getattr(e, a) for e in encodings] for k, a in keys}
@@ -800,3 +792,167 @@ def _word_limit(value: Any, path: Path) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise UserError(f"{path}: max_input_chars_per_word must be an integer >= 1, got {value!r}")
     return value
+
+
+# ---------------------------------------------------------------- byte-level BPE (ModernBERT's)
+# role -> names tried in order when the configs do not name the token
+_DEFAULT_NAMES = {
+    "unk": ("[UNK]", "<unk>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "pad": ("[PAD]", "<pad>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+_WORD = re.compile(r"\S+")
+
+
+def end_of_words(text: str, n: int) -> int | None:
+    """Where the ``n``-th whitespace-separated word of ``text`` ends, when more words follow; else None.
+
+    Cutting ``text`` there keeps every pre-tokenizer piece before it whole (pieces never run from a word
+    across the whitespace after it), so the cut text's tokens are the first tokens of the whole text."""
+    end = None
+    for i, m in enumerate(_WORD.finditer(text)):
+        if i == n:
+            return end
+        end = m.end()
+    return None
+
+
+def _token_name(value: Any) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or ``{"content": ...}``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class BPETokenizer(Tokenizer):
+    """:class:`~bertkit.tokenizer.Tokenizer` over a BPE ``tokenizer.json``; build it with :meth:`from_file`
+    (``Tokenizer.from_pretrained`` does, for a folder whose tokenizer.json holds a BPE model)."""
+
+    def __init__(self) -> None:
+        raise TypeError(
+            "build a BPETokenizer with BPETokenizer.from_file(path) or Tokenizer.from_pretrained(dir)"
+        )
+
+    @property
+    def fast_path(self) -> bool:
+        return False  # the cheaper pipeline is BERT's normaliser and pre-tokenizer: not this file's
+
+    @fast_path.setter
+    def fast_path(self, on: bool) -> None:
+        if on:
+            raise ValueError("a BPE tokenizer has no plain-text fast path")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, model_max_length: int = 512) -> BPETokenizer:
+        """Load ``tokenizer.json`` at ``path``; special tokens and ``model_max_length`` from the
+        ``tokenizer_config.json`` beside it when there is one (``model_max_length`` given here wins)."""
+        path = Path(path)
+        try:
+            backend = _RustTokenizer.from_str(path.read_text(encoding="utf-8"))
+        except Exception as e:  # the library reports a malformed file as a plain Exception
+            raise UserError(f"{path}: not a tokenizer.json the tokenizers library reads ({e})") from None
+        backend.no_truncation()  # set per call, as for WordPiece
+        backend.no_padding()
+        config = read_json_object(path.parent / TOKENIZER_CONFIG)
+        specials = read_json_object(path.parent / "special_tokens_map.json")
+        self = cls.__new__(cls)
+        self._config = config
+        self._init_backend(backend, config, specials, model_max_length, str(path))
+        return self
+
+    def _init_backend(
+        self,
+        backend: _RustTokenizer,
+        config: dict[str, Any],
+        specials: dict[str, Any],
+        model_max_length: int,
+        source: str,
+    ) -> None:
+        vocab = backend.get_vocab(with_added_tokens=True)
+        names: dict[str, str] = {}
+        for role, candidates in _DEFAULT_NAMES.items():
+            given = _token_name(config.get(f"{role}_token")) or _token_name(specials.get(f"{role}_token"))
+            name = given if given is not None else next((c for c in candidates if c in vocab), None)
+            if name is None or name not in vocab:
+                raise UserError(
+                    f"{source}: no {role} token in the vocabulary (looked for "
+                    f"{given!r} from {TOKENIZER_CONFIG})"
+                    if given is not None
+                    else f"{source}: no {role} token in the vocabulary (looked for {', '.join(candidates)}); "
+                    f"name it as {role}_token in {TOKENIZER_CONFIG}"
+                )
+            names[role] = name
+        self.vocab = vocab
+        size = backend.get_vocab_size(with_added_tokens=True)
+        self.ids_to_tokens = [backend.id_to_token(i) or "" for i in range(size)]
+        # BERT's normaliser settings, for callers that print them: this file's normaliser is its own
+        self.lowercase, self.strip_accents, self.tokenize_chinese_chars = False, None, False
+        self.max_input_chars_per_word = 100
+        self.model_max_length = model_max_length
+        self.unk_token, self.cls_token, self.sep_token, self.pad_token, self.mask_token = (
+            names[k] for k in ("unk", "cls", "sep", "pad", "mask")
+        )
+        self.unk_token_id, self.cls_token_id, self.sep_token_id, self.pad_token_id, self.mask_token_id = (
+            vocab[names[k]] for k in ("unk", "cls", "sep", "pad", "mask")
+        )
+        self.all_special_ids = sorted({vocab[n] for n in names.values()})
+        self._tok = self._fast_tok = backend  # one pipeline: every text takes it
+        self._pad_longest = False
+
+    # -------------------------------------------------- cutting long texts (hooks of Tokenizer)
+    def _cut_texts(self, texts: Sequence[str], limit: int) -> tuple[Sequence[str], list[int]]:
+        """Texts of more than ``limit`` words sliced after their ``limit``-th word (whitespace kept as
+        written), and the indices cut."""
+        out: list[str] | None = None
+        cut: list[int] = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or len(text) <= 2 * limit:  # too short for limit + 1 words
+                continue
+            end = end_of_words(text, limit)
+            if end is not None:
+                if out is None:
+                    out = list(texts)
+                out[i] = text[:end]
+                cut.append(i)
+        return (texts if out is None else out), cut
+
+    @staticmethod
+    def _widen(text: str, short: str) -> str:
+        """``text`` sliced after twice as many words as ``short`` holds (``text`` itself if shorter)."""
+        end = end_of_words(text, 2 * max(len(short.split()), 1))
+        return text if end is None else text[:end]
+
+    def _count_tokens(self, text: str, words: int = 4096) -> int:
+        """The token count of a long text, ``words`` words at a time, each piece sliced where whitespace
+        starts (a piece boundary), so the sum is the whole text's count and memory stays bounded."""
+        n = 0
+        while text:
+            end = end_of_words(text, words)
+            head, text = (text, "") if end is None else (text[:end], text[end:])
+            n += self._ntokens(head)
+        return n
+
+    # ------------------------------------------------------------------------ persistence
+    def save_pretrained(self, model_dir: str | os.PathLike) -> None:
+        """Write ``tokenizer.json`` as loaded, ``tokenizer_config.json`` (the loaded one's keys kept, the special
+        tokens and length updated) and ``special_tokens_map.json``: a folder transformers' AutoTokenizer reads."""
+        model_dir = Path(model_dir)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        self._pad_longest = False
+        specials = {
+            f"{role}_token": getattr(self, f"{role}_token") for role in ("unk", "cls", "sep", "pad", "mask")
+        }
+        config = dict(self._config)
+        config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
+        for key, name in specials.items():  # an entry naming the same token keeps its flags (lstrip, ...)
+            if _token_name(config.get(key)) != name:
+                config[key] = name
+        config["model_max_length"] = self.model_max_length
+        with atomic_write(model_dir / TOKENIZER_JSON) as f:
+            f.write(self._tok.to_str())
+        atomic_write_json(model_dir / TOKENIZER_CONFIG, config)
+        atomic_write_json(model_dir / "special_tokens_map.json", specials)

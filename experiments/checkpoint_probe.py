@@ -10,7 +10,7 @@ does its pre-training start to transfer?
 
 For every checkpoint of RUN (and the random initialisation of the same shape, as step 0) it writes:
 
-- the held-out masked-LM scores of :func:`bertkit.mlm_eval.heldout_mlm` (the same masks for every model),
+- the held-out masked-LM scores of :func:`lab.mlm_eval.heldout_mlm` (the same masks for every model),
   with the unigram loss and the *word-order gain* (loss on the same sequences shuffled minus the loss in
   order: 0 for a model that reads its context as a bag of words);
 - SST-2 dev accuracy after fine-tuning on the first ``--train-examples`` training sentences, for each rate
@@ -75,9 +75,9 @@ def sst2(model_dir: Path, task, work: Path, lr: float, seed: int, n: int) -> flo
 def probe(
     run: Path, data: Path, glue: Path, lrs: list[float], seeds: list[int], n: int, work: Path
 ) -> list[dict]:
-    from bertkit.mlm_eval import heldout_mlm
     from bertkit.tasks.glue import glue_task_data
     from bertkit.train.checkpoint import list_checkpoints
+    from lab.mlm_eval import heldout_mlm
 
     task = glue_task_data("SST-2", glue / "SST-2")
     cfg = json.loads((run / "run_config.json").read_text())
@@ -110,7 +110,7 @@ def report(results: list[dict], doc: Path, files: list[str]) -> str:
         "",
         "Each run below is one `bertkit pretrain` run followed through its checkpoints by "
         "`experiments/checkpoint_probe.py`; step 0 is the random initialisation of the same shape. Held-out: the "
-        "last documents of the corpus, the same masks for every row of a run (`bertkit.mlm_eval.heldout_mlm`). "
+        "last documents of the corpus, the same masks for every row of a run (`lab.mlm_eval.heldout_mlm`). "
         "Word-order gain: the held-out loss on the same sequences with their tokens shuffled minus the loss in "
         "order, in nats (0: the model reads its context as a bag of words). SST-2: fine-tuned on the first "
         "training sentences, 2 epochs, batch 32, 64 tokens, each rate x seed; the rate with the best dev mean "

@@ -514,8 +514,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print("[4/5] did it learn? fill-mask on held-out documents", flush=True)
     from bertkit.heads.pretraining import BertForMaskedLM, fill_mask
-    from bertkit.mlm_eval import heldout_mlm
     from bertkit.tokenizer import Tokenizer
+    from lab.mlm_eval import heldout_mlm
 
     model_dir = Path(res["model_dir"])
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""bertkit.task_text: tasks' training text as a pre-training corpus in the `lines` format."""
+"""lab.experiment.task_text: tasks' training text as a pre-training corpus in the `lines` format."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import os
 import pytest
 
 from bertkit.data.corpus import read_documents
-from bertkit.task_text import (
+from bertkit.tasks.glue import Example
+from bertkit.tasks.ner import Sentence
+from lab.experiment.task_text import (
     example_sentences,
     group_documents,
     squad_documents,
     task_documents,
     write_corpus,
 )
-from bertkit.tasks.glue import Example
-from bertkit.tasks.ner import Sentence
 
 
 def test_pairs_keep_both_texts_adjacent_and_labels_are_dropped():

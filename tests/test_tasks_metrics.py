@@ -80,9 +80,9 @@ def test_conll_scores_by_hand():
     assert s["per_type"]["PER"]["f1"] == 1.0
     assert s["per_type"]["MISC"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 2}
     # IOB1 gold scored against IOB2 predictions of the same entities: perfect
-    assert M.conll_f1([["I-PER", "I-PER", "O", "I-LOC"]], [["B-PER", "I-PER", "O", "B-LOC"]]) == 1.0
+    assert M.conll_scores([["I-PER", "I-PER", "O", "I-LOC"]], [["B-PER", "I-PER", "O", "B-LOC"]])["f1"] == 1.0
     # an entity never continues across a sentence boundary
-    assert M.conll_f1([["I-PER"], ["I-PER"]], [["I-PER"], ["I-PER"]]) == 1.0
+    assert M.conll_scores([["I-PER"], ["I-PER"]], [["I-PER"], ["I-PER"]])["f1"] == 1.0
     assert M.conll_scores([["O"]], [["O"]])["f1"] == 0.0
 
 

@@ -10,8 +10,7 @@ import pytest
 from bpe_folder import WORDS, build_folder, generated_texts
 
 from bertkit.errors import UserError
-from bertkit.tokenizer import Tokenizer
-from bertkit.tokenizer_bpe import BPETokenizer, end_of_words
+from bertkit.tokenizer import BPETokenizer, Tokenizer, end_of_words
 
 transformers = pytest.importorskip("transformers")
 

@@ -91,7 +91,7 @@ def test_cased_keeps_case_and_uncased_lowers_it(tmp_path):
     cased = train_bpe([corpus], 300, tmp_path / "cased.json", lowercase=False, progress=False)
     uncased = train_bpe([corpus], 300, tmp_path / "uncased.json", progress=False)
     assert (cased["lowercase"], uncased["lowercase"]) == (False, True)
-    from bertkit.tokenizer_bpe import BPETokenizer
+    from bertkit.tokenizer import BPETokenizer
 
     c = BPETokenizer.from_file(tmp_path / "cased.json")
     u = BPETokenizer.from_file(tmp_path / "uncased.json")

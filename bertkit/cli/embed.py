@@ -97,8 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _read_texts(path: Path, field: str) -> tuple[list[str], list[Any] | None]:
     from ..io import read_jsonl
 
-    if not path.is_file():
-        raise UserError(f"{path}: input file not found")
     texts: list[str] = []
     ids: list[Any] = []
     if path.suffix in (".jsonl", ".json"):
@@ -131,8 +129,6 @@ def embed(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.out.suffix not in (".npy", ".jsonl"):
         raise UserError(f"{args.out}: output must end in .npy or .jsonl")
-    if args.batch_size < 1:
-        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     texts, ids = _read_texts(args.input, args.text_field)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     encoder = SentenceEncoder.from_pretrained(

@@ -18,15 +18,17 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
     A.add_output(
         p, "--out", resumable=True, help="output directory (metrics.json, model/, predictions, loss.png)"
     )
-    p.add_argument("--epochs", type=float, default=3.0, help="training epochs (paper: 2, 3 or 4; default 3)")
-    p.add_argument("--batch-size", type=int, default=32, help="paper: 16 or 32 (default 32)")
+    p.add_argument(
+        "--epochs", type=A.positive_float, default=3.0, help="training epochs (paper: 2, 3 or 4; default 3)"
+    )
+    p.add_argument("--batch-size", type=A.positive_int, default=32, help="paper: 16 or 32 (default 32)")
     p.add_argument(
         "--lr",
         type=A.positive_float,
         default=lr,
         help=f"peak learning rate (paper: 5e-5, 3e-5, 2e-5; default {lr:g})",
     )
-    p.add_argument("--max-seq-length", type=int, default=max_seq_length)
+    p.add_argument("--max-seq-length", type=A.int_range(8, 512), default=max_seq_length)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument(
         "--warmup-ratio", type=A.probability, default=0.1, help="fraction of steps of linear warm-up (0.1)"
@@ -53,38 +55,12 @@ def _common(p: argparse.ArgumentParser, lr: float = 5e-5, max_seq_length: int = 
 def _settings(args: argparse.Namespace, **extra):
     from bertkit.tasks.spec import Settings
 
-    if args.epochs <= 0 or args.batch_size <= 0 or args.lr <= 0:
-        raise UserError("--epochs, --batch-size and --lr must be positive")
-    if args.max_seq_length < 8 or args.max_seq_length > 512:
-        raise UserError(f"--max-seq-length {args.max_seq_length}: use 8..512")
     check_trainer_arguments(args)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    return Settings(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        max_seq_length=args.max_seq_length,
-        seed=args.seed,
-        warmup_ratio=args.warmup_ratio,
-        weight_decay=args.weight_decay,
-        freeze_encoder=args.freeze_encoder,
-        max_train_examples=args.max_train_examples,
-        eval_batch_size=args.eval_batch_size,
-        progress=not args.quiet,
-        checkpoint_every=args.checkpoint_every,
-        resume=args.resume,
-        precision=args.precision,
-        gradient_checkpointing=args.gradient_checkpointing,
-        grad_accum=args.grad_accum,
-        max_steps=args.max_steps,
-        eval_every=args.eval_every,
-        keep_best=args.keep_best,
-        distributed=args.distributed,
-        **extra,
-    )
+    return Settings.from_args(args, **extra)
 
 
 def _run(task, args, **extra) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
+from bertkit.io import read_jsonl
 
 CHUNK = 32  # questions / texts handed to the pipeline at a time (the progress bar's unit)
 
@@ -48,17 +49,13 @@ def read_questions(path: Path) -> list[tuple[str, str, str]]:
                     items.append((str(qa.get("id", len(items))), qa["question"], para["context"]))
         return items
     items = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                items.append((str(row.get("id", len(items))), row["question"], row["context"]))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                raise UserError(
-                    f"{path}:{n}: expected a JSON object with 'question' and 'context' (and optionally 'id')"
-                ) from None
+    for n, row in read_jsonl(path, "input file"):
+        try:
+            items.append((str(row.get("id", len(items))), row["question"], row["context"]))
+        except (KeyError, TypeError, AttributeError):
+            raise UserError(
+                f"{path}:{n}: expected a JSON object with 'question' and 'context' (and optionally 'id')"
+            ) from None
     return items
 
 

@@ -13,26 +13,6 @@ from ..serving.quantize import ENGINES
 from . import args as A
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     d = Limits()
     p = subparsers.add_parser(
@@ -47,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
     )
-    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port)")
+    p.add_argument(
+        "--port", type=A.int_range(0, 65535), default=8080, help="TCP port (default 8080; 0: any free port)"
+    )
     p.add_argument(
         "--device", type=A.device, default=None, help="cpu, cuda, ... (default: cuda if available)"
     )
@@ -84,32 +66,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     g = p.add_argument_group("limits (per request)")
     g.add_argument(
-        "--max-body-bytes", type=_positive, default=d.max_body_bytes, help="largest request body (413)"
+        "--max-body-bytes", type=A.positive_int, default=d.max_body_bytes, help="largest request body (413)"
     )
-    g.add_argument("--max-text-chars", type=_positive, default=d.max_text_chars, help="longest text (413)")
     g.add_argument(
-        "--max-batch-size", type=_positive, default=d.max_batch_size, help="most texts per request (413)"
+        "--max-text-chars", type=A.positive_int, default=d.max_text_chars, help="longest text (413)"
+    )
+    g.add_argument(
+        "--max-batch-size", type=A.positive_int, default=d.max_batch_size, help="most texts per request (413)"
     )
     g.add_argument(
         "--max-request-tokens",
-        type=_positive,
+        type=A.positive_int,
         default=d.max_request_tokens,
         help="most tokens of model work one request may ask for, bounded before tokenisation (413)",
     )
     g.add_argument(
         "--max-fill-mask-predictions",
-        type=_positive,
+        type=A.positive_int,
         default=d.max_fill_mask_predictions,
         help="most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
     )
     g.add_argument(
         "--max-embed-all-values",
-        type=_positive,
+        type=A.positive_int,
         default=d.max_embed_all_values,
         help="most floats (tokens x hidden size) one /embed_all answer may hold (413; default %(default)s)",
     )
     g.add_argument(
-        "--max-length", type=_positive, default=None, help="tokens per sequence (default: the model's)"
+        "--max-length", type=A.positive_int, default=None, help="tokens per sequence (default: the model's)"
     )
     g.add_argument(
         "--auto-truncate",
@@ -124,12 +108,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="texts over --max-length: cut them, or run overlapping windows and average (embed, predict)",
     )
     g.add_argument(
-        "--window-stride", type=_positive, default=None, help="windows: tokens between window starts"
+        "--window-stride", type=A.positive_int, default=None, help="windows: tokens between window starts"
     )
     c = p.add_argument_group("connections")
     c.add_argument(
         "--max-connections",
-        type=_positive,
+        type=A.positive_int,
         default=DEFAULT_MAX_CONNECTIONS,
         help="open client connections; more are answered 503 and closed (default %(default)s, at most the "
         "open-file limit less 64)",
@@ -150,11 +134,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="seconds an idle connection stays open between requests (default %(default)s)",
     )
     b = p.add_argument_group("batching")
-    b.add_argument("--max-batch-tokens", type=_positive, default=16_384, help="padded tokens per model batch")
     b.add_argument(
-        "--max-wait-ms", type=_non_negative_float, default=5.0, help="longest wait to fill a batch"
+        "--max-batch-tokens", type=A.positive_int, default=16_384, help="padded tokens per model batch"
     )
-    b.add_argument("--workers", type=_positive, default=1, help="model worker threads")
+    b.add_argument(
+        "--max-wait-ms", type=A.non_negative_float, default=5.0, help="longest wait to fill a batch"
+    )
+    b.add_argument("--workers", type=A.positive_int, default=1, help="model worker threads")
     b.add_argument(
         "--no-batching", action="store_true", help="one request per batch (no cross-request merging)"
     )
@@ -175,12 +161,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any] | None:
-    from ..errors import UserError
     from ..serving import serve
     from ..serving.cors import check_origin
 
-    if not 0 <= args.port < 65536:
-        raise UserError(f"--port must be in 0..65535, got {args.port}")
     origins = [check_origin(o) for o in args.cors_origin]  # refused before the model loads
     limits = Limits(
         max_body_bytes=args.max_body_bytes,

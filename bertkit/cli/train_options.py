@@ -5,28 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bertkit.cli import args as A
 from bertkit.errors import UserError
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: use a positive whole number")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: use 0 (off) or a number of steps")
-    return value
 
 
 def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     """The training-run options every ``finetune`` subcommand shares (the generic Trainer's)."""
     p.add_argument(
         "--checkpoint-every",
-        type=_non_negative_int,
+        type=A.non_negative_int,
         default=0,
         metavar="N",
         help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
@@ -46,7 +33,7 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--grad-accum",
-        type=_positive_int,
+        type=A.positive_int,
         default=1,
         metavar="N",
         help="accumulate the gradients of N batches per optimizer step (effective batch: batch size x N x "
@@ -54,14 +41,14 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-steps",
-        type=_positive_int,
+        type=A.positive_int,
         default=None,
         metavar="N",
         help="train for N optimizer steps (overrides --epochs; the schedule spans the N steps)",
     )
     p.add_argument(
         "--eval-every",
-        type=_non_negative_int,
+        type=A.non_negative_int,
         default=0,
         metavar="N",
         help="evaluate on dev every N optimizer steps (OUT/eval.jsonl; default 0: after training only)",

@@ -245,18 +245,6 @@ class PretrainingDataset(torch.utils.data.Dataset):
     def collate(self, batch: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         return collate_pretraining(batch, pad_id=self.pad_id)
 
-    @property
-    def tokens_per_epoch(self) -> int:
-        """Tokens in this rank's chunks (for throughput and progress estimates)."""
-        sl = slice(self.offset, self.offset + self.per_rank)
-        total = 0
-        for k, arr in enumerate(self.shards.arrays):
-            m = self.chunk_shard[sl] == k
-            if m.any():
-                s = np.asarray(arr["sents"])
-                total += int((s[self.chunk_hi[sl][m]] - s[self.chunk_lo[sl][m]]).sum())
-        return total
-
 
 def collate_pretraining(
     batch: Sequence[dict[str, np.ndarray]], pad_id: int = 0, pad_to_multiple_of: int | None = None

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.io import atomic_write, atomic_write_json, read_text
+from bertkit.io import atomic_write, atomic_write_json, read_json, read_text
 
 __all__ = [
     "ChunkCache",
@@ -63,12 +62,10 @@ def resolve_vocab(path: str | os.PathLike) -> tuple[Path, str]:
 def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
     """The project's :class:`bertkit.tokenizer.Tokenizer` for ``vocab_file`` (see :func:`resolve_vocab`);
     ``lowercase`` applies to a WordPiece vocabulary only: a tokenizer.json carries its own normaliser."""
-    from bertkit.tokenizer import Tokenizer
+    from bertkit.tokenizer import BPETokenizer, Tokenizer
 
     path, kind = resolve_vocab(vocab_file)
     if kind == "bpe":
-        from bertkit.tokenizer_bpe import BPETokenizer
-
         _read_vocab(path)  # the model's kind and the special tokens, in one line each
         return BPETokenizer.from_file(path)
     return Tokenizer(str(path), lowercase=lowercase)
@@ -100,10 +97,7 @@ def _read_vocab(vocab_file: Path) -> list[str]:
 
 def _bpe_tokens(path: Path) -> list[str]:
     """The tokens of a BPE ``tokenizer.json`` (its added tokens included) in id order."""
-    try:
-        data = json.loads(read_text(path, "tokenizer file"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    data = read_json(path, "tokenizer file")
     model = data.get("model") if isinstance(data, dict) else None
     kind = model.get("type") if isinstance(model, dict) else None
     if kind != "BPE" or not isinstance(model.get("vocab"), dict):
@@ -135,7 +129,7 @@ def _bpe_lowercases(path: Path) -> bool:
             return any(walk(v) for v in node.values())
         return isinstance(node, list) and any(walk(v) for v in node)
 
-    return walk(json.loads(read_text(path, "tokenizer file")).get("normalizer"))
+    return walk(read_json(path, "tokenizer file").get("normalizer"))
 
 
 def _shard_name(index: int) -> str:

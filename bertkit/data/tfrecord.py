@@ -23,13 +23,13 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.tf_checkpoint import crc32c, mask_crc
+from bertkit.tf_checkpoint import _signed64, crc32c, mask_crc
+from bertkit.tf_checkpoint import protobuf_fields as _fields
 from bertkit.tf_checkpoint import read_varint as _varint
 
 __all__ = ["TFRecordFile", "masked_crc32c", "parse_example"]
@@ -43,35 +43,6 @@ def masked_crc32c(data: bytes) -> int:
 # ------------------------------------------------------------------------------------------------ protobuf
 
 
-def _fields(buf, start: int = 0, end: int | None = None) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of a message: an int for varints, (start, end) for length-delimited
-    fields, raw bytes for fixed32/fixed64."""
-    pos = start
-    end = len(buf) if end is None else end
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            val, pos = _varint(buf, pos)
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            if pos + n > end:
-                raise ValueError("truncated field")
-            val = (pos, pos + n)
-            pos += n
-        elif wire == 5:
-            val = bytes(buf[pos : pos + 4])
-            pos += 4
-        elif wire == 1:
-            val = bytes(buf[pos : pos + 8])
-            pos += 8
-        else:
-            raise ValueError(f"unsupported wire type {wire}")
-        if pos > end:
-            raise ValueError("truncated message")
-        yield num, wire, val
-
-
 def _int64_list(buf, start: int, end: int) -> list[int]:
     out: list[int] = []
     for num, wire, val in _fields(buf, start, end):
@@ -82,10 +53,10 @@ def _int64_list(buf, start: int, end: int) -> list[int]:
             p = a
             while p < b:
                 v, p = _varint(buf, p)
-                out.append(v - (1 << 64) if v >= 1 << 63 else v)
+                out.append(_signed64(v))
         elif wire == 0:
             v = int(val)  # type: ignore[arg-type]
-            out.append(v - (1 << 64) if v >= 1 << 63 else v)
+            out.append(_signed64(v))
     return out
 
 

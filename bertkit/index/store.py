@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
-from ..io import _chmod_as_umask
+from ..io import _chmod_as_umask, _fsync_dir
 from . import lock
 from .backends import BACKENDS, Backend, exact_search, make_backend
 
@@ -68,12 +68,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _fsync_tree(path: Path) -> None:
     for p in [*path.iterdir(), path]:
-        with contextlib.suppress(OSError):
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        _fsync_dir(p)  # a file or a folder alike
 
 
 def _checked_meta(text: Any, db: Path) -> dict[str, Any]:

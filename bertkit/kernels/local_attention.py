@@ -51,12 +51,13 @@ def sliding_window_attention(
         t <= window + 1 and key_mask is None
     ):  # every key within reach, no padding: no mask (SDPA's fastest path)
         return scaled_dot_product_attention(q, k, v, None, False, dropout_p)
-    if t <= block + 2 * window:  # one block would see every key: the dense band is no larger
+    # One block would see every key: the dense band is no larger. A trace (the ONNX export) keeps the dense
+    # band whatever its example's length: block by block would freeze that length's block count.
+    if torch.jit.is_tracing() or t <= block + 2 * window:
         mask = window_mask(t, window, q.device)
-        if key_mask is not None:
-            mask = mask & (
-                key_mask.bool()[:, None, None, :] | torch.eye(t, dtype=torch.bool, device=q.device)
-            )
+        if key_mask is not None:  # the diagonal from positions: ONNX Runtime has no boolean EyeLike
+            idx = torch.arange(t, device=q.device)
+            mask = mask & (key_mask.bool()[:, None, None, :] | (idx[:, None] == idx[None, :]))
         return scaled_dot_product_attention(q, k, v, mask, False, dropout_p)
     n = -(-t // block)
     extra = n * block - t  # queries padded up to whole blocks

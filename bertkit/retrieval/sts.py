@@ -18,33 +18,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..sentence.data import read_sts
-
-
-def rankdata(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n with ties given their average rank (as scipy.stats.rankdata)."""
-    x = np.asarray(x, dtype=np.float64)
-    order = np.argsort(x, kind="mergesort")
-    sorted_x = x[order]
-    ranks = np.empty(len(x), dtype=np.float64)
-    start = 0
-    while start < len(x):
-        end = start
-        while end + 1 < len(x) and sorted_x[end + 1] == sorted_x[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2.0 + 1.0
-        start = end + 1
-    return ranks
-
-
-def pearson(a: np.ndarray, b: np.ndarray) -> float:
-    a = np.asarray(a, dtype=np.float64) - np.mean(a)
-    b = np.asarray(b, dtype=np.float64) - np.mean(b)
-    denom = np.sqrt((a * a).sum() * (b * b).sum())
-    return float((a * b).sum() / denom) if denom > 0 else 0.0
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    return pearson(rankdata(a), rankdata(b))
+from ..tasks.metrics import pearson, spearman
 
 
 def evaluate_sts(encoder: Any, rows: list[tuple[str, str, float]], batch_size: int = 64) -> dict[str, float]:
@@ -54,8 +28,8 @@ def evaluate_sts(encoder: Any, rows: list[tuple[str, str, float]], batch_size: i
     emb = encoder.encode(sentences, batch_size=batch_size, normalize=True)
     a = emb[[where[r[0]] for r in rows]]
     b = emb[[where[r[1]] for r in rows]]
-    cos = (a * b).sum(axis=1)
-    gold = np.array([r[2] for r in rows])
+    cos = (a * b).sum(axis=1, dtype=np.float64).tolist()
+    gold = [float(r[2]) for r in rows]
     return {"spearman": 100 * spearman(cos, gold), "pearson": 100 * pearson(cos, gold), "pairs": len(rows)}
 
 

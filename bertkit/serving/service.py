@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..inference_precision import check_inference_precision, inference_autocast
+from ..sentence.batching import pad
 from .batching import Batcher
 from .errors import ApiError, validation
 from .limits import Limits, check_budget, check_text, check_texts, truncated_tokens, windowed_tokens
@@ -189,15 +190,7 @@ class InferenceService:
     @torch.inference_mode()
     def _run(self, task: str, ids: list[list[int]], type_ids: list[list[int]]) -> list[Any]:
 
-        n, width = len(ids), max(len(x) for x in ids)
-        t_ids = torch.full((n, width), self.tokenizer.pad_token_id, dtype=torch.long)
-        t_types = torch.zeros((n, width), dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for row, (x, t) in enumerate(zip(ids, type_ids)):
-            t_ids[row, : len(x)] = torch.tensor(x)
-            t_types[row, : len(x)] = torch.tensor(t)
-            mask[row, : len(x)] = 1
-        t_ids, t_types, mask = t_ids.to(self.device), t_types.to(self.device), mask.to(self.device)
+        t_ids, mask, t_types = (t.to(self.device) for t in pad(ids, self.tokenizer.pad_token_id, type_ids))
         if self.int8:
             return self._run_int8(task, ids, t_ids, t_types, mask)
         if task == "embed":

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from bertkit.sentence.batching import pad
 from bertkit.tasks.spec import TaskData
 from bertkit.tokenizer import Tokenizer
 
@@ -156,26 +157,12 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 
 
 def collate(feats: Sequence[Feature], kind: str, pad_id: int = 0) -> dict[str, torch.Tensor]:
-    if kind == "choice":
-        n_choice = len(feats[0].input_ids)
-        t = max(len(x) for f in feats for x in f.input_ids)
-        ids = torch.full((len(feats), n_choice, t), pad_id, dtype=torch.long)
-        types = torch.zeros_like(ids)
-        mask = torch.zeros_like(ids)
-        for i, f in enumerate(feats):
-            for j, (x, y) in enumerate(zip(f.input_ids, f.token_type_ids)):
-                ids[i, j, : len(x)] = torch.tensor(x)
-                types[i, j, : len(y)] = torch.tensor(y)
-                mask[i, j, : len(x)] = 1
+    if kind == "choice":  # [B * C] rows padded together, then [B, C, T]
+        rows = [x for f in feats for x in f.input_ids]
+        ids, mask, types = pad(rows, pad_id, [y for f in feats for y in f.token_type_ids])
+        ids, mask, types = (t.view(len(feats), len(feats[0].input_ids), -1) for t in (ids, mask, types))
     else:
-        t = max(len(f.input_ids) for f in feats)
-        ids = torch.full((len(feats), t), pad_id, dtype=torch.long)
-        types = torch.zeros_like(ids)
-        mask = torch.zeros_like(ids)
-        for i, f in enumerate(feats):
-            ids[i, : len(f.input_ids)] = torch.tensor(f.input_ids)
-            types[i, : len(f.token_type_ids)] = torch.tensor(f.token_type_ids)
-            mask[i, : len(f.input_ids)] = 1
+        ids, mask, types = pad([f.input_ids for f in feats], pad_id, [f.token_type_ids for f in feats])
     batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
     if all(f.label is not None for f in feats):
         if kind == "token":

@@ -2,7 +2,7 @@
 
 - ``accuracy``, ``binary_f1`` (F1 of the positive class), ``matthews_corrcoef`` (CoLA),
   ``pearson`` / ``spearman`` (STS-B; Spearman uses average ranks for ties),
-- ``conll_entities`` / ``conll_f1``: entity-level precision/recall/F1 with the semantics of the
+- ``conll_entities`` / ``conll_scores``: entity-level precision/recall/F1 with the semantics of the
   CoNLL ``conlleval`` script (chunk boundaries from tag prefixes B/I/E/S/O; works on IOB1, IOB2 and IOBES;
   an entity counts as correct only if type, start and end all match).
 - ``glue_metrics(task, preds, labels)`` picks the official metric set of a GLUE task.
@@ -185,10 +185,6 @@ def conll_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -
             "support": g_,
         }
     return out
-
-
-def conll_f1(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> float:
-    return conll_scores(gold, pred)["f1"]
 
 
 # ----------------------------------------------------------------------------------------------- tasks

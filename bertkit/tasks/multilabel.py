@@ -46,12 +46,6 @@ def multilabel_metrics(labels: Sequence[str]) -> Callable[[list, list], dict[str
     return metric
 
 
-def multi_hot(names: Sequence[str], labels: Sequence[str]) -> list[float]:
-    """``[1.0 if label in names else 0.0 for each label]`` (the BCE target)."""
-    have = set(names)
-    return [1.0 if lab in have else 0.0 for lab in labels]
-
-
 def decide(
     probs: Sequence[float], labels: Sequence[str], thresholds: Sequence[float] | None = None
 ) -> list[str]:

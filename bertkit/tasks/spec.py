@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -34,6 +35,17 @@ class Settings:
     eval_every: int = 0  # evaluate on dev every N optimizer steps (eval.jsonl); 0: only after training
     keep_best: bool = False  # keep the weights best on the main dev metric (needs eval_every)
     distributed: str = "ddp"  # under torchrun: "ddp" (replicas) or "fsdp" (parameters sharded over the ranks)
+
+    @classmethod
+    def from_args(cls, args: Any, **overrides: Any) -> Settings:
+        """The settings a command's parsed arguments give by the same names (``quiet`` turns ``progress``
+        off); ``overrides`` win, and what neither gives keeps its default."""
+        given = {
+            f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name, None) is not None
+        }
+        if getattr(args, "quiet", False):
+            given["progress"] = False
+        return cls(**{**given, **overrides})
 
 
 @dataclass

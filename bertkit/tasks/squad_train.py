@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from bertkit.errors import UserError
 from bertkit.io import atomic_dir, atomic_write_json
 from bertkit.model_card import write_model_card
+from bertkit.sentence.batching import pad
 from bertkit.tasks import squad as S
 from bertkit.tasks import squad_postprocess as P
 from bertkit.tasks.squad_metrics import evaluate
@@ -83,24 +84,12 @@ def split_articles(
     return {**data, "data": articles}, dev
 
 
-def _count_questions(data: dict) -> int:
-    return sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"])
-
-
 # ------------------------------------------------------------------------------------------------ batching
 
 
 def collate(feats: list[S.SquadFeature], pad_id: int = 0, targets: bool = True) -> dict[str, torch.Tensor]:
     """Pad to the longest window of the batch; attention mask 1 on real tokens."""
-    t = max(len(f.input_ids) for f in feats)
-    ids = torch.full((len(feats), t), pad_id, dtype=torch.long)
-    types = torch.zeros_like(ids)
-    mask = torch.zeros_like(ids)
-    for i, f in enumerate(feats):
-        n = len(f.input_ids)
-        ids[i, :n] = torch.tensor(f.input_ids)
-        types[i, :n] = torch.tensor(f.token_type_ids)
-        mask[i, :n] = 1
+    ids, mask, types = pad([f.input_ids for f in feats], pad_id, [f.token_type_ids for f in feats])
     batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
     if targets:
         batch["start_positions"] = torch.tensor([f.start_position for f in feats], dtype=torch.long)

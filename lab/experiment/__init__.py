@@ -5,7 +5,7 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
     vocab                                   WordPiece vocabulary of the corpus (bertkit vocab)
     prepare                                 token shards (bertkit prepare)
     tasktext/<model>, prepare/<model>       for a model with ``task_text = [tasks]``: those tasks' training
-                                            text (bertkit.task_text) and its shards with the corpus
+                                            text (lab.experiment.task_text) and its shards with the corpus
     pretrain/<model>                        one pre-training run per model (or: random init, an existing
                                             model, transformers' own pipeline in a subprocess); with
                                             ``continue_from = "<model>"`` it starts from that model's weights

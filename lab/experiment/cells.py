@@ -66,9 +66,10 @@ def _vocab(matrix, cell, out, done, progress) -> dict:
 
 
 def _tasktext(matrix, cell, out, done, progress) -> dict:
-    """The training text of the model's ``task_text`` tasks as one corpus file (see bertkit.task_text); a
-    training file named by several tasks (SST-2 and a 1k-example SST-2 task) is written once."""
-    from bertkit.task_text import squad_documents, task_documents, write_corpus
+    """The training text of the model's ``task_text`` tasks as one corpus file (see
+    lab.experiment.task_text); a training file named by several tasks (SST-2 and a 1k-example SST-2 task) is
+    written once."""
+    from lab.experiment.task_text import squad_documents, task_documents, write_corpus
 
     def documents():
         seen = set()

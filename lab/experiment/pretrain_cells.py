@@ -16,9 +16,9 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
-from bertkit.mlm_eval import heldout_mlm
 from lab.experiment.matrix import Cell, Matrix, prepare_cell_of, resolve
 from lab.experiment.paths import external_model_dir, model_shape, prepared_data
+from lab.mlm_eval import heldout_mlm
 
 CURVE_POINTS = 60
 

@@ -148,10 +148,3 @@ def _text_counts(train, batches: int = 50) -> Counter:
         real[torch.arange(real.size(0)), b["attention_mask"].sum(1) - 1] = False  # the closing [SEP]
         counts.update(original[real].tolist())
     return counts
-
-
-def most_frequent_masked_token(
-    data_dir: Path, max_seq_length: int, valid_documents: int | None, seed: int, batches: int = 50
-) -> int:
-    """The id most often under a mask in the first ``batches`` x 64 training sequences (the unigram guess)."""
-    return masked_token_counts(data_dir, max_seq_length, valid_documents, seed, batches).most_common(1)[0][0]
