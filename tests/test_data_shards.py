@@ -121,6 +121,29 @@ def test_prepare_parallel_matches_serial_and_skips_finished(corpus_and_vocab, tm
     assert cased["shards_skipped"] == 0
 
 
+def _no_decision(*args, **kwargs):  # module level: forked pool workers inherit the patch
+    raise AssertionError("a shard-building process decided the tokenizer's fast path")
+
+
+def test_prepare_takes_no_per_process_tokenizer_decision(corpus_and_vocab, tmp_path, monkeypatch):
+    # The decision imports torch for its cache key (~1 s of CPU per process) and measures on a machine
+    # without a cached choice: prepare and each of its workers must get the pipeline already chosen.
+    from bertkit import tuning
+    from bertkit.data.shard_build import load_tokenizer
+
+    corpus, vocab, _ = corpus_and_vocab
+    monkeypatch.setattr(tuning, "decide", _no_decision)
+    a = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, progress=False)
+    b = prepare([corpus], vocab, tmp_path / "b", shard_size_mb=0.0005, workers=2, progress=False)
+    assert a["num_shards"] > 1 and a["tokens"] == b["tokens"]
+    assert load_tokenizer(vocab).fast_path is True
+    monkeypatch.setenv("BERTKIT_TOKENIZER_FAST_PATH", "0")  # an explicit setting still wins
+    assert load_tokenizer(vocab).fast_path is False
+    prepare([corpus], vocab, tmp_path / "c", shard_size_mb=0.0005, progress=False)
+    ma, mc = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ac")
+    assert ma["shards"] == mc["shards"]
+
+
 def _failing_build_shard(task):  # module level: the pool pickles it by name
     raise OSError(f"disk full while writing shard {task[0]}")
 
