@@ -163,7 +163,34 @@ class PeakMemory:
 # --- one measurement per subprocess -------------------------------------------------------------------
 
 
-def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original: str | None) -> dict:
+def arrays_sha256(arrays: dict) -> str:
+    """A fingerprint of static instances as the original's features (each array's name, shape and int64
+    values, in :data:`bertkit.data.static.FEATURES` order), whatever dtype each side stores them in."""
+    import hashlib
+
+    import numpy as np
+
+    from bertkit.data.static import FEATURES
+
+    h = hashlib.sha256()
+    for key in FEATURES:
+        arr = np.ascontiguousarray(arrays[key], dtype=np.int64)
+        h.update(f"{key}{arr.shape}".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _measure(
+    mode: str,
+    corpus: str,
+    workers: int,
+    max_seq_length: int,
+    original: str | None,
+    fingerprint: bool = False,
+    static_workers: int = 1,
+) -> dict:
+    """One side's run on ``corpus`` (timed), and with ``fingerprint`` (untimed) the sha256 of its static
+    instances' arrays (modes original and static)."""
     mb = Path(corpus).stat().st_size / 2**20
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "original":
@@ -177,6 +204,11 @@ def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original
                 n_ids = sum(len(tok.convert_tokens_to_ids(i.tokens)) for i in insts)
                 seconds = time.perf_counter() - t0
             extra = {"instances": len(insts), "tokens": n_ids}
+            if fingerprint:
+                from bertkit.data.instances import instances_to_arrays
+
+                arrays = instances_to_arrays(insts, max_seq_length, 20, tok.vocab)
+                extra["arrays_sha256"] = arrays_sha256(arrays)
         elif mode == "default":
             import torch
 
@@ -196,15 +228,19 @@ def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original
                 seconds = time.perf_counter() - t0
             extra = {"instances": n, "tokens": tokens, "prepare_s": round(t1 - t0, 3)}
         elif mode == "static":
-            from bertkit.data import create_static_from_shards, prepare
+            from bertkit.data import create_static_from_shards, load_static_instances, prepare
 
             with PeakMemory() as mem:
                 t0 = time.perf_counter()
-                prepare([corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=1, progress=False)
+                prepare(
+                    [corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=static_workers, progress=False
+                )
                 t1 = time.perf_counter()
                 res = create_static_from_shards(Path(tmp) / "d", Path(tmp) / "s.npz", max_seq_length, 1)
                 seconds = time.perf_counter() - t0
-            extra = {"instances": res["instances"], "prepare_s": round(t1 - t0, 3)}
+            extra = {"instances": res["instances"], "prepare_s": round(t1 - t0, 3), "workers": static_workers}
+            if fingerprint:
+                extra["arrays_sha256"] = arrays_sha256(load_static_instances(Path(tmp) / "s.npz"))
         else:
             raise ValueError(mode)
     return {"mode": mode, "seconds": round(seconds, 3), "mb": round(mb, 3), "peak_mb": mem.peak_mb, **extra}
@@ -436,6 +472,8 @@ def main(argv=None) -> None:
     p.add_argument("--golden", action="store_true", help="re-derive the parity test's fingerprints")
     p.add_argument("--_measure", help=argparse.SUPPRESS)
     p.add_argument("--_corpus", help=argparse.SUPPRESS)
+    p.add_argument("--_fingerprint", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--_static-workers", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.golden:
         if not os.environ.get("BERT_ORIGINAL_DIR"):
@@ -444,7 +482,10 @@ def main(argv=None) -> None:
             print(json.dumps(row))
         return
     if a._measure:
-        r = _measure(a._measure, a._corpus, a.workers, a.max_seq_length, os.environ.get("BERT_ORIGINAL_DIR"))
+        original = os.environ.get("BERT_ORIGINAL_DIR")
+        r = _measure(
+            a._measure, a._corpus, a.workers, a.max_seq_length, original, a._fingerprint, a._static_workers
+        )
         print(json.dumps(r))
         return
     for row in run(a):
