@@ -144,6 +144,35 @@ def test_prepare_takes_no_per_process_tokenizer_decision(corpus_and_vocab, tmp_p
     assert ma["shards"] == mc["shards"]
 
 
+def _build_shard_noting_the_cache(task):  # module level: the pool pickles it by name
+    from pathlib import Path
+
+    from bertkit.data.shard_build import _WORKER, _build_shard
+
+    (Path(task[3]) / f"cache-{task[0]}.txt").write_text(str(len(_WORKER["cache"].index)))
+    return _build_shard(task)
+
+
+def test_pool_workers_start_with_the_first_shards_words_cached(corpus_and_vocab, tmp_path, monkeypatch):
+    # Each worker used to tokenize again the words every shard shares; the parent now tokenizes the first
+    # shard's distinct words once and the forked workers inherit them (the shards stay the same).
+    import os
+
+    from bertkit.data import shards as shards_module
+
+    corpus, vocab, _ = corpus_and_vocab
+    monkeypatch.setattr(shards_module, "_build_shard", _build_shard_noting_the_cache)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    a = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, workers=2, progress=False)
+    assert "TOKENIZERS_PARALLELISM" not in os.environ  # switched off for the warm-up only
+    sizes = [int(p.read_text()) for p in (tmp_path / "a").glob("cache-*.txt")]
+    assert a["num_shards"] > 2 and len(sizes) == a["num_shards"] and min(sizes) > 0
+    monkeypatch.undo()
+    prepare([corpus], vocab, tmp_path / "b", shard_size_mb=0.0005, progress=False)
+    ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ab")
+    assert ma["shards"] == mb["shards"]
+
+
 def _failing_build_shard(task):  # module level: the pool pickles it by name
     raise OSError(f"disk full while writing shard {task[0]}")
 
@@ -162,7 +191,7 @@ def test_parallel_prepare_failure_propagates_and_drops_the_tokenizer_hand_over(
             prepare(
                 [corpus], vocab, tmp_path / f"d{attempt}", shard_size_mb=0.0005, workers=2, progress=False
             )
-        assert "inherited" not in shards_module._WORKER
+        assert "inherited" not in shards_module._WORKER and "inherited_cache" not in shards_module._WORKER
 
 
 def test_corrupted_or_truncated_shard_is_detected(corpus_and_vocab, tmp_path):
