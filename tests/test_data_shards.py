@@ -133,6 +133,7 @@ def test_prepare_takes_no_per_process_tokenizer_decision(corpus_and_vocab, tmp_p
 
     corpus, vocab, _ = corpus_and_vocab
     monkeypatch.setattr(tuning, "decide", _no_decision)
+    monkeypatch.delenv("BERTKIT_TOKENIZER_FAST_PATH", raising=False)
     a = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, progress=False)
     b = prepare([corpus], vocab, tmp_path / "b", shard_size_mb=0.0005, workers=2, progress=False)
     assert a["num_shards"] > 1 and a["tokens"] == b["tokens"]
