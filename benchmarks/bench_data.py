@@ -27,32 +27,30 @@ pages are file-backed cache and not counted). Rows:
   original's functions), with the streams checked identical. Goal: ratio >= 1.
 - ``peak memory growth``: peak memory on the corpus repeated 3 times / on the corpus, ours vs the original.
 
-Latest (2026-11-22 07:08, ``make bench`` with ``BERT_ORIGINAL_DIR`` set, the machine otherwise idle; same corpus and
-settings): default path 10.69x with 2 prepare workers (5.48 vs 0.51 MB/s), 10.82x with 1 worker; static path
-6.10x; static algorithm alone 1.54x (identical stream); peak-memory growth for 3x the corpus 0.96x (original
-2.83x). The 10x goal is met when the two cores are free; the runs below were taken under load.
+Latest (a 2-core Intel Xeon, family 6 model 207; ``make bench``'s rows with ``BERT_ORIGINAL_DIR`` set, load 4-5
+from another session's jobs; docs/perf/bench-data-intel-6-207-a5be8d0.json and ``-quick.json``): default path
+8.23x with 2 prepare workers (5.04 vs 0.61 MB/s), 10.32x with 1, 11.78x on the corpus x3; static path 5.57x;
+``--quick`` (one shard) 7.73x with 2 workers, 7.53x with 1. On a slice of corpus-large see
+:mod:`benchmarks.bench_data_large`.
 
-Measured (2026-11-22, after the batch-vectorised dynamic instances and block tokenization of distinct
-chunks; the shared 2-core development machine at load average 5.4-6.4 from three other jobs, so absolute
-numbers are low and noisy; the Gutenberg books, 7.3 MB, max_seq_length 128, dupe_factor 1 / one epoch;
-command ``PYTHONPATH=$PWD BERT_ORIGINAL_DIR=/tmp/bert_orig OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m
-benchmarks.bench_data``, two runs a few minutes apart):
+Why ``--workers 2`` gained less than ``--workers 1`` on Intel hosts (each measured on that Xeon):
 
-    default path, prepare workers=2 + dynamic epoch   2.32-2.44 MB/s vs original 0.43-0.55 MB/s   4.5-5.4x  (3.0-3.1 s vs 13.3-16.9 s)
-    default path, prepare workers=1 + dynamic epoch   3.75-3.97 MB/s                              6.9-9.2x  (1.8-1.9 s)
-    static path (prepare + original stream to .npz)   1.85-2.19 MB/s                              4.0-4.3x
-    static algorithm alone (identical stream)         14.2k-19.4k vs 8.5k-9.0k instances/s        1.7-2.2x
-    peak memory, corpus x3 (7.3 -> 21.8 MB)           ours 401 -> 470 MB (1.17x); original 167 -> 473 MB (2.83x)
-
-Before (same day, same machine at load ~8.5): 3.4x (workers=2), 4.4x (workers=1). The 10x goal is not reached on
-this machine. Where the time goes (workers=1, 1.83 s): prepare 1.39 s - reading lines ~0.1 s, " "-split + set +
-dict lookup of the 1.6M words ~0.3 s, the Rust tokenizer on the 49k distinct chunks ~0.16 s (joined blocks;
-one encoding per chunk took 0.38 s), gather/write ~0.1 s, the rest waiting for a core - and the dynamic epoch
-0.44 s for 14k instances (~1 ms per batch of 32: ~100 numpy calls, fixed cost; batches of 256 take 0.11-0.13 s
-per epoch). With workers=2 the prepare step takes 2.5-2.7 s: the cores are saturated by other jobs, so the two
-processes do not run in parallel, and each re-tokenizes its shard's distinct chunks (cold cache per worker).
-10x needs a machine whose 2 cores are free (two parallel workers would halve the 1.4 s), or a shared cache
-of distinct chunks across workers, and a cheaper per-word step than Python's split + dict lookup.
+- the quick corpus (2.4 MB) is one 4 MB shard, and ``--workers 2`` started a pool for it (fork, documents
+  pickled to a cold worker); prepare clamps the workers to the shards now and builds one shard in-process;
+- the tokenizer's plain-text pipeline was chosen at first use in every process: the choice imports torch for its
+  per-machine cache key (~1 CPU-s per worker where the parent has no torch, as in ``bertkit prepare``) and, on a
+  machine without a cached choice (a fresh device host; the data children pin torch to 1 thread, a key no
+  other step fills), first measures both pipelines (0.7 s), inside a worker when there are workers.
+  ``load_tokenizer`` now hands the shard builders the pipeline already chosen;
+- each worker's chunk cache started empty and tokenized again the words all shards share (0.31-0.48 CPU-s for
+  the second shard, cold, against 0.23-0.27 warm): the parent now tokenizes the first shard's words once and
+  the forked workers inherit them;
+- the parent, which feeds every worker, read the corpus a line at a time (0.18 s per 22 MB; now 0.06 s in
+  blocks);
+- on a shared host, Linux's autogroup scheduler divides the CPU between sessions, not by ``nice``: beside
+  another session's busy jobs, two processes of one session get what one gets (a busy loop: 2.0 CPU-s in 3 s
+  alone, 1.0 each as two), so a second worker adds only its overhead. The Rust tokenizer's own threads
+  (``TOKENIZERS_PARALLELISM``) made no difference to prepare's blocks (0.14 s either way for 49k words).
 """
 
 from __future__ import annotations
@@ -163,7 +161,34 @@ class PeakMemory:
 # --- one measurement per subprocess -------------------------------------------------------------------
 
 
-def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original: str | None) -> dict:
+def arrays_sha256(arrays: dict) -> str:
+    """A fingerprint of static instances as the original's features (each array's name, shape and int64
+    values, in :data:`bertkit.data.static.FEATURES` order), whatever dtype each side stores them in."""
+    import hashlib
+
+    import numpy as np
+
+    from bertkit.data.static import FEATURES
+
+    h = hashlib.sha256()
+    for key in FEATURES:
+        arr = np.ascontiguousarray(arrays[key], dtype=np.int64)
+        h.update(f"{key}{arr.shape}".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _measure(
+    mode: str,
+    corpus: str,
+    workers: int,
+    max_seq_length: int,
+    original: str | None,
+    fingerprint: bool = False,
+    static_workers: int = 1,
+) -> dict:
+    """One side's run on ``corpus`` (timed), and with ``fingerprint`` (untimed) the sha256 of its static
+    instances' arrays (modes original and static)."""
     mb = Path(corpus).stat().st_size / 2**20
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "original":
@@ -177,6 +202,11 @@ def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original
                 n_ids = sum(len(tok.convert_tokens_to_ids(i.tokens)) for i in insts)
                 seconds = time.perf_counter() - t0
             extra = {"instances": len(insts), "tokens": n_ids}
+            if fingerprint:
+                from bertkit.data.instances import instances_to_arrays
+
+                arrays = instances_to_arrays(insts, max_seq_length, 20, tok.vocab)
+                extra["arrays_sha256"] = arrays_sha256(arrays)
         elif mode == "default":
             import torch
 
@@ -196,15 +226,19 @@ def _measure(mode: str, corpus: str, workers: int, max_seq_length: int, original
                 seconds = time.perf_counter() - t0
             extra = {"instances": n, "tokens": tokens, "prepare_s": round(t1 - t0, 3)}
         elif mode == "static":
-            from bertkit.data import create_static_from_shards, prepare
+            from bertkit.data import create_static_from_shards, load_static_instances, prepare
 
             with PeakMemory() as mem:
                 t0 = time.perf_counter()
-                prepare([corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=1, progress=False)
+                prepare(
+                    [corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=static_workers, progress=False
+                )
                 t1 = time.perf_counter()
                 res = create_static_from_shards(Path(tmp) / "d", Path(tmp) / "s.npz", max_seq_length, 1)
                 seconds = time.perf_counter() - t0
-            extra = {"instances": res["instances"], "prepare_s": round(t1 - t0, 3)}
+            extra = {"instances": res["instances"], "prepare_s": round(t1 - t0, 3), "workers": static_workers}
+            if fingerprint:
+                extra["arrays_sha256"] = arrays_sha256(load_static_instances(Path(tmp) / "s.npz"))
         else:
             raise ValueError(mode)
     return {"mode": mode, "seconds": round(seconds, 3), "mb": round(mb, 3), "peak_mb": mem.peak_mb, **extra}
@@ -436,6 +470,8 @@ def main(argv=None) -> None:
     p.add_argument("--golden", action="store_true", help="re-derive the parity test's fingerprints")
     p.add_argument("--_measure", help=argparse.SUPPRESS)
     p.add_argument("--_corpus", help=argparse.SUPPRESS)
+    p.add_argument("--_fingerprint", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--_static-workers", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.golden:
         if not os.environ.get("BERT_ORIGINAL_DIR"):
@@ -444,7 +480,10 @@ def main(argv=None) -> None:
             print(json.dumps(row))
         return
     if a._measure:
-        r = _measure(a._measure, a._corpus, a.workers, a.max_seq_length, os.environ.get("BERT_ORIGINAL_DIR"))
+        original = os.environ.get("BERT_ORIGINAL_DIR")
+        r = _measure(
+            a._measure, a._corpus, a.workers, a.max_seq_length, original, a._fingerprint, a._static_workers
+        )
         print(json.dumps(r))
         return
     for row in run(a):

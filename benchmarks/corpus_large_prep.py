@@ -9,6 +9,11 @@ of the whole process tree (parent and workers, sampled every half second with ps
 process, so the sum is an upper bound). The JSON goes to ``docs/perf/corpus-large-prepare.json``; the outputs
 (vocab.txt, the data folder) stay in ``--out-dir``, outside the repository. ``--subset-files N`` measures on the
 first N files only (say so when reporting).
+
+``--runs w1,w2,cluster=local:2`` times one ``prepare`` per entry (``wN``: ``--workers N``; ``cluster=ADDR``:
+``--cluster ADDR``), each into its own folder ``DATA_NAME-ENTRY``, records the load average before and after
+each, and checks that every run's shard files (``shard_*``) have the same sha256 as the first run's.
+``--nice N`` sets the priority the commands run at (10 by default).
 """
 
 from __future__ import annotations
@@ -98,9 +103,10 @@ def _time_v(text: str) -> dict[str, float]:
     }
 
 
-def measure(bertkit_args: list[str], log: Path) -> dict[str, Any]:
+def measure(bertkit_args: list[str], log: Path, nice: int = 10) -> dict[str, Any]:
     """Run ``bertkit ARGS`` under nice and ``/usr/bin/time -v``; its numbers and its JSON result."""
-    cmd = ["nice", "-n", "10", "/usr/bin/time", "-v", sys.executable, "-m", "bertkit", *bertkit_args]
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    cmd = ["nice", "-n", str(nice), "/usr/bin/time", "-v", sys.executable, "-m", "bertkit", *bertkit_args]
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     print("$", " ".join(cmd), file=sys.stderr, flush=True)
     with open(log, "w", encoding="utf-8") as err, tempfile.TemporaryFile("w+", encoding="utf-8") as out:
@@ -118,6 +124,9 @@ def measure(bertkit_args: list[str], log: Path) -> dict[str, Any]:
     t = _time_v(report)
     return {
         "command": "bertkit " + " ".join(bertkit_args),
+        "nice": nice,
+        "load_average_before": load_before,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "wall_s": t["wall_s"],
         "cpu_s": round(t["user_s"] + t["sys_s"], 2),
         "user_s": t["user_s"],
@@ -132,6 +141,22 @@ def measure(bertkit_args: list[str], log: Path) -> dict[str, Any]:
     }
 
 
+def shard_hashes(data: Path) -> dict[str, str]:
+    """sha256 of each ``shard_*`` file (arrays and records) of a prepared folder, read from disk."""
+    from bertkit.data.shard_build import sha256_file
+
+    return {p.name: sha256_file(p) for p in sorted(data.glob("shard_*"))}
+
+
+def _run_args(entry: str) -> list[str]:
+    """``prepare`` arguments for one ``--runs`` entry: ``wN`` or ``cluster=ADDRESS``."""
+    if entry.startswith("cluster="):
+        return ["--cluster", entry[len("cluster=") :]]
+    if entry[:1] == "w" and entry[1:].isdigit():
+        return ["--workers", entry[1:]]
+    raise SystemExit(f"--runs {entry!r}: each entry is wN or cluster=ADDRESS")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=CORPUS)
@@ -144,6 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", default="auto", help="prepare's --format (paragraphs: split into sentences)")
     ap.add_argument("--data-name", default="data", help="prepare's output folder under --out-dir")
     ap.add_argument("--skip-vocab", action="store_true", help="reuse --out-dir/vocab.txt; time prepare only")
+    ap.add_argument("--vocab", type=Path, help="with --skip-vocab: this vocab.txt instead of --out-dir's")
+    ap.add_argument(
+        "--runs", default="", help="prepare runs, e.g. w1,w2,cluster=local:2 (default: w{workers})"
+    )
+    ap.add_argument("--nice", type=int, default=10, help="priority of the measured commands")
+    ap.add_argument("--notes", default="", help="appended to the JSON's notes (the machine's state)")
     a = ap.parse_args(argv)
     if not a.corpus.is_dir():
         print(f"{a.corpus}: corpus folder not found", file=sys.stderr)
@@ -152,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.subset_files:
         corpus = [str(p) for p in sorted(a.corpus.iterdir())[: a.subset_files]]
     a.out_dir.mkdir(parents=True, exist_ok=True)
-    vocab, data = a.out_dir / "vocab.txt", a.out_dir / a.data_name
+    vocab, data = a.vocab or a.out_dir / "vocab.txt", a.out_dir / a.data_name
     load_before = os.getloadavg()
     commit = _commit()  # now: the checkout may move on while the commands run
     runs = []
@@ -173,15 +204,28 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     fmt = [] if a.format == "auto" else ["--format", a.format]
-    runs.append(
-        measure(
-            [
-                "prepare", "--corpus", *corpus, "--vocab", str(vocab), "--out", str(data), *fmt,
-                "--max-seq-length", str(a.max_seq_length), "--workers", str(a.workers), "--overwrite",
-            ],
-            a.out_dir / f"prepare-{a.data_name}.log",
-        )
-    )  # fmt: skip
+    entries = [e for e in a.runs.split(",") if e] or [f"w{a.workers}"]
+    hashes: dict[str, dict[str, str]] = {}
+    for entry in entries:
+        out = data if not a.runs else a.out_dir / f"{a.data_name}-{entry.replace('=', '-').replace(':', '')}"
+        runs.append(
+            measure(
+                [
+                    "prepare", "--corpus", *corpus, "--vocab", str(vocab), "--out", str(out), *fmt,
+                    "--max-seq-length", str(a.max_seq_length), *_run_args(entry), "--overwrite",
+                ],
+                a.out_dir / f"prepare-{out.name}.log",
+                a.nice,
+            )
+        )  # fmt: skip
+        if a.runs:
+            hashes[entry] = shard_hashes(out)
+            data = out
+    shards_equal = None
+    if len(hashes) > 1:
+        first = next(iter(hashes.values()))
+        shards_equal = {e: h == first for e, h in hashes.items()}
+        shards_equal["files_compared"] = len(first)
     manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
     doc = {
         "what": "bertkit vocab + prepare on the compressed large corpus (xz files read as streams)",
@@ -196,15 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
         "notes": (
             "contended timing: the 2 cores were shared with other jobs (other engineers' tests and a "
-            "background job), and the commands ran under nice -n 10; peak_rss_mb is the peak of the summed "
+            f"background job), and the commands ran under nice -n {a.nice}; peak_rss_mb is the peak of the summed "
             "RSS of the process tree (time, python, workers) sampled every 0.5 s (or time -v's single-process "
             "maximum when larger: sampling can miss a short peak), an upper bound since pages shared by forked "
             "workers count in each; peak_pss_mb shares them out; max_single_rss_mb is "
             "/usr/bin/time's maximum resident set size (the largest single process); cpu_s is user+sys of "
-            "the command and the workers it waited for"
+            "the command and the workers it waited for" + (f"; {a.notes}" if a.notes else "")
         ),
         "goal": {"peak_rss_mb_at_most": 2048},
         "runs": runs,
+        **({"shards_sha256_equal_to_first_run": shards_equal} if shards_equal is not None else {}),
         "prepared": {
             "vocab": str(vocab),
             "data": str(data),

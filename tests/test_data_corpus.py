@@ -71,6 +71,32 @@ def test_undecodable_bytes_name_file_and_line(tmp_path):
     assert stats.skipped_lines == 1
 
 
+def test_lines_read_in_blocks_keep_their_numbers_and_text(tmp_path):
+    # The reader takes lines in blocks of ~64 KB: lines on either side of a block's end, a skipped line in a
+    # later block and the line numbers after it must read as one line at a time would.
+    lines = [f"sentence {i} with some words \u00e9t\u00e9" + (" ." if i % 7 else "\r") for i in range(6000)]
+    for i in (0, 2500, 5000):
+        lines[i] = ""  # document breaks
+    p = tmp_path / "big.txt"
+    p.write_bytes("\ufeff".encode() + "\n".join(lines).encode() + b"\nbad \xff line\nlast line")
+    stats = CorpusStats()
+    docs = read_documents([p], on_error="skip", stats=stats)
+    want, doc = [], []
+    for line in [*lines, "last line"]:
+        if line.strip():
+            doc.append(line.strip())
+        elif doc:
+            want, doc = [*want, doc], []
+    assert docs == [*want, doc] and stats.skipped == [f"{p}:6001"]
+    assert stats.bytes == p.stat().st_size and p.stat().st_size > 3 * 2**16
+    bad = tmp_path / "big.jsonl"
+    rows = [json.dumps({"text": f"Row {i}."}) for i in range(3000)]
+    bad.write_bytes("\n".join(rows).encode() + b"\n\xff\n" + "\n".join(rows[:5]).encode() + b"\n{oops\n")
+    stats = CorpusStats()
+    assert len(read_documents([bad], on_error="skip", stats=stats)) == 3005
+    assert stats.skipped == [f"{bad}:3001", f"{bad}:3007"]
+
+
 def test_missing_path_and_bad_format(tmp_path):
     with pytest.raises(UserError, match="no such file"):
         read_documents([tmp_path / "nope.txt"])

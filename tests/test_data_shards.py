@@ -121,6 +121,59 @@ def test_prepare_parallel_matches_serial_and_skips_finished(corpus_and_vocab, tm
     assert cased["shards_skipped"] == 0
 
 
+def _no_decision(*args, **kwargs):  # module level: forked pool workers inherit the patch
+    raise AssertionError("a shard-building process decided the tokenizer's fast path")
+
+
+def test_prepare_takes_no_per_process_tokenizer_decision(corpus_and_vocab, tmp_path, monkeypatch):
+    # The decision imports torch for its cache key (~1 s of CPU per process) and measures on a machine
+    # without a cached choice: prepare and each of its workers must get the pipeline already chosen.
+    from bertkit import tuning
+    from bertkit.data.shard_build import load_tokenizer
+
+    corpus, vocab, _ = corpus_and_vocab
+    monkeypatch.setattr(tuning, "decide", _no_decision)
+    monkeypatch.delenv("BERTKIT_TOKENIZER_FAST_PATH", raising=False)
+    a = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, progress=False)
+    b = prepare([corpus], vocab, tmp_path / "b", shard_size_mb=0.0005, workers=2, progress=False)
+    assert a["num_shards"] > 1 and a["tokens"] == b["tokens"]
+    assert load_tokenizer(vocab).fast_path is True
+    monkeypatch.setenv("BERTKIT_TOKENIZER_FAST_PATH", "0")  # an explicit setting still wins
+    assert load_tokenizer(vocab).fast_path is False
+    prepare([corpus], vocab, tmp_path / "c", shard_size_mb=0.0005, progress=False)
+    ma, mc = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ac")
+    assert ma["shards"] == mc["shards"]
+
+
+def _build_shard_noting_the_cache(task):  # module level: the pool pickles it by name
+    from pathlib import Path
+
+    from bertkit.data.shard_build import _WORKER, _build_shard
+
+    (Path(task[3]) / f"cache-{task[0]}.txt").write_text(str(len(_WORKER["cache"].index)))
+    return _build_shard(task)
+
+
+def test_pool_workers_start_with_the_first_shards_words_cached(corpus_and_vocab, tmp_path, monkeypatch):
+    # Each worker used to tokenize again the words every shard shares; the parent now tokenizes the first
+    # shard's distinct words once and the forked workers inherit them (the shards stay the same).
+    import os
+
+    from bertkit.data import shards as shards_module
+
+    corpus, vocab, _ = corpus_and_vocab
+    monkeypatch.setattr(shards_module, "_build_shard", _build_shard_noting_the_cache)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    a = prepare([corpus], vocab, tmp_path / "a", shard_size_mb=0.0005, workers=2, progress=False)
+    assert "TOKENIZERS_PARALLELISM" not in os.environ  # switched off for the warm-up only
+    sizes = [int(p.read_text()) for p in (tmp_path / "a").glob("cache-*.txt")]
+    assert a["num_shards"] > 2 and len(sizes) == a["num_shards"] and min(sizes) > 0
+    monkeypatch.undo()
+    prepare([corpus], vocab, tmp_path / "b", shard_size_mb=0.0005, progress=False)
+    ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ab")
+    assert ma["shards"] == mb["shards"]
+
+
 def _failing_build_shard(task):  # module level: the pool pickles it by name
     raise OSError(f"disk full while writing shard {task[0]}")
 
@@ -139,7 +192,7 @@ def test_parallel_prepare_failure_propagates_and_drops_the_tokenizer_hand_over(
             prepare(
                 [corpus], vocab, tmp_path / f"d{attempt}", shard_size_mb=0.0005, workers=2, progress=False
             )
-        assert "inherited" not in shards_module._WORKER
+        assert "inherited" not in shards_module._WORKER and "inherited_cache" not in shards_module._WORKER
 
 
 def test_corrupted_or_truncated_shard_is_detected(corpus_and_vocab, tmp_path):

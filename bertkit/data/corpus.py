@@ -163,19 +163,20 @@ def split_sentences(text: str) -> list[str]:
 # --- readers -----------------------------------------------------------------------------------------
 
 
-def _raw_lines(path: Path, stats: CorpusStats) -> Iterator[bytes]:
-    """The file's lines as bytes, decompressed if its name ends in a :data:`COMPRESSIONS` suffix; streamed
-    (the decompressors work in blocks), with ``stats.input_bytes`` following the stored bytes read."""
+def _raw_blocks(path: Path, stats: CorpusStats, block: int = 1 << 16) -> Iterator[list[bytes]]:
+    """The file's lines as bytes, about ``block`` bytes of them at a time, decompressed if its name ends in a
+    :data:`COMPRESSIONS` suffix; streamed (the decompressors work in blocks), with ``stats.input_bytes``
+    following the stored bytes read.
+
+    Why blocks: a generator step and a ``tell()`` per line cost more than the reading itself, and in
+    ``prepare`` the reading runs in the one process that feeds every worker."""
     kind = COMPRESSIONS.get(path.suffix.lower())
     start = stats.input_bytes
     with open(path, "rb") as stored:
         f = kind[1](stored) if kind else stored
-        it = iter(f)
         while True:
             try:
-                line = next(it)
-            except StopIteration:
-                break
+                lines = f.readlines(block)
             except _STREAM_ERRORS as e:
                 if kind is None:
                     raise
@@ -183,28 +184,62 @@ def _raw_lines(path: Path, stats: CorpusStats) -> Iterator[bytes]:
                     f"{path}: corrupt or truncated {kind[0]} file ({e}); check the file "
                     f"(e.g. `{kind[0]} -t`) or fetch it again"
                 ) from None
+            if not lines:
+                break
             stats.input_bytes = start + stored.tell()
-            yield line
+            yield lines
         stats.input_bytes = start + os.fstat(stored.fileno()).st_size  # all of it counts as read
+
+
+def _decoded_blocks(
+    path: Path, on_error: str, stats: CorpusStats
+) -> Iterator[tuple[int, list[str], list[int] | None]]:
+    """For each block of :func:`_raw_blocks`: the number of its first line, its lines' text (each with its
+    line end), and the lines' numbers where a line was dropped, else None (they follow on). Bad UTF-8 raises
+    or (``on_error="skip"``) drops the line."""
+    lineno = 1
+    for raw in _raw_blocks(path, stats):
+        data = b"".join(raw)
+        stats.bytes += len(data)
+        numbers = None
+        try:  # one decode per block: a newline byte never sits inside a multi-byte character
+            text = data.decode("utf-8")
+            lines = text.split("\n")
+            if text.endswith("\n"):
+                lines.pop()
+        except UnicodeDecodeError:
+            numbers, lines = _decode_each(raw, lineno, path, on_error, stats)
+        if lines and (numbers[0] if numbers else lineno) == 1 and lines[0].startswith("\ufeff"):
+            lines[0] = lines[0][1:]
+        yield lineno, lines, numbers
+        lineno += len(raw)
+
+
+def _decode_each(
+    raw: list[bytes], lineno: int, path: Path, on_error: str, stats: CorpusStats
+) -> tuple[list[int], list[str]]:
+    """The block's lines decoded one by one (and their numbers), to name or skip the ones not in UTF-8."""
+    numbers, lines = [], []
+    for k, line in enumerate(raw, lineno):
+        try:
+            lines.append(line.decode("utf-8"))
+            numbers.append(k)
+        except UnicodeDecodeError as e:
+            if on_error == "skip":
+                stats.skip(f"{path}:{k}")
+                continue
+            raise UserError(
+                f"{path}:{k}: not valid UTF-8 ({e.reason} at byte {e.start}); re-encode the file as UTF-8 "
+                "or pass --on-error skip to skip such lines"
+            ) from None
+    return numbers, lines
 
 
 def _decoded_lines(path: Path, on_error: str, stats: CorpusStats) -> Iterator[tuple[int, str]]:
     """(line number, text without newline) for each line; bad UTF-8 raises or is skipped."""
-    for lineno, raw in enumerate(_raw_lines(path, stats), 1):
-        stats.bytes += len(raw)
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            if on_error == "skip":
-                stats.skip(f"{path}:{lineno}")
-                continue
-            raise UserError(
-                f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start}); re-encode the file as UTF-8 "
-                "or pass --on-error skip to skip such lines"
-            ) from None
-        if lineno == 1 and line.startswith("\ufeff"):
-            line = line[1:]
-        yield lineno, line.rstrip("\r\n")
+    for lineno, lines, numbers in _decoded_blocks(path, on_error, stats):
+        for k, line in zip(numbers or range(lineno, lineno + len(lines)), lines):
+            yield k, line.rstrip("\r\n")
 
 
 def _read_lines_format(
@@ -212,16 +247,17 @@ def _read_lines_format(
 ) -> Iterator[list[str]]:
     """Documents separated by blank lines; each line a sentence, or (``split``) a paragraph of sentences."""
     doc: list[str] = []
-    for _, line in _decoded_lines(path, on_error, stats):
-        line = line.strip()
-        if not line:
-            if doc:
-                yield doc
-                doc = []
-        elif split:
-            doc.extend(split_sentences(line))
-        else:
-            doc.append(line)
+    for _, lines, _ in _decoded_blocks(path, on_error, stats):
+        for line in lines:
+            line = line.strip()  # (also the line end)
+            if not line:
+                if doc:
+                    yield doc
+                    doc = []
+            elif split:
+                doc.extend(split_sentences(line))
+            else:
+                doc.append(line)
     if doc:
         yield doc
 
