@@ -64,7 +64,7 @@ def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
     ``lowercase`` applies to a WordPiece vocabulary only: a tokenizer.json carries its own normaliser.
 
     A WordPiece tokenizer comes with its plain-text pipeline already chosen (on, unless
-    ``BERTKIT_TOKENIZER_FAST_PATH`` says otherwise) instead of deciding it at first use: that decision keys
+    :data:`bertkit.settings.TOKENIZER_FAST_PATH` says otherwise) instead of deciding it at first use: that decision keys
     its per-machine cache on torch, so it imported torch (~1 s of CPU) in every shard-building process, and
     on a machine without a cached choice each process measured the two pipelines first. Both give the same
     ids; on the space-joined blocks of distinct words that shards are built from the plain pipeline is the
