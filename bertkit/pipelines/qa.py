@@ -52,7 +52,11 @@ def examples_for(items: Sequence[tuple[str, str, str]]) -> list[S.SquadExample]:
     for qid, question, context in items:
         if context not in by_context:
             by_context[context] = S.split_context(context)[0]
-        out.append(S.SquadExample(qas_id=qid, question_text=question, doc_tokens=by_context[context]))
+        out.append(
+            S.SquadExample(
+                qas_id=qid, question_text=question, doc_tokens=by_context[context], context=context
+            )
+        )
     return out
 
 
