@@ -98,6 +98,13 @@ class SquadFeature:
         j = position - self.doc_offset
         return self.tok_to_orig[self.doc_start + j] if 0 <= j < self.doc_length else None
 
+    def char_span(self, start: int, end: int) -> tuple[int, int]:
+        """BPE features: context characters ``[first, last)`` of window positions ``start..end``."""
+        return (
+            self.char_spans[self.doc_start + start - self.doc_offset][0],
+            self.char_spans[self.doc_start + end - self.doc_offset][1],
+        )
+
     def is_max_context(self, position: int) -> bool:
         """Whether this window is the max-context window of the token at ``position`` (False off-window)."""
         j = position - self.doc_offset

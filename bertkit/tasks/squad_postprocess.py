@@ -143,8 +143,7 @@ def span_text(
     """Final answer text for sequence positions [start, end] of ``feature`` (both context tokens); with a
     BPE tokenizer's character spans, the context's own characters there."""
     if feature.char_spans:
-        first, last = (feature.doc_start + p - feature.doc_offset for p in (start, end))
-        a, b = feature.char_spans[first][0], feature.char_spans[last][1]
+        a, b = feature.char_span(start, end)
         return example.context[a:b].strip()
     tok_text = detokenize(feature.tokens[start : end + 1])
     w0, w1 = feature.orig_index(start), feature.orig_index(end)
