@@ -67,13 +67,29 @@ HEADS = {
 
 def head_class(kind: str, model_dir: str | os.PathLike | None = None) -> Any:
     """The task head ``kind`` (a key of :data:`HEADS`) of the folder's architecture; BERT's without a folder."""
-    if model_dir is not None and is_modernbert(model_dir):
-        from . import modernbert
+    return class_of(HEADS[kind], model_dir is not None and is_modernbert(model_dir))
 
-        return getattr(modernbert, "ModernBert" + HEADS[kind])
-    from . import heads
 
-    return getattr(heads, "Bert" + HEADS[kind])
+def class_of(head: str, modernbert: bool) -> Any:
+    """The class of ``head`` ("Model" or a value of :data:`HEADS`) in ModernBERT's or BERT's architecture."""
+    if modernbert:
+        from . import modernbert as module
+    elif head == "Model":
+        from . import model as module
+    else:
+        from . import heads as module
+    return getattr(module, ("ModernBert" if modernbert else "Bert") + head)
+
+
+def encoder_of(model: Any) -> Any:
+    """The encoder inside a head model (BERT's ``bert``, ModernBERT's ``model``), or the encoder itself."""
+    from .model import BertModel
+    from .modernbert import ModernBertModel
+
+    if isinstance(model, (BertModel, ModernBertModel)):
+        return model
+    inner = getattr(model, "model", None)
+    return inner if isinstance(inner, ModernBertModel) else model.bert
 
 
 def head_of(architecture: str) -> str:

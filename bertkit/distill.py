@@ -1,8 +1,9 @@
 """Distillation: a fine-tuned teacher -> a smaller student (``bertkit distill``).
 
 Students: ``layers`` of the teacher (DistilBERT's recipe: the embeddings, the chosen Transformer layers, the
-pooler and the head are copied; e.g. layers 0, 2, 4 of six), or a smaller ``preset`` trained from a random
-start (same vocabulary and labels).
+pooler and the head are copied; e.g. layers 0, 2, 4 of six), or a smaller ``preset`` of the teacher's
+architecture (BERT or ModernBERT; ``bert:PRESET`` a BERT one whatever the teacher) trained from a random
+start (same vocabulary, the teacher's tokenizer, and labels).
 
 Losses: sequence and token classification use Hinton et al.'s soft targets plus the hard labels,
 ``alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE(student, labels)``
@@ -36,6 +37,8 @@ from .train.simple import AdamWSettings
 
 logger = logging.getLogger("bertkit")
 
+BERT_PREFIX = "bert:"  # --student bert:PRESET: a BERT student, also for a ModernBERT teacher
+
 
 @dataclass
 class DistillSettings(AdamWSettings):
@@ -48,7 +51,8 @@ class DistillSettings(AdamWSettings):
 
 
 def parse_student(spec: str) -> tuple[list[int] | None, str | None]:
-    """``"layers:0,2,4"`` -> ([0, 2, 4], None); ``"mini"`` -> (None, "mini")."""
+    """``"layers:0,2,4"`` -> ([0, 2, 4], None); ``"mini"`` -> (None, "mini"); ``"bert:mini"`` -> (None,
+    "bert:mini") (a BERT student whatever the teacher's architecture)."""
     from .config import PRESETS
 
     if spec.startswith("layers:"):
@@ -59,39 +63,91 @@ def parse_student(spec: str) -> tuple[list[int] | None, str | None]:
         if not layers:
             raise UserError(f"--student {spec!r}: name at least one teacher layer")
         return layers, None
-    if spec not in PRESETS:
-        raise UserError(f"--student {spec!r}: expected layers:I,J,K or a preset ({', '.join(PRESETS)})")
+    if spec.removeprefix(BERT_PREFIX) not in PRESETS:
+        raise UserError(
+            f"--student {spec!r}: expected layers:I,J,K or a preset ({', '.join(PRESETS)}), or bert:PRESET"
+        )
     return None, spec
 
 
 def student_from_teacher(teacher: nn.Module, layers: Sequence[int]) -> nn.Module:
     """A copy of ``teacher`` keeping only Transformer ``layers`` (in the given order); every other weight
     (embeddings, pooler, head) is the teacher's."""
+    from .architectures import encoder_of
+    from .modernbert_config import ModernBertConfig
+
     n = teacher.config.num_hidden_layers
     bad = [i for i in layers if not 0 <= i < n]
     if bad:
         raise UserError(f"teacher has layers 0..{n - 1}; cannot take {bad}")
     student = copy.deepcopy(teacher)
-    bert = student.bert if hasattr(student, "bert") else student
-    bert.encoder.layer = nn.ModuleList([bert.encoder.layer[i] for i in layers])
+    encoder = encoder_of(student)
+    if isinstance(encoder.config, ModernBertConfig):
+        _check_modernbert_layers(encoder.config, layers)
+        encoder.layers = nn.ModuleList([encoder.layers[i] for i in layers])
+    else:
+        encoder.encoder.layer = nn.ModuleList([encoder.encoder.layer[i] for i in layers])
     student.config.num_hidden_layers = len(layers)
-    if student.config is not bert.config:
-        bert.config.num_hidden_layers = len(layers)
+    if student.config is not encoder.config:
+        encoder.config.num_hidden_layers = len(layers)
     return student
 
 
-def student_from_preset(teacher: nn.Module, preset: str, seed: int) -> nn.Module:
-    """The teacher's class at a smaller preset size, randomly initialised from ``seed`` (the global RNG is
-    left as it was), with the teacher's vocabulary size and label set."""
-    from .config import BertConfig
+def _check_modernbert_layers(config: Any, layers: Sequence[int]) -> None:
+    """A ModernBERT layer's kind (global or local attention, its rotary base) and its norm follow from its
+    position: the chosen layers must keep the teacher's kind at their new positions, layer 0 first (the
+    only one without an attention norm), or the saved student would not reload as trained."""
+    spec = "layers:" + ",".join(map(str, layers))
+    if layers[0] != 0:
+        raise UserError(f"--student {spec}: a ModernBERT student starts with the teacher's layer 0 (the only "
+                        "layer without an attention norm)")  # fmt: skip
+    every = config.global_attn_every_n_layers
+    for k, i in enumerate(layers):
+        if config.is_global(i) != config.is_global(k):
+            kind = "global" if config.is_global(i) else "local"
+            raise UserError(
+                f"--student {spec}: teacher layer {i} attends {kind}ly but would be student layer {k}, which "
+                f"does not (global attention every {every} layers); pick layers that keep the pattern"
+            )
 
-    keep = ("vocab_size", "id2label", "problem_type", "type_vocab_size")
-    extra = {k: getattr(teacher.config, k) for k in keep if hasattr(teacher.config, k)}
-    extra["max_position_embeddings"] = teacher.config.max_position_embeddings
-    cfg = BertConfig.preset(preset, **extra)
+
+def student_from_preset(teacher: nn.Module, preset: str, seed: int) -> nn.Module:
+    """The teacher's class (``bert:PRESET``: BERT's) at a smaller preset size, randomly initialised from
+    ``seed`` (the global RNG is left as it was), with the teacher's vocabulary size and label set."""
+    from .architectures import class_of, head_of
+    from .modernbert_config import ModernBertConfig
+
+    name = preset.removeprefix(BERT_PREFIX)
+    modernbert = isinstance(teacher.config, ModernBertConfig) and not preset.startswith(BERT_PREFIX)
+    cfg = _modernbert_preset(teacher.config, name) if modernbert else _bert_preset(teacher.config, name)
+    cls = class_of(head_of(type(teacher).__name__), modernbert)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return type(teacher)(cfg)
+        return cls(cfg)
+
+
+def _bert_preset(config: Any, preset: str) -> Any:
+    """A BERT config of ``preset`` size with ``config``'s vocabulary, labels and (up to 512) positions."""
+    from .config import BertConfig
+
+    keep = ("vocab_size", "id2label", "problem_type", "type_vocab_size", "pad_token_id")
+    extra = {k: getattr(config, k) for k in keep if getattr(config, k, None) is not None}
+    extra["max_position_embeddings"] = min(config.max_position_embeddings, 512)
+    return BertConfig.preset(preset, **extra)
+
+
+def _modernbert_preset(config: Any, preset: str) -> Any:
+    """``config`` (a ModernBERT one) at ``preset``'s depth, width and heads, its MLP in the same proportion."""
+    from .config import PRESETS
+
+    layers, hidden, heads = PRESETS[preset]
+    cfg = copy.deepcopy(config)
+    ratio = config.intermediate_size / config.hidden_size
+    cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads = layers, hidden, heads
+    cfg.intermediate_size = max(1, round(ratio * hidden))
+    cfg.architectures = None
+    cfg.validate()
+    return cfg
 
 
 def soft_target_loss(
@@ -200,8 +256,8 @@ def remeasure_speed(
     from .tasks.finetune import model_class
     from .tokenizer import Tokenizer
 
-    cls = model_class(task.kind)
-    teacher, student = cls.from_pretrained(teacher_dir).eval(), cls.from_pretrained(student_dir).eval()
+    teacher = model_class(task.kind, teacher_dir).from_pretrained(teacher_dir).eval()
+    student = model_class(task.kind, student_dir).from_pretrained(student_dir).eval()
     tok = Tokenizer.from_pretrained(teacher_dir)
     dev_feats = encode(task, tok, task.dev, max_seq_length)
     models = {"teacher": teacher, "student": student}
@@ -233,8 +289,7 @@ def distill_task(
     if not 0 <= s.alpha <= 1 or not s.temperature > 0:
         raise UserError("--alpha must be in [0, 1] and --temperature > 0")
     out_dir = Path(out_dir)
-    cls = model_class(task.kind)
-    teacher = cls.from_pretrained(teacher_dir).eval()
+    teacher = model_class(task.kind, teacher_dir).from_pretrained(teacher_dir).eval()
     if getattr(teacher, "crf", None) is not None:
         raise UserError(f"{teacher_dir}: a CRF teacher cannot be distilled yet; fine-tune it without --crf")
     if teacher.config.num_labels != len(task.labels):
@@ -244,6 +299,11 @@ def distill_task(
     tok = Tokenizer.from_pretrained(teacher_dir)
     layers, preset = parse_student(student)
     model = student_from_teacher(teacher, layers) if layers else student_from_preset(teacher, preset, s.seed)
+    if s.max_seq_length > model.config.max_position_embeddings:
+        raise UserError(
+            f"--max-seq-length {s.max_seq_length} is longer than the student's "
+            f"{model.config.max_position_embeddings} positions"
+        )
     for p in teacher.parameters():
         p.requires_grad_(False)
 
@@ -333,7 +393,6 @@ def distill_embeddings(
 ) -> dict[str, Any]:
     """A sentence encoder whose vectors regress the teacher's (MSE); ``OUT/model`` is a sentence-transformers
     folder. The teacher's vectors are computed once, before training."""
-    from .model import BertModel
     from .sentence.dense import Dense
     from .sentence.encoder import SentenceEncoder
     from .train.simple import adamw_trainer
@@ -344,12 +403,7 @@ def distill_embeddings(
     if layers:
         bert = student_from_teacher(teacher.model, layers)
     else:
-        from .config import BertConfig
-
-        cfg = BertConfig.preset(preset, vocab_size=teacher.model.config.vocab_size)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(s.seed)
-            bert = BertModel(cfg)
+        bert = student_from_preset(teacher.model, preset, s.seed)
     dense = [copy.deepcopy(d) for d in teacher.dense]
     if not dense and bert.config.hidden_size != teacher.dim:
         with torch.random.fork_rng(devices=[]):

@@ -80,3 +80,17 @@ def tiny_modernbert_config(path, **overrides):
         attn_implementation="sdpa",
     )
     return transformers.ModernBertConfig(**{**settings, **overrides})
+
+
+def modernbert_folder(path, head=None):
+    """A transformers-saved ModernBERT (window 16, global every 2nd layer; ``head`` a transformers class, the
+    bare encoder by default) with a BPE tokenizer, seeded; returns the transformers model."""
+    import torch
+    import transformers
+
+    build_folder(path, generated_texts(1500, seed=0), vocab_size=400)
+    config = tiny_modernbert_config(path)
+    torch.manual_seed(0)
+    model = (head or transformers.ModernBertModel)(config).eval()
+    model.save_pretrained(path)
+    return model

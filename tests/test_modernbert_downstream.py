@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from bpe_folder import build_folder, generated_texts, tiny_modernbert_config
+from bpe_folder import generated_texts, modernbert_folder
 
 from bertkit.architectures import load_encoder, model_type_of
 from bertkit.cli import main
@@ -18,17 +18,6 @@ from bertkit.sentence.encoder import SentenceEncoder
 transformers = pytest.importorskip("transformers")
 if not hasattr(transformers, "ModernBertModel"):
     pytest.skip("this transformers has no ModernBERT", allow_module_level=True)
-
-
-def modernbert_folder(path, head=None):
-    """A transformers-saved ModernBERT (window 16, global every 2nd layer) with a BPE tokenizer; returns the
-    transformers model."""
-    build_folder(path, generated_texts(1500, seed=0), vocab_size=400)
-    config = tiny_modernbert_config(path)
-    torch.manual_seed(0)
-    model = (head or transformers.ModernBertModel)(config).eval()
-    model.save_pretrained(path)
-    return model
 
 
 def test_info_on_a_modernbert_folder(tmp_path, capsys):

@@ -263,7 +263,7 @@ def test_ner_equals_transformers(clients):
 def test_qa_equals_transformers(clients):
     context = TEXTS[-1] + " " + TEXTS[-2]  # longer than one window of the route's 96 tokens
     out = both(clients, "qa", "/qa", {"question": TEXTS[0], "context": context})
-    assert out["answer"].split() == context[out["start"] : out["end"]].split()
+    assert out["answer"] == context[out["start"] : out["end"]]  # the context's own characters
     items = [{"question": q, "context": c} for q, c in zip(TEXTS[:3], TEXTS[3:6])]
     both(clients, "qa", "/qa", {"inputs": items, "handle_impossible_answer": True})
 

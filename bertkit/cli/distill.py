@@ -14,12 +14,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "distill",
         help="distil a fine-tuned teacher into a smaller student (soft targets + labels, or embeddings)",
-        description="Student: layers:I,J,K (those teacher layers, e.g. layers:0,2,4) or a preset (tiny, mini, "
-        "...). Tasks: glue (--task-name, --data-dir), classify/ner (--train, --dev), embed (--texts: one text "
+        description="Student: layers:I,J,K (those teacher layers, e.g. layers:0,2,4), a preset (tiny, mini, "
+        "...) of the teacher's architecture, or bert:PRESET (a BERT student, e.g. of a ModernBERT teacher). Tasks: glue (--task-name, --data-dir), classify/ner (--train, --dev), embed (--texts: one text "
         "a line, or .jsonl with a text field). OUT/metrics.json compares teacher and student.",
     )
     p.add_argument("--teacher", type=A.existing_dir, required=True, metavar="DIR")
-    p.add_argument("--student", required=True, help="layers:I,J,K or a preset name")
+    p.add_argument("--student", required=True, help="layers:I,J,K, a preset name, or bert:PRESET")
     p.add_argument("--task", required=True, choices=("glue", "classify", "ner", "embed"))
     p.add_argument("--task-name", default=None, help="glue: SST-2, MRPC, ...")
     p.add_argument("--data-dir", type=A.existing_dir, default=None, help="glue: the task's folder")

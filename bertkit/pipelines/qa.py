@@ -52,7 +52,11 @@ def examples_for(items: Sequence[tuple[str, str, str]]) -> list[S.SquadExample]:
     for qid, question, context in items:
         if context not in by_context:
             by_context[context] = S.split_context(context)[0]
-        out.append(S.SquadExample(qas_id=qid, question_text=question, doc_tokens=by_context[context]))
+        out.append(
+            S.SquadExample(
+                qas_id=qid, question_text=question, doc_tokens=by_context[context], context=context
+            )
+        )
     return out
 
 
@@ -64,8 +68,8 @@ def features_for(tokenizer: Any, examples: list[S.SquadExample], s: QASettings) 
 
 def _span_of(
     feats: list[S.SquadFeature], results: dict[int, P.RawResult], start_logit: float, end_logit: float
-) -> tuple[int, int] | None:
-    """Context word span of the n-best entry with these logits (the window and positions that gave it)."""
+) -> tuple[S.SquadFeature, int, int] | None:
+    """The window and positions that gave the n-best entry with these logits."""
     for f in feats:
         r = results[f.unique_id]
         for s in range(len(f.input_ids)):
@@ -73,18 +77,25 @@ def _span_of(
                 continue
             for e in range(s, len(f.input_ids)):
                 if float(r.end_logits[e]) == end_logit and f.orig_index(e) is not None:
-                    return f.orig_index(s), f.orig_index(e)
+                    return f, s, e
     return None
 
 
 def _locate(
-    context: str, words: list[str], span: tuple[int, int] | None, text: str
+    context: str, words: list[str], hit: tuple[S.SquadFeature, int, int] | None, text: str
 ) -> tuple[int, int] | None:
-    """Character [start, end) of ``text`` inside the context words ``span``."""
-    if span is None or not text:
+    """Character [start, end) of ``text`` inside the span ``hit`` gave: its characters for a BPE tokenizer's
+    window (the text is theirs, stripped), else its context words."""
+    if hit is None or not text:
         return None
+    f, s, e = hit
+    if f.char_spans:
+        a, b = f.char_span(s, e)
+        k = context.find(text, a, b)
+        return None if k < 0 else (k, k + len(text))
     starts = _word_starts(context)
-    ws, we = span
+    ws, we = f.orig_index(s), f.orig_index(e)
+    assert ws is not None and we is not None
     joined = " ".join(words[ws : we + 1])
     k = joined.find(text)
     if k < 0:

@@ -68,7 +68,7 @@ class InferenceService:
         precision: str = "fp32",
         auto_truncate: bool = False,
     ) -> None:
-        from ..architectures import load_config
+        from ..architectures import encoder_of, load_config
         from ..sentence.encoder import SentenceEncoder
         from ..tokenizer import Tokenizer
 
@@ -102,7 +102,7 @@ class InferenceService:
             self.model = cls.from_pretrained(self.model_dir).to(self.device).eval()
             self.tokenizer = Tokenizer.from_pretrained(self.model_dir)
             self.encoder = SentenceEncoder(
-                _encoder_of(self.model),
+                encoder_of(self.model),
                 self.tokenizer,
                 pooling="mean",
                 max_seq_length=max_length,
@@ -487,17 +487,6 @@ def _model_class(architecture: str, model_dir: str | os.PathLike | None = None) 
         return getattr(modernbert, architecture) if architecture in known else modernbert.ModernBertModel
     known = {"Bert" + suffix for suffix in HEADS.values()} | {"BertForPreTraining"}
     return getattr(heads, architecture) if architecture in known else BertModel
-
-
-def _encoder_of(model: Any) -> Any:
-    """The encoder inside a head model (BERT's ``bert``, ModernBERT's ``model``), or the encoder itself."""
-    from ..model import BertModel
-    from ..modernbert import ModernBertModel
-
-    if isinstance(model, (BertModel, ModernBertModel)):
-        return model
-    inner = getattr(model, "model", None)
-    return inner if isinstance(inner, ModernBertModel) else model.bert
 
 
 __all__ = ["LONG_TEXT", "InferenceService"]

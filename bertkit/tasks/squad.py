@@ -27,6 +27,8 @@ Features (:func:`convert_examples_to_features`)
     the most context (:func:`is_max_context`). Training targets are positions in the sequence; 0 (the
     ``[CLS]`` token) when the answer is not wholly inside the window or the question is impossible.
     Sequences are not padded here (the batcher pads with 0 and an attention mask of 0).
+    A byte-level BPE tokenizer (ModernBERT's) tokenises the context whole and maps tokens to characters
+    instead (:mod:`bertkit.tasks.squad_bpe`); ``[CLS]``/``[SEP]`` are then the tokenizer's own.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class SquadExample:
     end_position: int | None = None
     is_impossible: bool = False
     answers: list[str] = field(default_factory=list)  # every gold text (for reference/evaluation)
+    context: str = ""  # the paragraph as written (a BPE tokenizer's offsets point into it)
+    answer_chars: tuple[int, int] | None = None  # training answer's characters [start, end) in ``context``
 
 
 @dataclass
@@ -86,11 +90,20 @@ class SquadFeature:
     start_position: int | None = None  # training target (sequence position, 0 = [CLS])
     end_position: int | None = None
     is_impossible: bool = False
+    # BPE tokenizers: doc sub-token -> its characters in the example's context (see squad_bpe); () otherwise
+    char_spans: Sequence[tuple[int, int]] = field(repr=False, compare=False, default=())
 
     def orig_index(self, position: int) -> int | None:
         """Context word index of sequence ``position``; None outside the window (query, specials)."""
         j = position - self.doc_offset
         return self.tok_to_orig[self.doc_start + j] if 0 <= j < self.doc_length else None
+
+    def char_span(self, start: int, end: int) -> tuple[int, int]:
+        """BPE features: context characters ``[first, last)`` of window positions ``start..end``."""
+        return (
+            self.char_spans[self.doc_start + start - self.doc_offset][0],
+            self.char_spans[self.doc_start + end - self.doc_offset][1],
+        )
 
     def is_max_context(self, position: int) -> bool:
         """Whether this window is the max-context window of the token at ``position`` (False off-window)."""
@@ -203,6 +216,7 @@ def read_squad_examples(
                     doc_tokens=doc_tokens,
                     is_impossible=is_impossible,
                     answers=[a["text"] for a in answers],
+                    context=context,
                 )
                 if is_training:
                     if is_impossible:
@@ -227,6 +241,8 @@ def read_squad_examples(
                             stats.skipped += 1
                             continue
                         example.orig_answer_text = answers[0]["text"]
+                        offset = answers[0]["answer_start"]
+                        example.answer_chars = (offset, offset + len(example.orig_answer_text))
                         example.start_position, example.end_position = start, end
                 stats.impossible += int(is_impossible)
                 examples.append(example)
@@ -346,6 +362,23 @@ def _max_context_flags(spans: Sequence[tuple[int, int]], num_tokens: int) -> lis
     return best
 
 
+def _wordpiece_document(
+    words: Sequence[str], wp: WordPieceCache
+) -> tuple[list[str], list[int], list[int], list[int]]:
+    """Every context word tokenised on its own: (sub-tokens, ids, sub-token -> word, word -> first sub-token)."""
+    tok_to_orig: list[int] = []
+    orig_to_tok: list[int] = []
+    all_toks: list[str] = []
+    all_ids: list[int] = []
+    for i, word in enumerate(words):
+        orig_to_tok.append(len(all_toks))
+        w_toks, w_ids = wp(word)
+        tok_to_orig.extend([i] * len(w_toks))
+        all_toks.extend(w_toks)
+        all_ids.extend(w_ids)
+    return all_toks, all_ids, tok_to_orig, orig_to_tok
+
+
 def convert_examples_to_features(
     examples: Sequence[SquadExample],
     tokenizer: Any,
@@ -356,17 +389,23 @@ def convert_examples_to_features(
     unique_id_start: int = 1000000000,
     progress: bool = False,
 ) -> list[SquadFeature]:
-    """Windowed features for every example; see the module docstring for the algorithm."""
+    """Windowed features for every example; see the module docstring for the algorithm (and
+    :mod:`bertkit.tasks.squad_bpe` for a byte-level BPE tokenizer's documents)."""
+    from bertkit.tasks import squad_bpe
+
+    bpe = squad_bpe.is_bpe(tokenizer)
+    if bpe:
+        squad_bpe.check_pair_layout(tokenizer)
     wp = WordPieceCache(tokenizer)
     seen_docs: set[int] = set()
     texts: list[str] = []
     for ex in examples:
         texts.append(ex.question_text)
-        if id(ex.doc_tokens) not in seen_docs:
+        if not bpe and id(ex.doc_tokens) not in seen_docs:
             seen_docs.add(id(ex.doc_tokens))
             texts.extend(ex.doc_tokens)
     wp.prefill(texts)
-    cls_tok, sep_tok = "[CLS]", "[SEP]"
+    cls_tok, sep_tok = getattr(tokenizer, "cls_token", "[CLS]"), getattr(tokenizer, "sep_token", "[SEP]")
     cls_id, sep_id = tokenizer.convert_tokens_to_ids([cls_tok, sep_tok])
     features: list[SquadFeature] = []
     unique_id = unique_id_start
@@ -382,22 +421,21 @@ def convert_examples_to_features(
 
         if ex.doc_tokens is not last_doc:  # questions of one paragraph share the word list
             last_doc = ex.doc_tokens
-            tok_to_orig: list[int] = []
-            orig_to_tok: list[int] = []
-            all_toks: list[str] = []
-            all_ids: list[int] = []
-            for i, word in enumerate(ex.doc_tokens):
-                orig_to_tok.append(len(all_toks))
-                w_toks, w_ids = wp(word)
-                tok_to_orig.extend([i] * len(w_toks))
-                all_toks.extend(w_toks)
-                all_ids.extend(w_ids)
+            char_spans: Sequence[tuple[int, int]] = ()
+            if bpe:
+                doc = squad_bpe.bpe_document(tokenizer, ex.context, split_context(ex.context)[1])
+                all_toks, all_ids = doc.tokens, doc.ids
+                tok_to_orig, char_spans = doc.tok_to_orig, doc.char_spans
+            else:
+                all_toks, all_ids, tok_to_orig, orig_to_tok = _wordpiece_document(ex.doc_tokens, wp)
             windows_key = None
 
         tok_start = tok_end = None
         if is_training and ex.is_impossible:
             tok_start = tok_end = -1
-        if is_training and not ex.is_impossible:
+        if is_training and not ex.is_impossible and bpe:
+            tok_start, tok_end = squad_bpe.answer_tokens(doc, *(ex.answer_chars or (0, 0)))
+        elif is_training and not ex.is_impossible:
             tok_start = orig_to_tok[ex.start_position]
             if ex.end_position < len(ex.doc_tokens) - 1:
                 tok_end = orig_to_tok[ex.end_position + 1] - 1
@@ -444,6 +482,7 @@ def convert_examples_to_features(
                     start_position=start_pos,
                     end_position=end_pos,
                     is_impossible=ex.is_impossible,
+                    char_spans=char_spans,
                 )
             )
             unique_id += 1

@@ -140,7 +140,11 @@ def detokenize(tokens: Sequence[str]) -> str:
 def span_text(
     example: SquadExample, feature: SquadFeature, start: int, end: int, lowercase: bool = True
 ) -> str:
-    """Final answer text for sequence positions [start, end] of ``feature`` (both context tokens)."""
+    """Final answer text for sequence positions [start, end] of ``feature`` (both context tokens); with a
+    BPE tokenizer's character spans, the context's own characters there."""
+    if feature.char_spans:
+        a, b = feature.char_span(start, end)
+        return example.context[a:b].strip()
     tok_text = detokenize(feature.tokens[start : end + 1])
     w0, w1 = feature.orig_index(start), feature.orig_index(end)
     orig_text = " ".join(example.doc_tokens[w0 : w1 + 1])

@@ -1,4 +1,5 @@
-"""Fine-tune BertForQuestionAnswering on SQuAD v1.1/v2.0 and score dev officially (`bertkit finetune squad`).
+"""Fine-tune a question-answering head on SQuAD v1.1/v2.0 and score dev officially (`bertkit finetune squad`):
+BertForQuestionAnswering, or ModernBertForQuestionAnswering for a ModernBERT folder.
 
 ``run(args) -> dict`` does the work and returns the ``metrics.json`` object; ``args`` is any object with the
 options as attributes (``bertkit.cli.squad`` parses them from the command line; unset ones take the
@@ -163,7 +164,7 @@ def _check_settings(**v: Any) -> None:
 
 def run(args: Any) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
-    from bertkit.heads.finetune import BertForQuestionAnswering
+    from bertkit.architectures import head_class
     from bertkit.tasks.outputs import plot_losses
     from bertkit.tasks.spec import Settings
     from bertkit.tasks.training import train
@@ -227,7 +228,7 @@ def run(args: Any) -> dict:
 
     rank = init_distributed()[0]
     torch.manual_seed(seed)  # qa_outputs is initialised from torch's default generator
-    model = BertForQuestionAnswering.from_pretrained(model_dir)
+    model = head_class("qa", model_dir).from_pretrained(model_dir)  # BERT's or ModernBERT's, by the folder
     settings = Settings(
         epochs=epochs, batch_size=batch_size, lr=lr, max_seq_length=max_seq_length, seed=seed,
         warmup_ratio=warmup_ratio, weight_decay=weight_decay, progress=progress,
