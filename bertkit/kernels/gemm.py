@@ -9,12 +9,13 @@ The backends (:data:`BACKENDS`):
 
 - "torch": ``F.linear`` forward and backward.
 - "onednn_fwd": oneDNN forward, the backward's two GEMMs on ``torch.mm`` (MKL). The backward multiplies by
-  transposed operands, which MKL reads in place; oneDNN wants one of them copied row-major and reordered the
-  other, and on a 2-core Intel Xeon its weight gradient of a 768x3072 feed-forward took 2-5x F.linear's
+  transposed operands, which MKL reads in place while oneDNN's path copies one of them row-major; on a
+  2-core Intel Xeon oneDNN's weight gradient of a 768x3072 feed-forward took 2-5x torch.mm's
   (docs/perf/gemm-backward.json). With the backward of "torch", this backend can only differ from it by its
   forward, which is what the per-machine measurement compares.
 - "onednn": oneDNN forward and backward. Kept so a run recorded with it resumes bitwise
-  (:func:`resume_backend`) and for ``BERTKIT_ONEDNN=1``; never chosen by the measurement.
+  (:func:`resume_backend`) and for the setting that pins oneDNN (:mod:`bertkit.settings`); the measurement
+  takes it only where its backward wins too.
 
 oneDNN builds and keeps a kernel per GEMM shape; with packed batches the row count changes every batch,
 so rows are padded up to a few bucket sizes (:func:`bucket`); without them the process grew ~2 MB per
