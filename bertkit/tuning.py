@@ -168,8 +168,11 @@ def decide(
     measure: Callable[[], tuple[str, dict[str, Any]]],
     override: settings.Setting[str] | None = None,
     force: bool = False,
+    current: Callable[[dict[str, Any]], bool] | None = None,
 ) -> tuple[str, str]:
-    """:func:`choose`, and where the choice came from: "environment (NAME=VALUE)", "cache" or "measured"."""
+    """:func:`choose`, and where the choice came from: "environment (NAME=VALUE)", "cache" or "measured".
+    ``current(entry)``: whether a cached entry still counts (False: one an older measurement wrote, which
+    is measured again and replaced)."""
     choice = override.value() if override is not None else None
     if choice is not None:
         logger.info("kernel choice %s=%s (from %s=%s)", name, choice, override.name, override.raw())
@@ -179,7 +182,8 @@ def decide(
     key = machine_key()
     if use_cache and not force:
         cached = _read_cache(path).get(key, {}).get(name)
-        if isinstance(cached, dict) and isinstance(cached.get("choice"), str):
+        usable = isinstance(cached, dict) and isinstance(cached.get("choice"), str)
+        if usable and (current is None or current(cached)):
             logger.debug("kernel choice %s=%s (cached in %s)", name, cached["choice"], path)
             return cached["choice"], "cache"
     choice, details = measure()

@@ -5,6 +5,18 @@ oneDNN (``torch.ops.mkldnn._linear_pointwise``) ran the fp32 GEMMs 2-4x faster t
 which one a process uses is chosen per machine (:func:`choose_linear`, :mod:`bertkit.tuning`; an environment variable
 overrides it: :mod:`bertkit.settings`). Results agree with ``F.linear`` to float rounding (~1e-6 relative).
 
+The backends (:data:`BACKENDS`):
+
+- "torch": ``F.linear`` forward and backward.
+- "onednn_fwd": oneDNN forward, the backward's two GEMMs on ``torch.mm`` (MKL). The backward multiplies by
+  transposed operands, which MKL reads in place while oneDNN's path copies one of them row-major; on a
+  2-core Intel Xeon oneDNN's weight gradient of a 768x3072 feed-forward took 2-5x torch.mm's
+  (docs/perf/gemm-backward.json). With the backward of "torch", this backend can only differ from it by its
+  forward, which is what the per-machine measurement compares.
+- "onednn": oneDNN forward and backward. Kept so a run recorded with it resumes bitwise
+  (:func:`resume_backend`) and for the setting that pins oneDNN (:mod:`bertkit.settings`); the measurement
+  takes it only where its backward wins too.
+
 oneDNN builds and keeps a kernel per GEMM shape; with packed batches the row count changes every batch,
 so rows are padded up to a few bucket sizes (:func:`bucket`); without them the process grew ~2 MB per
 new shape.
@@ -13,6 +25,7 @@ new shape.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +50,11 @@ _ACTS: dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": torch.tanh,
 }
 
+BACKENDS = ("torch", "onednn_fwd", "onednn")
+
 _UNSET = object()
 _op = _UNSET  # the oneDNN op once chosen, None for F.linear
+_name = "torch"  # the backend _op stands for (one of BACKENDS)
 
 
 def onednn_op():
@@ -57,11 +73,17 @@ def onednn_op():
         return None
 
 
+def _set(name: str) -> None:
+    """Use backend ``name`` (one of :data:`BACKENDS`; torch's when this build lacks oneDNN's kernel)."""
+    global _op, _name
+    _op = None if name == "torch" else onednn_op()
+    _name = name if _op is not None else "torch"
+
+
 def _backend():
-    """The oneDNN op if this machine's choice is oneDNN, else None (chosen once, at first use)."""
-    global _op
+    """The oneDNN op if this machine's choice is a oneDNN backend, else None (chosen once, at first use)."""
     if _op is _UNSET:
-        _op = onednn_op() if choose_linear() == "onednn" else None
+        _set(choose_linear())
     return _op
 
 
@@ -71,19 +93,26 @@ def onednn_in_use() -> bool:
 
 
 def use_backend(name: str | None) -> None:
-    """Force the GEMM backend for this process: "onednn", "torch", or None to choose again at next use."""
+    """Force the GEMM backend for this process: one of :data:`BACKENDS`, or None to choose again at next
+    use."""
     global _op
-    _op = _UNSET if name is None else (onednn_op() if name == "onednn" else None)
+    if name is None:
+        _op = _UNSET
+    elif name in BACKENDS:
+        _set(name)
+    else:
+        raise ValueError(f"GEMM backend must be one of {', '.join(BACKENDS)} or None, got {name!r}")
 
 
 def backend_name() -> str:
-    """The fp32 GEMM backend this process uses, "onednn" or "torch" (chosen at first use)."""
-    return "onednn" if onednn_in_use() else "torch"
+    """The fp32 GEMM backend this process uses, one of :data:`BACKENDS` (chosen at first use)."""
+    _backend()
+    return _name
 
 
 def backend_chosen() -> str | None:
-    """The fp32 GEMM backend this process has chosen, "onednn" or "torch"; None before its first use (the
-    question measures nothing)."""
+    """The fp32 GEMM backend this process has chosen, one of :data:`BACKENDS`; None before its first use
+    (the question measures nothing)."""
     return None if _op is _UNSET else backend_name()
 
 
@@ -97,7 +126,7 @@ def resume_backend(recorded: str | None, source: str = "the checkpoint") -> None
     (:func:`bertkit.tuning.recorded_choice`; a warning when they differ) and nothing is measured. A backend
     pinned in the environment (:mod:`bertkit.settings`) that disagrees wins, and so does this build when it
     lacks oneDNN's kernel; both with a warning that the resume is not bitwise."""
-    if recorded not in ("onednn", "torch"):
+    if recorded not in BACKENDS:
         return  # a checkpoint from before this was recorded, or an unknown name: the machine's choice
     if _op is not _UNSET and recorded == backend_name():
         return
@@ -113,11 +142,12 @@ def resume_backend(recorded: str | None, source: str = "the checkpoint") -> None
                 choose_linear(),
             )
         return
-    if recorded == "onednn" and onednn_op() is None:
+    if recorded != "torch" and onednn_op() is None:
         logger.warning(
-            "%s was written with GEMM backend onednn, which this torch build lacks: resuming on "
+            "%s was written with GEMM backend %s, which this torch build lacks: resuming on "
             "torch (F.linear), not bitwise the run it continues",
             source,
+            recorded,
         )
         use_backend("torch")
         return
@@ -159,40 +189,63 @@ def _dnn(op, x: Tensor, weight: Tensor, bias: Tensor | None, attr: str = "none",
 
 
 class _DnnLinear(torch.autograd.Function):
-    """y = x W^T + b with oneDNN GEMMs forward and backward."""
+    """y = x W^T + b with a oneDNN GEMM forward; the backward's GEMMs on oneDNN too, or on ``torch.mm``
+    when ``mm_backward`` (backend "onednn_fwd")."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, op) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, op, mm_backward: bool = False) -> Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
         ctx.op = op
+        ctx.mm_backward = mm_backward
         return _dnn(op, x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
-        op = ctx.op
         n = grad.numel() // grad.shape[-1]
-        # the gradient's rows padded to the GEMM bucket once, for both GEMMs (for the MLM decoder it is a
-        # [rows, vocab] tensor: padding it twice cost a second large copy)
-        g2 = _pad_rows(grad.contiguous().view(n, grad.shape[-1]), bucket(n))
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            # oneDNN reads the transposed weight in place (a strided view): no [in, out] copy
-            grad_x = op(g2, weight.t(), None, "none", [], "")[:n].view(*grad.shape[:-1], weight.shape[1])
-        if ctx.needs_input_grad[1]:
-            # padded like the gradient: zero rows add nothing to the sum over rows
-            x2 = _pad_rows(x.reshape(n, x.shape[-1]), g2.shape[0])
-            # grad_w = g^T x sums over rows: oneDNN wants its first operand row-major, and reads the second
-            # in place when strided. Copying the narrower of the two transposed (and reading the wider
-            # in place) halves the time on the feed-forward and MLM-decoder shapes against copying both.
-            if g2.shape[1] >= x2.shape[1]:
-                grad_w = op(x2.t().contiguous(), g2.t(), None, "none", [], "").t()
-            else:
-                grad_w = op(g2.t().contiguous(), x2.t(), None, "none", [], "")
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            grad_b = g2.sum(0)  # the padding rows are zeros
-        return grad_x, grad_w, grad_b, None
+        backward = _mm_backward if ctx.mm_backward else _dnn_backward
+        grad_x, grad_w, grad_b = backward(ctx.op, ctx.needs_input_grad, ctx.has_bias, x, weight, grad, n)
+        return grad_x, grad_w, grad_b, None, None
+
+
+def _mm_backward(
+    op, needs: tuple[bool, ...], has_bias: bool, x: Tensor, weight: Tensor, grad: Tensor, n: int
+):
+    """The gradients of x [..., in], weight [out, in] and bias [out] from grad [..., out] (``n`` rows) on
+    ``torch.mm``, as F.linear's backward computes them: MKL reads the transposed operands in place, no row
+    padding and no copies."""
+    g2 = grad.reshape(n, grad.shape[-1])
+    grad_x = g2.mm(weight).view(*grad.shape[:-1], weight.shape[1]) if needs[0] else None
+    grad_w = g2.t().mm(x.reshape(n, x.shape[-1])) if needs[1] else None
+    grad_b = g2.sum(0) if has_bias and needs[2] else None
+    return grad_x, grad_w, grad_b
+
+
+def _dnn_backward(
+    op, needs: tuple[bool, ...], has_bias: bool, x: Tensor, weight: Tensor, grad: Tensor, n: int
+):
+    """:func:`_mm_backward` on oneDNN's GEMM (backend "onednn"), rows padded to their bucket."""
+    # the gradient's rows padded to the GEMM bucket once, for both GEMMs (for the MLM decoder it is a
+    # [rows, vocab] tensor: padding it twice cost a second large copy)
+    g2 = _pad_rows(grad.contiguous().view(n, grad.shape[-1]), bucket(n))
+    grad_x = grad_w = grad_b = None
+    if needs[0]:
+        # oneDNN reads the transposed weight in place (a strided view): no [in, out] copy
+        grad_x = op(g2, weight.t(), None, "none", [], "")[:n].view(*grad.shape[:-1], weight.shape[1])
+    if needs[1]:
+        # padded like the gradient: zero rows add nothing to the sum over rows
+        x2 = _pad_rows(x.reshape(n, x.shape[-1]), g2.shape[0])
+        # grad_w = g^T x sums over rows: oneDNN wants its first operand row-major, and reads the second
+        # in place when strided. Copying the narrower of the two transposed (and reading the wider
+        # in place) halves the time on the feed-forward and MLM-decoder shapes against copying both.
+        if g2.shape[1] >= x2.shape[1]:
+            grad_w = op(x2.t().contiguous(), g2.t(), None, "none", [], "").t()
+        else:
+            grad_w = op(g2.t().contiguous(), x2.t(), None, "none", [], "")
+    if has_bias and needs[2]:
+        grad_b = g2.sum(0)  # the padding rows are zeros
+    return grad_x, grad_w, grad_b
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | None = None) -> Tensor:
@@ -207,7 +260,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
     if op is None:
         out = F.linear(x, weight, bias)
     elif torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        out = _DnnLinear.apply(x.contiguous(), weight, bias, op)
+        out = _DnnLinear.apply(x.contiguous(), weight, bias, op, _name == "onednn_fwd")
     elif act in _ONEDNN_ACTS:
         return _dnn(op, x.contiguous(), weight, bias, *_ONEDNN_ACTS[act])
     else:
@@ -216,32 +269,76 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, act: str | Non
 
 
 def _measure_linear() -> tuple[str, dict[str, Any]]:
-    # the first use may come inside no_grad / inference_mode, and the measurement needs autograd
-    with torch.inference_mode(False), torch.enable_grad():
+    # the first use may come inside inference_mode, whose tensors the backward's GEMMs must not meet
+    with torch.inference_mode(False), torch.no_grad():
         return _measure_linear_grad()
 
 
+# (rows, in, out) the per-machine measurement times: a feed-forward GEMM and its way back (BERT-base and
+# ModernBERT-base widths), and an MLM decoder onto a 30k vocabulary. Each counts alike (geometric mean of the
+# per-shape ratios), so the vocabulary GEMM, the largest, does not decide alone.
+MEASURE_SHAPES: tuple[tuple[int, int, int], ...] = ((512, 768, 3072), (512, 3072, 768), (128, 768, 30522))
+# a oneDNN part only when clearly faster: F.linear is the plain path (no row padding, no custom autograd)
+MARGIN = 0.95
+# what a cached "linear" entry must carry to count (older entries timed one shape, fwd+bwd together, and
+# are measured again)
+MEASURE_VERSION = 2
+
+
+def pick_backend(ratios: dict[str, float]) -> str:
+    """The backend (one of :data:`BACKENDS`) from oneDNN's time over torch's, ``ratios["forward"]`` and
+    ``ratios["backward"]`` (and ``ratios["step"]``, forward and backward together): oneDNN does each part it
+    is clearly faster at; a oneDNN backward needs its forward (there is no torch-forward oneDNN-backward
+    backend), so it is taken only where oneDNN is clearly faster over the whole step."""
+    fwd, bwd = ratios["forward"] < MARGIN, ratios["backward"] < MARGIN
+    if fwd and bwd:
+        return "onednn"
+    if fwd:
+        return "onednn_fwd"
+    if bwd and ratios["step"] < MARGIN:
+        return "onednn"
+    return "torch"
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _time_shape(op, rows: int, n_in: int, n_out: int, g: torch.Generator) -> dict[str, float]:
+    """Median seconds of each backend's forward and backward on x [rows, n_in], weight [n_out, n_in]."""
+    x, w = torch.randn(rows, n_in, generator=g), torch.randn(n_out, n_in, generator=g)
+    b, grad = torch.zeros(n_out), torch.randn(rows, n_out, generator=g)
+    needs = (True, True, True)
+    return time_alternating(
+        {
+            "fwd_onednn": lambda: _dnn(op, x, w, b),
+            "fwd_torch": lambda: F.linear(x, w, b),
+            "bwd_onednn": lambda: _dnn_backward(op, needs, True, x, w, grad, rows),
+            "bwd_torch": lambda: _mm_backward(op, needs, True, x, w, grad, rows),
+        },
+        rounds=3,
+        warmup=1,
+    )
+
+
 def _measure_linear_grad() -> tuple[str, dict[str, Any]]:
-    """oneDNN vs F.linear on a BERT-small feed-forward GEMM, forward and backward (~0.3 s idle)."""
+    """oneDNN vs torch on :data:`MEASURE_SHAPES`, the forward and the backward timed apart (~2 s idle on a
+    2-core Xeon): -> (:func:`pick_backend`'s choice, the ratios and the ms per shape and part)."""
     op = onednn_op()
     if op is None:
         return "torch", {"reason": "no working oneDNN linear in this torch build"}
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(512, 512, generator=g, requires_grad=True)
-    w = torch.randn(2048, 512, generator=g, requires_grad=True)
-    b = torch.zeros(2048, requires_grad=True)
-    grad = torch.randn(512, 2048, generator=g)
-
-    def dnn() -> None:
-        _DnnLinear.apply(x, w, b, op).backward(grad)
-
-    def plain() -> None:
-        torch.nn.functional.linear(x, w, b).backward(grad)
-
-    t = time_alternating({"onednn": dnn, "torch": plain}, rounds=5, warmup=1)
-    # oneDNN only when clearly faster: F.linear is the plain path (no row padding, no custom autograd)
-    choice = "onednn" if t["onednn"] < 0.95 * t["torch"] else "torch"
-    return choice, {k: round(v * 1e3, 3) for k, v in t.items()} | {"unit": "ms per fwd+bwd 512x512x2048"}
+    ratios: dict[str, list[float]] = {"forward": [], "backward": [], "step": []}
+    ms: dict[str, dict[str, float]] = {}
+    for rows, n_in, n_out in MEASURE_SHAPES:
+        t = _time_shape(op, rows, n_in, n_out, g)
+        ratios["forward"].append(t["fwd_onednn"] / t["fwd_torch"])
+        ratios["backward"].append(t["bwd_onednn"] / t["bwd_torch"])
+        ratios["step"].append((t["fwd_onednn"] + t["bwd_onednn"]) / (t["fwd_torch"] + t["bwd_torch"]))
+        ms[f"{rows}x{n_in}->{n_out}"] = {k: round(v * 1e3, 3) for k, v in t.items()}
+    summary = {k: round(_geomean(v), 3) for k, v in ratios.items()}
+    details = {"version": MEASURE_VERSION, "onednn_over_torch": summary, "ms": ms}
+    return pick_backend(summary), details
 
 
 def choose_linear() -> str:
@@ -252,7 +349,19 @@ def choose_linear() -> str:
 def decide_linear(force: bool = False) -> tuple[str, str]:
     """:func:`choose_linear` and where the choice came from (:func:`bertkit.tuning.decide`; ``force``:
     measured again even when cached)."""
-    return decide("linear", _measure_linear, override=settings.ONEDNN, force=force)
+    return decide(
+        "linear",
+        _measure_linear,
+        override=settings.ONEDNN,
+        force=force,
+        current=lambda entry: _measured_now(entry) and entry["choice"] in BACKENDS,
+    )
+
+
+def _measured_now(entry: dict[str, Any]) -> bool:
+    """Whether a cached "linear" entry was measured as :func:`_measure_linear_grad` measures now."""
+    details = entry.get("details")
+    return isinstance(details, dict) and (details.get("version") == MEASURE_VERSION or "reason" in details)
 
 
 class Linear(nn.Linear):
