@@ -336,6 +336,27 @@ def test_pretraining_table_gives_a_left_to_right_model_its_next_token_scores_not
     assert row.endswith("| 4.500 (next-token) | 31.0 (next-token) | — | — | — |")
 
 
+def test_pretraining_table_scores_electra_by_its_generator_and_replaced_tokens_against_the_prior(tmp_path):
+    """An ELECTRA result (no masked-LM head on the saved encoder) gets a row: its generator's held-out masked-LM
+    scores, marked so, and a replaced-token column with the accuracy a do-nothing discriminator reaches beside
+    it; the other rows show — there, and a matrix without ELECTRA keeps the table it had."""
+    cfg, res = _fixture(tmp_path)
+    before = Path(write_report(cfg, results=res)["report"]).read_text()
+    assert "replaced-token" not in before
+    _extend(cfg, models='[[model]]\nname = "electra-mini"\nobjective = "electra"\n')
+    electra = _pretrain("electra-mini", 4, 256, 400.0, 5000, objective="electra")
+    electra["metrics"] = {"discriminator_loss": 0.379, "masked_lm_loss": 6.031, "masked_lm_accuracy": 0.197,
+                          "replaced_share": 0.129, "replaced_token_accuracy": 0.8712}  # fmt: skip
+    (res / "electra.json").write_text(json.dumps(electra))
+    text = Path(write_report(cfg, results=res)["report"]).read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| model | layers / hidden |"))
+    assert header.endswith("| word-order gain | replaced-token acc (prior) |")
+    row = next(line for line in text.splitlines() if line.startswith("| electra-mini | 4 / 256"))
+    assert "| 6.031 (generator) | 19.7 (generator) |" in row and row.endswith("| — | 87.1 (87.1) |")
+    mlm = next(line for line in text.splitlines() if line.startswith("| mlm+nsp-mini | 4 / 256"))
+    assert mlm.endswith("| — |") and mlm.count("|") == header.count("|")
+
+
 def test_paper_report_rows_named_by_the_config_instead_of_the_size_suffix(tmp_path):
     """``table5``/``table6`` name the rows: models called anything (``bert-41M``) fill Table 5, the verdicts
     compare them, and the size effect reads Table 6's models only (not every mlm+nsp-* model)."""

@@ -221,8 +221,9 @@ def other_models(matrix: Matrix, results: dict[str, dict]) -> list[str]:
 
 
 def pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
-    """One row per pre-trained model of the matrix: tokens, CPU seconds and the held-out masked-LM scores."""
-    rows = []
+    """One row per pre-trained model of the matrix: tokens, CPU seconds and the held-out masked-LM scores; a
+    replaced-token column beside them when an ELECTRA model is among the rows."""
+    rows, electra = [], False
     for m in matrix.raw["model"]:
         r = results.get(f"pretrain/{m['name']}")
         scores = _heldout_scores(r) if r else None
@@ -233,26 +234,44 @@ def pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
         tokens = f"{(r.get('tokens') or 0) / 1e6:.1f}M"
         if r.get("continued_from"):  # the tokens of the run it started from, then its own
             tokens = f"{r['tokens_before'] / 1e6:.1f}M ({r['continued_from']}) + {tokens}"
-        rows.append(f"| {m['name']} | {shape.get('num_hidden_layers', '?')} / {shape.get('hidden_size', '?')} | "
-                    f"{tokens} | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
-                    f"{loss} | {acc} | {_num(_percent(met.get('unigram_accuracy')), 1)} | {_num(met.get('unigram_loss'))} | "
-                    f"{gain} |")  # fmt: skip
+        electra = electra or r.get("objective") == "electra"
+        rows.append((f"| {m['name']} | {shape.get('num_hidden_layers', '?')} / {shape.get('hidden_size', '?')} | "
+                     f"{tokens} | {r.get('train_cpu_s', r.get('cpu_s', 0)):.0f} | "
+                     f"{loss} | {acc} | {_num(_percent(met.get('unigram_accuracy')), 1)} | {_num(met.get('unigram_loss'))} | "
+                     f"{gain} |", _replaced_token_cell(r)))  # fmt: skip
     if not rows:
         return []
-    return ["## Pre-training", "",
-            "Held-out masked-LM scores (the same masks for every model; unigram: always the most frequent masked "
+    head = ("| model | layers / hidden | tokens | training CPU s | held-out MLM loss | MLM acc | unigram acc | "
+            "unigram loss | word-order gain |")  # fmt: skip
+    rule = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    text = ("Held-out masked-LM scores (the same masks for every model; unigram: always the most frequent masked "
             "token, and the training data's token frequencies as the prediction (loss); word-order gain: the loss "
             "on the same sequences with their tokens shuffled minus the loss in order, in nats: 0 for a model that "
-            "reads its context as a bag of words; — where the result file predates the measure).",
-            "", "| model | layers / hidden | tokens | training CPU s | held-out MLM loss | MLM acc | unigram acc | "
-            "unigram loss | word-order gain |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
+            "reads its context as a bag of words; — where the result file predates the measure).")  # fmt: skip
+    if electra:  # the column only where it says something: the other matrices' pages stay as they were
+        head, rule = head + " replaced-token acc (prior) |", rule + " --- |"
+        text += (" ELECTRA's masked-LM scores are its generator's, from the run's own held-out evaluation; its "
+                 "encoder is the discriminator, scored by replaced-token accuracy on the held-out documents beside "
+                 "the prior: the accuracy of calling every token original (1 − the share replaced), which a "
+                 "discriminator that learned nothing reaches.")  # fmt: skip
+    lines = [row + (f" {cell} |" if electra else "") for row, cell in rows]
+    return ["## Pre-training", "", text, "", head, rule, *lines, ""]
+
+
+def _replaced_token_cell(r: dict) -> str:
+    """An ELECTRA result's held-out replaced-token accuracy and its prior, in percent; — for other models."""
+    met = r.get("metrics") or {}
+    acc, share = met.get("replaced_token_accuracy"), met.get("replaced_share")
+    if r.get("objective") != "electra" or acc is None:
+        return "—"
+    return f"{100 * acc:.1f}" + ("" if share is None else f" ({100 * (1 - share):.1f})")
 
 
 def _heldout_scores(r: dict) -> tuple[str, str, str] | None:
     """(loss, accuracy, word-order gain) of a pre-training result's held-out row: masked-LM scores, or a
     left-to-right model's next-token ones (older result files kept those under ``train_eval`` and
-    masked-LM scores a causal model cannot be given under ``metrics``); None when it has neither."""
+    masked-LM scores a causal model cannot be given under ``metrics``), or ELECTRA's generator's (from the
+    run's own held-out evaluation: no word-order gain); None when it has none."""
     met = r.get("metrics") or {}
     if r.get("objective") == "ltr":
         ev = met if "next_token_loss" in met else {
@@ -262,6 +281,9 @@ def _heldout_scores(r: dict) -> tuple[str, str, str] | None:
         acc = ev.get("next_token_accuracy")
         return (f"{_num(ev.get('next_token_loss'))} (next-token)",
                 "—" if acc is None else f"{100 * acc:.1f} (next-token)", "—")  # fmt: skip
+    if r.get("objective") == "electra" and "masked_lm_accuracy" in met:
+        return (f"{_num(met.get('masked_lm_loss'))} (generator)", f"{100 * met['masked_lm_accuracy']:.1f} (generator)",
+                _num(met.get("word_order_gain")))  # fmt: skip
     if "mlm_accuracy" not in met:
         return None
     return f"{met['mlm_loss']:.3f}", f"{100 * met['mlm_accuracy']:.1f}", _num(met.get("word_order_gain"))
