@@ -48,16 +48,22 @@ def heldout_mlm(
     predicting the training data's most frequent masked token (``unigram_accuracy``) and how many distinct
     tokens the model predicted (``distinct_predictions``: 1 means it fills every blank alike); the unigram
     cross-entropy (``unigram_loss``) and the loss on the same sequences shuffled (``shuffled_mlm_loss``,
-    ``word_order_gain``: see the module docstring)."""
+    ``word_order_gain``: see the module docstring). A finished ELECTRA run's model directory (its
+    ``electra/`` folders beside the discriminator) is scored by its generator, the network that predicts
+    masked tokens (:class:`ElectraGeneratorMLM`)."""
     from bertkit.heads.pretraining import BertForMaskedLM, pretraining_metrics
 
     data_dir = Path(data_dir)
+    electra_dir = Path(model_dir) / "electra"
     ds = _dataset(data_dir, max_seq_length, "valid", valid_documents, seed)
     train = _dataset(
         data_dir, max_seq_length, "train", valid_documents, seed
     )  # built once, read for both baselines
     top = _masked_counts(train).most_common(1)[0][0]
-    model = BertForMaskedLM.from_pretrained(model_dir)
+    if (electra_dir / "generator").is_dir():
+        model = ElectraGeneratorMLM(electra_dir)
+    else:
+        model = BertForMaskedLM.from_pretrained(model_dir)
     model.eval()
     n = min(len(ds), batch_size * max_batches)
     sums: dict[str, list[float]] = {}
@@ -92,6 +98,32 @@ def heldout_mlm(
             "unigram_accuracy": round(unigram_hits / masked, 4), "unigram_loss": round(unigram_nll / masked, 4),
             "shuffled_mlm_loss": round(shuffled, 4), "word_order_gain": round(shuffled - loss, 4),
             "distinct_predictions": len(predicted), "sequences": n, "masked_tokens": int(masked)}  # fmt: skip
+
+
+class ElectraGeneratorMLM(torch.nn.Module):
+    """An ELECTRA run's generator as a masked LM for :func:`heldout_mlm`: the saved encoder is the
+    discriminator, which has no masked-LM head, so the held-out loss and word-order gain of an ELECTRA run are
+    its generator's (the network whose masked-LM loss the run trained)."""
+
+    def __init__(self, electra_dir: str | Path) -> None:
+        super().__init__()
+        from bertkit.electra import load_pretrained_electra
+
+        self.electra = load_pretrained_electra(electra_dir)
+        self.config = self.electra.config
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+        """[B, T] ids as the data masked them -> logits [M, V] and the mean cross-entropy at the M labelled
+        positions (``masked_lm_labels``: their labels)."""
+        from bertkit.heads.pretraining import IGNORE_INDEX, MaskedLMOutput
+
+        e = self.electra
+        hidden = e.generator(input_ids, attention_mask, token_type_ids).last_hidden_state
+        keep = labels != IGNORE_INDEX
+        logits = e.generator_lm_head(e.generator_predictions(hidden[keep]))
+        gold = labels[keep]
+        loss = torch.nn.functional.cross_entropy(logits.float(), gold)
+        return MaskedLMOutput(loss=loss, logits=logits, masked_lm_labels=gold)
 
 
 def shuffle_within_sequences(

@@ -108,3 +108,27 @@ def test_shuffling_keeps_each_sequence_its_tokens_labels_and_ends():
         pairs = sorted(zip(ids[i].tolist(), labels[i].tolist()))
         assert sorted(zip(s_ids[i].tolist(), s_labels[i].tolist())) == pairs  # labels moved with their tokens
     assert not torch.equal(s_ids, ids)
+
+
+def test_an_electra_run_is_scored_by_its_generator(tiny_data, tmp_path):
+    """The saved encoder of an ELECTRA run is the discriminator (no masked-LM head): the held-out masked-LM
+    scores are its generator's. A generator that fills every blank with the most frequent masked token scores
+    exactly the unigram baseline; the discriminator folder read as a masked LM would not (its head is random)."""
+    from bertkit.electra import ElectraPretrainingModel
+
+    top = masked_token_counts(tiny_data, 64, None, seed=1234, batches=50).most_common(1)[0][0]
+    tok = Tokenizer(str(tiny_data / "vocab.txt"))
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(
+        BertConfig.preset("tiny", vocab_size=len(tok), max_position_embeddings=64)
+    )
+    with torch.no_grad():
+        model.generator_lm_head.bias[top] = 1e4
+    run = tmp_path / "model"
+    model.save_pretrained_bert(run)
+    model.save_pretrained_electra(run / "electra")
+    tok.save_pretrained(run)
+    r = heldout_mlm(run, tiny_data, 64, max_batches=3)
+    assert r["distinct_predictions"] == 1
+    assert r["mlm_accuracy"] == r["unigram_accuracy"] > 0
+    assert "word_order_gain" in r and r["masked_tokens"] > 0

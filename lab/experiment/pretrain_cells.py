@@ -136,8 +136,12 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
         primary = held.get("next_token_accuracy")
     elif cfg.objective == "electra":
         # the saved encoder is the discriminator (no masked-LM head): its held-out score is replaced-token
-        # detection on the held-out documents, from the run's own final evaluation (with the generator's MLM)
+        # detection on the held-out documents, from the run's own final evaluation; the masked-LM scores and
+        # word-order gain beside it are the generator's, scored as every other model's
         held = dict(res.get("eval") or {})
+        held |= heldout_mlm(
+            run_dir / "model", prepared_data(out, "prepare"), cfg.max_seq_length, cfg.valid_documents
+        )
         primary = held.get("replaced_token_accuracy")
     else:
         # every model is scored on the matrix corpus's held-out documents (a task_text model's own shards end

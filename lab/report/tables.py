@@ -281,8 +281,10 @@ def _heldout_scores(r: dict) -> tuple[str, str, str] | None:
         acc = ev.get("next_token_accuracy")
         return (f"{_num(ev.get('next_token_loss'))} (next-token)",
                 "—" if acc is None else f"{100 * acc:.1f} (next-token)", "—")  # fmt: skip
-    if r.get("objective") == "electra" and "masked_lm_accuracy" in met:
-        return (f"{_num(met.get('masked_lm_loss'))} (generator)", f"{100 * met['masked_lm_accuracy']:.1f} (generator)",
+    if r.get("objective") == "electra" and ("mlm_accuracy" in met or "masked_lm_accuracy" in met):
+        loss, acc = (("mlm_loss", "mlm_accuracy") if "mlm_accuracy" in met  # scored as every other model
+                     else ("masked_lm_loss", "masked_lm_accuracy"))  # older files: the run's own evaluation  # fmt: skip
+        return (f"{_num(met.get(loss))} (generator)", f"{100 * met[acc]:.1f} (generator)",
                 _num(met.get("word_order_gain")))  # fmt: skip
     if "mlm_accuracy" not in met:
         return None
