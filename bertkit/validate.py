@@ -14,7 +14,9 @@ from typing import Any
 from .errors import UserError
 
 
-def _number(value: Any, name: str, kind: type) -> Any:
+def _number(value: Any, name: str, kind: type, integer: str = "an integer") -> Any:
+    """``value`` as ``kind`` (int or float), from a number or its text; ``integer`` names what an int must be
+    in the message (e.g. "a positive integer", so "1.5" is refused in the words of the limit it breaks)."""
     # bools are ints in Python, but `steps = true` in a TOML file is a mistake, not 1
     if isinstance(value, bool):
         raise UserError(f"{name}: {value!r} is not a number")
@@ -22,14 +24,12 @@ def _number(value: Any, name: str, kind: type) -> Any:
         try:
             value = kind(value.strip())
         except ValueError:
-            raise UserError(
-                f"{name}: {value!r} is not {'an integer' if kind is int else 'a number'}"
-            ) from None
+            raise UserError(f"{name}: {value!r} is not {integer if kind is int else 'a number'}") from None
     if kind is int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int):
-            raise UserError(f"{name}: {value!r} is not an integer")
+            raise UserError(f"{name}: {value!r} is not {integer}")
         return value
     if not isinstance(value, (int, float)):
         raise UserError(f"{name}: {value!r} is not a number")
@@ -40,7 +40,7 @@ def _number(value: Any, name: str, kind: type) -> Any:
 
 
 def positive_int(value: Any, name: str = "value") -> int:
-    v = _number(value, name, int)
+    v = _number(value, name, int, "a positive integer")
     if v < 1:
         raise UserError(f"{name}: {v} must be a positive integer (>= 1)")
     return v
