@@ -250,7 +250,8 @@ def pretrain_rows(matrix: Matrix, results: dict[str, dict]) -> list[str]:
             "reads its context as a bag of words; — where the result file predates the measure).")  # fmt: skip
     if electra:  # the column only where it says something: the other matrices' pages stay as they were
         head, rule = head + " replaced-token acc (prior) |", rule + " --- |"
-        text += (" ELECTRA's masked-LM scores are its generator's, from the run's own held-out evaluation; its "
+        text += (" ELECTRA's masked-LM scores are its generator's, on the same masks (result files that predate "
+                 "this: the run's own held-out evaluation, with no word-order gain); its "
                  "encoder is the discriminator, scored by replaced-token accuracy on the held-out documents beside "
                  "the prior: the accuracy of calling every token original (1 − the share replaced), which a "
                  "discriminator that learned nothing reaches.")  # fmt: skip
