@@ -25,6 +25,11 @@ def is_modernbert(model_dir: str | os.PathLike) -> bool:
     return model_type_of(model_dir) == MODERNBERT
 
 
+def display_name(model_dir: str | os.PathLike) -> str:
+    """The architecture's name as people write it, for model cards: "ModernBERT" or "BERT"."""
+    return "ModernBERT" if is_modernbert(model_dir) else "BERT"
+
+
 def load_config(model_dir: str | os.PathLike) -> HFConfig:
     """The folder's config as its architecture's config class (BertConfig or ModernBertConfig)."""
     if is_modernbert(model_dir):

@@ -114,6 +114,7 @@ def test_finetune_classify_on_modernbert(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["architectures"] == [
         "ModernBertForSequenceClassification"
     ]
+    assert ": a fine-tuned ModernBERT\n" in (out / "README.md").read_text()  # the model card's title
     tok = Tokenizer.from_pretrained(out)
     batch = tok(
         ["the river was wide", "naïve café\n\nand more words than the window holds " * 3], max_length=48

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertkit.architectures import load_config
+from bertkit.architectures import display_name, load_config
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
@@ -233,7 +233,7 @@ def finetune(
     model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
     write_model_card(
-        out / "model", title=f"{task.name}: a fine-tuned BERT", kind=task.kind, task=task.name,
+        out / "model", title=f"{task.name}: a fine-tuned {display_name(model_dir)}", kind=task.kind, task=task.name,
         data={"train": train_file, "train examples": len(train_ex), "dev": task.dev_file, "dev examples": len(task.dev)},
         hyperparameters=result["hyperparameters"], metrics=metrics, base_model=str(model_dir),
         notes=["per-label thresholds (tuned on dev) are in config.json: label_thresholds"] if task.multi_label else None,

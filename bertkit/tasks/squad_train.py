@@ -164,7 +164,7 @@ def _check_settings(**v: Any) -> None:
 
 def run(args: Any) -> dict:
     """Fine-tune and evaluate; writes everything under ``args.out`` and returns the metrics.json dict."""
-    from bertkit.architectures import head_class
+    from bertkit.architectures import display_name, head_class
     from bertkit.tasks.outputs import plot_losses
     from bertkit.tasks.spec import Settings
     from bertkit.tasks.training import train
@@ -278,7 +278,7 @@ def run(args: Any) -> dict:
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
             write_model_card(
-                tmp, title=f"SQuAD v{version}: a fine-tuned BERT", kind="qa", task=f"squad-v{version}",
+                tmp, title=f"SQuAD v{version}: a fine-tuned {display_name(model_dir)}", kind="qa", task=f"squad-v{version}",
                 data={"train": args.train, "train questions": len(train_ex),
                       "dev": getattr(args, "dev", None) or f"last {args.dev_articles} articles of {args.train}",
                       "dev questions": len(dev_ex)},
