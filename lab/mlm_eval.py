@@ -50,20 +50,16 @@ def heldout_mlm(
     cross-entropy (``unigram_loss``) and the loss on the same sequences shuffled (``shuffled_mlm_loss``,
     ``word_order_gain``: see the module docstring). A finished ELECTRA run's model directory (its
     ``electra/`` folders beside the discriminator) is scored by its generator, the network that predicts
-    masked tokens (:class:`ElectraGeneratorMLM`)."""
-    from bertkit.heads.pretraining import BertForMaskedLM, pretraining_metrics
+    masked tokens (:class:`ElectraGeneratorMLM`); a ModernBERT one by its own masked-LM head."""
+    from bertkit.heads.pretraining import pretraining_metrics
 
     data_dir = Path(data_dir)
-    electra_dir = Path(model_dir) / "electra"
     ds = _dataset(data_dir, max_seq_length, "valid", valid_documents, seed)
     train = _dataset(
         data_dir, max_seq_length, "train", valid_documents, seed
     )  # built once, read for both baselines
     top = _masked_counts(train).most_common(1)[0][0]
-    if (electra_dir / "generator").is_dir():
-        model = ElectraGeneratorMLM(electra_dir)
-    else:
-        model = BertForMaskedLM.from_pretrained(model_dir)
+    model = _masked_lm(model_dir)
     model.eval()
     n = min(len(ds), batch_size * max_batches)
     sums: dict[str, list[float]] = {}
@@ -98,6 +94,24 @@ def heldout_mlm(
             "unigram_accuracy": round(unigram_hits / masked, 4), "unigram_loss": round(unigram_nll / masked, 4),
             "shuffled_mlm_loss": round(shuffled, 4), "word_order_gain": round(shuffled - loss, 4),
             "distinct_predictions": len(predicted), "sequences": n, "masked_tokens": int(masked)}  # fmt: skip
+
+
+def _masked_lm(model_dir: str | Path) -> torch.nn.Module:
+    """The network of ``model_dir`` that fills masked tokens: an ELECTRA run's generator, a ModernBERT model's
+    masked-LM head, else BERT's (``BertForMaskedLM``)."""
+    from bertkit.architectures import is_modernbert
+
+    electra_dir = Path(model_dir) / "electra"
+    if (electra_dir / "generator").is_dir():
+        return ElectraGeneratorMLM(electra_dir)
+    if is_modernbert(model_dir):
+        from bertkit.modernbert import ModernBertForMaskedLM
+
+        # scored on the labelled rows only ([M, V] logits), as BERT's head scores them
+        return ModernBertForMaskedLM.from_pretrained(model_dir, sparse_prediction=True)
+    from bertkit.heads.pretraining import BertForMaskedLM
+
+    return BertForMaskedLM.from_pretrained(model_dir)
 
 
 class ElectraGeneratorMLM(torch.nn.Module):

@@ -1132,3 +1132,36 @@ def test_the_study_matrix_has_a_modernbert_arm_of_bert_minis_size():
     bert = get_objective("roberta", pad_token_id=0).build_model(BertConfig.preset("mini", vocab_size=30522))
     n_mb, n_bert = (sum(p.numel() for p in m.parameters()) for m in (mb, bert))
     assert abs(n_mb - n_bert) / n_bert < 0.02
+
+
+def test_a_random_arm_takes_the_shape_of_its_model_config(tmp_path, tiny_data):
+    """A random-init baseline for a ModernBERT arm is a ModernBERT at its initialisation, scored held-out by
+    its own masked-LM head; without ``model_config`` it stays BERT's preset."""
+    from lab.experiment.pretrain_cells import run_random
+
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "mb.json").write_text(
+        json.dumps(
+            {
+                "model_type": "modernbert",
+                "hidden_size": 32,
+                "intermediate_size": 48,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 2,
+                "max_position_embeddings": 64,
+                "local_attention": 16,
+                "pad_token_id": 0,
+            }
+        )
+    )
+    text = MINIMAL.replace('preset = "tiny"', 'preset = "tiny"\nmax_seq_length = 64')
+    m = load_matrix(_write(tmp_path, text + '[[model]]\nname = "r"\nrandom = true\nmodel_config = "configs/mb.json"\n'
+                                    '[[model]]\nname = "rb"\nrandom = true\n'))  # fmt: skip
+    out = tmp_path / "out"
+    shutil.copytree(tiny_data, out / "prepare" / "data")
+    mb = run_random(m, m.cell("pretrain/r"), out, {}, False)
+    config = json.loads((Path(mb["model_dir"]) / "config.json").read_text())
+    assert config["model_type"] == "modernbert" and mb["model_config"]["hidden_size"] == 32
+    assert 0 < mb["metrics"]["mlm_loss"] and mb["metrics"]["distinct_predictions"] > 1
+    bert = run_random(m, m.cell("pretrain/rb"), out, {}, False)
+    assert json.loads((Path(bert["model_dir"]) / "config.json").read_text())["model_type"] == "bert"

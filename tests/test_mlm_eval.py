@@ -12,13 +12,27 @@ from lab.demo import random_model
 from lab.mlm_eval import heldout_mlm, masked_token_counts
 
 
-def _model(tiny_data, path, bias_token=None):
+def _bert(vocab_size: int) -> BertForMaskedLM:
+    return BertForMaskedLM(BertConfig.preset("tiny", vocab_size=vocab_size, max_position_embeddings=64))
+
+
+def _modernbert(vocab_size: int) -> torch.nn.Module:
+    from bertkit.modernbert import ModernBertForMaskedLM
+    from bertkit.modernbert_config import ModernBertConfig
+
+    return ModernBertForMaskedLM(ModernBertConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=48,
+                                                  num_hidden_layers=2, num_attention_heads=2,
+                                                  max_position_embeddings=64, local_attention=16, pad_token_id=0))  # fmt: skip
+
+
+def _model(tiny_data, path, bias_token=None, build=_bert):
     tok = Tokenizer(str(tiny_data / "vocab.txt"))
     torch.manual_seed(0)
-    model = BertForMaskedLM(BertConfig.preset("tiny", vocab_size=len(tok), max_position_embeddings=64))
+    model = build(len(tok))
     if bias_token is not None:  # a model that fills every blank with the same token
         with torch.no_grad():
-            model.cls.predictions.bias[bias_token] = 1e4
+            bias = model.cls.predictions.bias if isinstance(model, BertForMaskedLM) else model.decoder.bias
+            bias[bias_token] = 1e4
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
@@ -132,3 +146,13 @@ def test_an_electra_run_is_scored_by_its_generator(tiny_data, tmp_path):
     assert r["distinct_predictions"] == 1
     assert r["mlm_accuracy"] == r["unigram_accuracy"] > 0
     assert "word_order_gain" in r and r["masked_tokens"] > 0
+
+
+def test_a_modernbert_model_is_scored_by_its_own_masked_lm_head(tiny_data, tmp_path):
+    top = masked_token_counts(tiny_data, 64, None, seed=1234, batches=50).most_common(1)[0][0]
+    r = heldout_mlm(_model(tiny_data, tmp_path / "m", top, _modernbert), tiny_data, 64, max_batches=3)
+    # its decoder's bias, not a BERT head's fresh weights, decides every blank
+    assert r["distinct_predictions"] == 1
+    assert r["mlm_accuracy"] == r["unigram_accuracy"] > 0
+    plain = heldout_mlm(_model(tiny_data, tmp_path / "p", build=_modernbert), tiny_data, 64, max_batches=3)
+    assert plain["distinct_predictions"] > 1 and plain["masked_tokens"] == r["masked_tokens"]

@@ -193,18 +193,24 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
 
 
 def run_random(matrix, cell, out, done, progress) -> dict:
-    from bertkit.config import BertConfig
+    """A model at its initialisation (the baseline every arm must beat): BERT's preset, or the shape of the
+    cell's ``model_config`` (a random ModernBERT for a ModernBERT arm), with the prepared data's vocabulary."""
     from bertkit.heads.pretraining import BertForPreTraining
-    from bertkit.pretrain import save_tokenizer
+    from bertkit.modernbert_config import ModernBertConfig
+    from bertkit.pretrain import build_model_config, save_tokenizer
 
     cfg = _pretrain_config(matrix, cell, out, progress)
     data = prepared_data(out, "prepare")
     vocab = data / "vocab.txt"
-    mc = BertConfig.preset(cfg.preset, vocab_size=len(vocab.read_text(encoding="utf-8").splitlines()),
-                           **cfg.model_overrides)  # fmt: skip
+    mc = build_model_config(cfg, len(vocab.read_text(encoding="utf-8").splitlines()), cfg.max_seq_length)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(cfg.seed)  # the model's initialisation (as pre-training's) draws from torch's generator
-    model = BertForPreTraining(mc)
+    if isinstance(mc, ModernBertConfig):
+        from bertkit.modernbert import ModernBertForMaskedLM
+
+        model = ModernBertForMaskedLM(mc)
+    else:
+        model = BertForPreTraining(mc)
     torch.random.set_rng_state(gen_state)
     model_dir = out / cell.name / "model"
     model.save_pretrained(model_dir)
