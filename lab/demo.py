@@ -243,17 +243,24 @@ def shared_data() -> Path | None:
 
 
 def random_model(model_dir: Path, like: Path, seed: int) -> Path:
-    """A model of the same shape and vocabulary as ``like``, randomly initialised (the transfer baseline)."""
+    """A model of the same architecture, shape and vocabulary as ``like`` (a BERT or a ModernBERT), randomly
+    initialised (the transfer baseline)."""
     import shutil
 
     import torch
 
-    from bertkit.config import BertConfig
-    from bertkit.heads.pretraining import BertForPreTraining
+    from bertkit.architectures import is_modernbert
+
+    if is_modernbert(like):
+        from bertkit.modernbert import ModernBertForMaskedLM as Model
+        from bertkit.modernbert_config import ModernBertConfig as Config
+    else:
+        from bertkit.config import BertConfig as Config
+        from bertkit.heads.pretraining import BertForPreTraining as Model
 
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
-    BertForPreTraining(BertConfig.from_pretrained(like)).save_pretrained(model_dir)
+    Model(Config.from_pretrained(like)).save_pretrained(model_dir)
     torch.random.set_rng_state(state)
     for f in like.iterdir():
         if f.name not in ("config.json", "model.safetensors") and f.is_file():

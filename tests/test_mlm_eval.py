@@ -156,3 +156,17 @@ def test_a_modernbert_model_is_scored_by_its_own_masked_lm_head(tiny_data, tmp_p
     assert r["mlm_accuracy"] == r["unigram_accuracy"] > 0
     plain = heldout_mlm(_model(tiny_data, tmp_path / "p", build=_modernbert), tiny_data, 64, max_batches=3)
     assert plain["distinct_predictions"] > 1 and plain["masked_tokens"] == r["masked_tokens"]
+
+
+def test_random_twin_of_a_modernbert_is_a_modernbert(tiny_data, tmp_path):
+    from bertkit.modernbert import ModernBertForMaskedLM
+
+    like = _model(tiny_data, tmp_path / "trained", build=_modernbert)
+    twin = random_model(tmp_path / "twin", like, seed=3)
+    a = ModernBertForMaskedLM.from_pretrained(like).state_dict()
+    b = ModernBertForMaskedLM.from_pretrained(twin).state_dict()
+    assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)
+    assert not torch.equal(
+        a["model.embeddings.tok_embeddings.weight"], b["model.embeddings.tok_embeddings.weight"]
+    )
+    assert (twin / "vocab.txt").read_text() == (like / "vocab.txt").read_text()
