@@ -17,6 +17,9 @@ heads and feed-forward size) and projects the shared embeddings down to its widt
 tied to the shared token embeddings. Replacements are drawn from the generator's softmax (Gumbel-max) with
 torch's generator, which the trainer seeds from the run's seed and saves with every checkpoint, so a resumed
 run draws what the uninterrupted run drew.
+
+The step itself (:class:`ElectraJointLoss`) is the architecture's business only through the two networks'
+logits; :mod:`bertkit.electra_modernbert` trains a ModernBERT pair with it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -39,22 +43,31 @@ from bertkit.model import ACT2FN, BertEmbeddings, BertModel, gelu
 from bertkit.modeling_utils import BertPreTrainedModel
 
 SAFETENSORS = "model.safetensors"
+M = TypeVar("M", bound=BertPreTrainedModel)
+
+
+def scaled_widths(
+    hidden: int, heads: int, intermediate: int, fraction: float, head_multiple: int = 1
+) -> tuple[int, int, int]:
+    """``(hidden, heads, intermediate)`` scaled by ``fraction``: at least one head, each head's width a whole
+    multiple of ``head_multiple`` (2 for rotary positions, which pair dimensions) and at least that."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"generator_fraction must be in (0, 1], got {fraction}")
+    heads = max(1, round(heads * fraction))
+    unit = heads * head_multiple
+    width = max(unit, round(hidden * fraction))
+    width -= width % unit  # a whole number of units per head
+    return width, heads, max(1, round(intermediate * fraction))
 
 
 def generator_config(config: BertConfig, fraction: float) -> BertConfig:
     """The generator's config: ``fraction`` of the discriminator's hidden size, heads and feed-forward size
     (at least one head of at least one unit); depth, vocabulary and positions unchanged."""
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"generator_fraction must be in (0, 1], got {fraction}")
-    heads = max(1, round(config.num_attention_heads * fraction))
-    hidden = max(heads, round(config.hidden_size * fraction))
-    hidden -= hidden % heads  # a whole number of units per head
+    hidden, heads, intermediate = scaled_widths(
+        config.hidden_size, config.num_attention_heads, config.intermediate_size, fraction
+    )
     return dataclasses.replace(
-        config,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        intermediate_size=max(1, round(config.intermediate_size * fraction)),
-        extra={},
+        config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate, extra={}
     )
 
 
@@ -79,11 +92,11 @@ class ProjectedEmbeddings(nn.Module):
 class DiscriminatorHead(nn.Module):
     """dense -> activation -> one logit per token: is this token a replacement?"""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, hidden_size: int, activation: str) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = ACT2FN[config.hidden_act]
-        self.dense_prediction = nn.Linear(config.hidden_size, 1)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.activation = ACT2FN[activation]
+        self.dense_prediction = nn.Linear(hidden_size, 1)
 
     def forward(self, hidden: Tensor) -> Tensor:
         """[B, T, H] -> [B, T]"""
@@ -114,35 +127,36 @@ class ElectraPretrainingOutput(_Output):
     real: Tensor | None = None  # bool [B, T]: real (non-padding) tokens
 
 
-class ElectraPretrainingModel(BertPreTrainedModel):
-    """Generator + discriminator, trained together. ``config`` is the discriminator's (a BERT config)."""
+class ElectraJointLoss:
+    """The ELECTRA step, whatever the architecture of its two networks: masking for the generator, sampling
+    the replacements, and the joint loss. A subclass (an ``nn.Module``) sets ``mask_token_id``,
+    ``mask_token_prob`` and ``discriminator_weight`` and gives the two networks' logits."""
 
-    _tied_weights = {"generator_lm_head.weight": "discriminator.embeddings.word_embeddings.weight"}
+    mask_token_id: int
+    mask_token_prob: float
+    discriminator_weight: float
 
-    def __init__(
-        self,
-        config: BertConfig,
-        generator_fraction: float = 0.25,
-        discriminator_weight: float = 50.0,
-        mask_token_id: int = 103,
-        mask_token_prob: float = 0.85,
+    def set_step(
+        self, discriminator_weight: float = 50.0, mask_token_id: int = 103, mask_token_prob: float = 0.85
     ) -> None:
-        super().__init__(config)
-        self.generator_fraction = float(generator_fraction)
+        """The step's settings: λ of the joint loss, the data's ``[MASK]`` id, and the share of the masked
+        positions the generator sees as ``[MASK]`` (the rest keep their token)."""
         self.discriminator_weight = float(discriminator_weight)
         self.mask_token_id = int(mask_token_id)
         self.mask_token_prob = float(mask_token_prob)
-        self.generator_config = generator_config(config, generator_fraction)
 
-        self.discriminator = BertModel(config)
-        self.discriminator_predictions = DiscriminatorHead(config)
-        self.generator = BertModel(self.generator_config, add_pooling_layer=False)
-        self.generator.embeddings = ProjectedEmbeddings(
-            self.discriminator.embeddings, self.generator_config.hidden_size
-        )
-        self.generator_predictions = GeneratorHead(self.generator_config, config.hidden_size)
-        self.generator_lm_head = nn.Linear(config.hidden_size, config.vocab_size)
-        self.post_init()
+    def generator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None, masked: Tensor
+    ) -> Tensor:
+        """The generator's scores at the masked positions: ids [B, T], ``masked`` bool [B, T] -> [N, vocab]
+        (row-major order)."""
+        raise NotImplementedError
+
+    def discriminator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
+    ) -> Tensor:
+        """The discriminator's "replaced?" logit of every token: [B, T] -> [B, T]."""
+        raise NotImplementedError
 
     def forward(
         self,
@@ -160,7 +174,7 @@ class ElectraPretrainingModel(BertPreTrainedModel):
         the replacements.
         """
         if labels is None:
-            raise ValueError("ElectraPretrainingModel needs labels (the original tokens at masked positions)")
+            raise ValueError("ELECTRA needs labels (the original tokens at masked positions)")
         real = (
             torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         )
@@ -169,9 +183,7 @@ class ElectraPretrainingModel(BertPreTrainedModel):
 
         show_mask = masked & (torch.rand(input_ids.shape, device=input_ids.device) < self.mask_token_prob)
         generator_input = torch.where(show_mask, torch.full_like(original, self.mask_token_id), original)
-        hidden = self.generator(generator_input, attention_mask, token_type_ids).last_hidden_state
-        picked = hidden[masked]  # [N, generator hidden], row-major order
-        logits = self.generator_lm_head(self.generator_predictions(picked))  # [N, V]
+        logits = self.generator_logits(generator_input, attention_mask, token_type_ids, masked)  # [N, V]
         targets = original[masked]
         generator_loss = F.cross_entropy(logits.float(), targets) if targets.numel() else logits.sum() * 0.0
 
@@ -182,8 +194,7 @@ class ElectraPretrainingModel(BertPreTrainedModel):
             corrupted[masked] = sampled
             replaced = (corrupted != original) & real
 
-        disc_hidden = self.discriminator(corrupted, attention_mask, token_type_ids).last_hidden_state
-        disc_logits = self.discriminator_predictions(disc_hidden)  # [B, T]
+        disc_logits = self.discriminator_logits(corrupted, attention_mask, token_type_ids)  # [B, T]
         discriminator_loss = F.binary_cross_entropy_with_logits(
             disc_logits.float()[real], replaced[real].float()
         )
@@ -197,6 +208,41 @@ class ElectraPretrainingModel(BertPreTrainedModel):
             replaced=replaced,
             real=real,
         )
+
+
+class ElectraPretrainingModel(ElectraJointLoss, BertPreTrainedModel):
+    """Generator + discriminator, trained together. ``config`` is the discriminator's (a BERT config)."""
+
+    _tied_weights = {"generator_lm_head.weight": "discriminator.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: BertConfig, generator_fraction: float = 0.25, **step: Any) -> None:
+        """``step``: :meth:`ElectraJointLoss.set_step`'s settings."""
+        super().__init__(config)
+        self.generator_fraction = float(generator_fraction)
+        self.set_step(**step)
+        self.generator_config = generator_config(config, generator_fraction)
+
+        self.discriminator = BertModel(config)
+        self.discriminator_predictions = DiscriminatorHead(config.hidden_size, config.hidden_act)
+        self.generator = BertModel(self.generator_config, add_pooling_layer=False)
+        self.generator.embeddings = ProjectedEmbeddings(
+            self.discriminator.embeddings, self.generator_config.hidden_size
+        )
+        self.generator_predictions = GeneratorHead(self.generator_config, config.hidden_size)
+        self.generator_lm_head = nn.Linear(config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def generator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None, masked: Tensor
+    ) -> Tensor:
+        hidden = self.generator(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.generator_lm_head(self.generator_predictions(hidden[masked]))
+
+    def discriminator_logits(
+        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
+    ) -> Tensor:
+        hidden = self.discriminator(input_ids, attention_mask, token_type_ids).last_hidden_state
+        return self.discriminator_predictions(hidden)
 
     # ------------------------------------------------------------------ saving
     def save_pretrained_bert(self, model_dir: str | Path) -> None:
@@ -243,14 +289,10 @@ class ElectraPretrainingModel(BertPreTrainedModel):
         return folders[0], folders[1]
 
 
-def load_pretrained_electra(
-    electra_dir: str | Path,
-    mask_token_id: int = 103,
-    mask_token_prob: float = 0.85,
-    discriminator_weight: float = 50.0,
-) -> ElectraPretrainingModel:
+def load_pretrained_electra(electra_dir: str | Path, **step: Any) -> ElectraPretrainingModel:
     """Both networks back from :meth:`ElectraPretrainingModel.save_pretrained_electra`'s folders (to continue
-    pre-training): ``DIR/discriminator`` and ``DIR/generator``, as this module writes them."""
+    pre-training): ``DIR/discriminator`` and ``DIR/generator``, as this module writes them; ``step``:
+    :meth:`ElectraJointLoss.set_step`'s settings."""
     from bertkit.checkpoint import load_state_dict
 
     electra_dir = Path(electra_dir)
@@ -264,7 +306,7 @@ def load_pretrained_electra(
     fields = {f.name for f in dataclasses.fields(BertConfig)} - {"extra", "model_type", "architectures"}
     config = BertConfig(**{k: v for k, v in d.items() if k in fields})
     fraction = g["hidden_size"] / d["hidden_size"]
-    model = ElectraPretrainingModel(config, fraction, discriminator_weight, mask_token_id, mask_token_prob)
+    model = ElectraPretrainingModel(config, fraction, **step)
     if model.generator_config.hidden_size != g["hidden_size"]:
         raise UserError(
             f"{electra_dir}: the generator's width {g['hidden_size']} is not one this module builds"
@@ -284,10 +326,17 @@ def load_pretrained_electra(
             state["generator." + k[len("electra.") :]] = v
         else:
             state[k] = v
+    return copy_weights(model, state, electra_dir, optional=("discriminator.pooler.",))
+
+
+def copy_weights(model: M, state: dict[str, Tensor], source: str | Path, optional: tuple[str, ...] = ()) -> M:
+    """``model`` with every tensor of its state dict copied from ``state`` (keys under the ``optional``
+    prefixes may be absent; tied copies are re-tied); UserError naming ``source`` when any other is missing."""
     own = model.state_dict()
-    missing = sorted(k for k in own if k not in state and not k.startswith("discriminator.pooler."))
+    tied = model._tied_targets()
+    missing = sorted(k for k in own if k not in state and k not in tied and not k.startswith(optional))
     if missing:
-        raise UserError(f"{electra_dir}: weights missing from the ELECTRA folders: {', '.join(missing[:5])}")
+        raise UserError(f"{source}: weights missing from the ELECTRA folders: {', '.join(missing[:5])}")
     with torch.no_grad():
         for k, v in state.items():
             if k in own:
@@ -323,11 +372,14 @@ def electra_config_dict(config: BertConfig, embedding_size: int, architecture: s
 
 __all__ = [
     "DiscriminatorHead",
+    "ElectraJointLoss",
     "ElectraPretrainingModel",
     "ElectraPretrainingOutput",
     "GeneratorHead",
     "ProjectedEmbeddings",
+    "copy_weights",
     "electra_config_dict",
     "generator_config",
     "load_pretrained_electra",
+    "scaled_widths",
 ]

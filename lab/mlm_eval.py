@@ -98,12 +98,15 @@ def heldout_mlm(
 
 def _masked_lm(model_dir: str | Path) -> torch.nn.Module:
     """The network of ``model_dir`` that fills masked tokens: an ELECTRA run's generator, a ModernBERT model's
-    masked-LM head, else BERT's (``BertForMaskedLM``)."""
+    masked-LM head, else BERT's (``BertForMaskedLM``). A ModernBERT ELECTRA run's generator is itself a
+    ``ModernBertForMaskedLM`` folder."""
     from bertkit.architectures import is_modernbert
 
-    electra_dir = Path(model_dir) / "electra"
-    if (electra_dir / "generator").is_dir():
-        return ElectraGeneratorMLM(electra_dir)
+    generator = Path(model_dir) / "electra" / "generator"
+    if generator.is_dir():
+        if not is_modernbert(generator):
+            return ElectraGeneratorMLM(generator.parent)
+        model_dir = generator
     if is_modernbert(model_dir):
         from bertkit.modernbert import ModernBertForMaskedLM
 

@@ -3,6 +3,7 @@ random-init twin."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from bertkit.config import BertConfig
@@ -124,24 +125,40 @@ def test_shuffling_keeps_each_sequence_its_tokens_labels_and_ends():
     assert not torch.equal(s_ids, ids)
 
 
-def test_an_electra_run_is_scored_by_its_generator(tiny_data, tmp_path):
-    """The saved encoder of an ELECTRA run is the discriminator (no masked-LM head): the held-out masked-LM
-    scores are its generator's. A generator that fills every blank with the most frequent masked token scores
-    exactly the unigram baseline; the discriminator folder read as a masked LM would not (its head is random)."""
+def _modernbert_electra(vocab_size: int) -> torch.nn.Module:
+    from bertkit.electra_modernbert import ModernBertElectraModel
+
+    return ModernBertElectraModel(_modernbert(vocab_size).config)
+
+
+def _bert_electra(vocab_size: int) -> torch.nn.Module:
     from bertkit.electra import ElectraPretrainingModel
+
+    return ElectraPretrainingModel(
+        BertConfig.preset("tiny", vocab_size=vocab_size, max_position_embeddings=64)
+    )
+
+
+@pytest.mark.parametrize("build", [_bert_electra, _modernbert_electra])
+def test_an_electra_run_is_scored_by_its_generator(tiny_data, tmp_path, build):
+    """The saved encoder of an ELECTRA run is the discriminator (no masked-LM head): the held-out masked-LM
+    scores are its generator's, BERT's from its ELECTRA layout, ModernBERT's a ModernBertForMaskedLM folder.
+    A generator that fills every blank with the most frequent masked token scores exactly the unigram
+    baseline; the discriminator folder read as a masked LM would not (its head is random)."""
+    from bertkit.objectives import get_objective
 
     top = masked_token_counts(tiny_data, 64, None, seed=1234, batches=50).most_common(1)[0][0]
     tok = Tokenizer(str(tiny_data / "vocab.txt"))
     torch.manual_seed(0)
-    model = ElectraPretrainingModel(
-        BertConfig.preset("tiny", vocab_size=len(tok), max_position_embeddings=64)
-    )
+    model = build(len(tok))
     with torch.no_grad():
-        model.generator_lm_head.bias[top] = 1e4
+        output_layer = (
+            model.generator_decoder if hasattr(model, "generator_decoder") else model.generator_lm_head
+        )
+        output_layer.bias[top] = 1e4
     run = tmp_path / "model"
-    model.save_pretrained_bert(run)
-    model.save_pretrained_electra(run / "electra")
-    tok.save_pretrained(run)
+    for folder in get_objective("electra").save(model, run):  # as a finished run writes them
+        tok.save_pretrained(folder)
     r = heldout_mlm(run, tiny_data, 64, max_batches=3)
     assert r["distinct_predictions"] == 1
     assert r["mlm_accuracy"] == r["unigram_accuracy"] > 0

@@ -1,5 +1,5 @@
 """ELECTRA's replaced-token detection (Clark et al., 2020) as a pre-training objective; the networks are in
-:mod:`bertkit.electra`."""
+:mod:`bertkit.electra` (BERT) and :mod:`bertkit.electra_modernbert` (ModernBERT, picked by the model config)."""
 
 from __future__ import annotations
 
@@ -24,18 +24,25 @@ class Electra(Objective):
         "discriminator_weight": 50.0,  # λ of the joint loss
         "mask_token_prob": 0.85,  # masked positions the generator sees as [MASK]; the rest keep the token
     }
+    architecture = "BERT"  # what build_model built last ("ModernBERT" for a ModernBERT config): the card says
 
     def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
-        if not isinstance(config, BertConfig):
+        from bertkit.architectures import is_modernbert
+        from bertkit.electra_modernbert import ModernBertElectraModel, load_pretrained_modernbert_electra
+        from bertkit.modernbert_config import ModernBertConfig
+
+        modernbert = isinstance(config, ModernBertConfig) or bool(init_from and is_modernbert(init_from))
+        if not modernbert and not isinstance(config, BertConfig):
             raise UserError(
-                f"objective electra builds BERT networks; a {type(config).__name__} pre-trains with mlm or roberta"
+                f"objective electra builds BERT or ModernBERT networks, not from a {type(config).__name__}"
             )
-        if init_from:  # a finished ELECTRA run's model dir: both networks from its electra/ folders
+        self.architecture = "ModernBERT" if modernbert else "BERT"
+        shared = {k: self.options[k] for k in ("mask_token_prob", "discriminator_weight")}
+        if init_from and modernbert:  # a finished ELECTRA run's model dir: both networks
+            return load_pretrained_modernbert_electra(init_from, mask_token_id=self.mask_token_id, **shared)
+        if init_from:  # both networks from its electra/ folders
             return load_pretrained_electra(
-                Path(init_from) / "electra",
-                mask_token_id=self.mask_token_id,
-                mask_token_prob=self.options["mask_token_prob"],
-                discriminator_weight=self.options["discriminator_weight"],
+                Path(init_from) / "electra", mask_token_id=self.mask_token_id, **shared
             )
         fraction = self.options["generator_fraction"]
         if not 0.0 < fraction <= 1.0:
@@ -44,7 +51,8 @@ class Electra(Objective):
             raise UserError("objective electra: discriminator_weight must be >= 0")
         if not 0.0 <= self.options["mask_token_prob"] <= 1.0:
             raise UserError("objective electra: mask_token_prob must be in [0, 1]")
-        return ElectraPretrainingModel(config, mask_token_id=self.mask_token_id, **self.options)
+        network = ModernBertElectraModel if modernbert else ElectraPretrainingModel
+        return network(config, mask_token_id=self.mask_token_id, **self.options)
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
         out = model(
@@ -71,8 +79,15 @@ class Electra(Objective):
         return out.loss, metrics
 
     def save(self, model: nn.Module, model_dir: Path) -> list[Path]:
+        """The discriminator as a plain encoder in ``model_dir``, the rest under ``model_dir/electra``;
+        returns the folders that get the tokenizer."""
+        from bertkit.electra_modernbert import ModernBertElectraModel
+
+        if isinstance(model, ModernBertElectraModel):
+            model.save_pretrained_modernbert(model_dir)
+            return [model_dir, model.save_pretrained_electra(model_dir / "electra")]
         model.save_pretrained_bert(model_dir)
         return [model_dir, *model.save_pretrained_electra(model_dir / "electra")]
 
     def card_title(self) -> str:
-        return "A BERT encoder pre-trained with bertkit as ELECTRA's discriminator"
+        return f"A {self.architecture} encoder pre-trained with bertkit as ELECTRA's discriminator"
