@@ -70,7 +70,8 @@ def read_vocab(vocab_file: str | os.PathLike) -> list[str]:
     tokens = text.split("\n")
     if tokens and tokens[-1] == "":
         tokens.pop()
-    tokens = [t.rstrip("\r") for t in tokens]
+    if "\r" in text:  # CRLF lines (most files have none: no 30k rstrips)
+        tokens = [t.rstrip("\r") for t in tokens]
     if not tokens:
         raise UserError(f"{path}: the vocabulary is empty")
     return tokens

@@ -234,6 +234,23 @@ def test_missing_manifest_and_bad_vocab(tmp_path, corpus_and_vocab):
         prepare([corpus], bad, tmp_path / "d", progress=False)
 
 
+def test_crlf_vocab_reads_as_its_lf_twin(corpus_and_vocab, tmp_path):
+    from bertkit.data.shard_build import vocab_tokens
+    from bertkit.tokenizer import read_vocab
+
+    lf = corpus_and_vocab[1].read_text(encoding="utf-8")
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(lf.replace("\n", "\r\n").encode("utf-8") + b"\r\n")  # and a blank CRLF line at the end
+    want = lf.split("\n")[:-1]
+    assert vocab_tokens(crlf) == want
+    assert read_vocab(crlf) == [*want, ""]  # the tokenizer keeps all but the file's last empty line
+    assert read_vocab(corpus_and_vocab[1]) == want
+    lacking = tmp_path / "lacking.txt"
+    lacking.write_bytes(lf.replace("[MASK]\n", "").replace("\n", "\r\n").encode("utf-8"))
+    with pytest.raises(UserError, match=r"lacks \[MASK\]; use a BERT vocab.txt"):
+        vocab_tokens(lacking)
+
+
 def test_cli_vocab_and_prepare(corpus_and_vocab, tmp_path, capsys):
     from bertkit.cli import main
 
