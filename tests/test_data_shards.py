@@ -336,6 +336,33 @@ def test_cached_encoding_is_exact(lowercase, shared_data):
         assert flat.tolist() == [i for w in want for i in w]
 
 
+def test_chunk_cache_past_its_limit_and_after_a_failure(shared_data):
+    from bertkit.data.shard_build import ChunkCache, encode_sentences
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer(str(shared_data / "vocab" / "bert-base-uncased-vocab.txt"))
+    first = ["the cat sat on the mat .", "a cat ; the dog"]  # 9 distinct chunks
+    second = ["dogs and cats , birds", "the end"]  # 7, 6 of them new (9 + 6 > limit 10)
+    huge = [" ".join(f"w{i}" for i in range(25))]  # more distinct chunks than the limit alone
+    cache = ChunkCache(limit=10)
+    for sentences, cached in ((first, 9), (first, 9), (second, 7), (huge, 25), (first, 9)):
+        flat, lengths = encode_sentences(tok, sentences, "int32", cache)
+        want = tok.encode_batch_ids(sentences)
+        assert lengths.tolist() == [len(w) for w in want]
+        assert flat.tolist() == [i for w in want for i in w]
+        assert len(cache.index) == cached and len(cache.off) == cached + 1
+
+    class Failing:
+        def encode_batch(self, *a, **k):
+            raise RuntimeError("tokenizer failed")
+
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        encode_sentences(Failing(), ["new words here"], "int32", cache)
+    assert len(cache.index) == 0  # no chunk is left numbered without its tokens
+    flat, _ = encode_sentences(tok, ["new words here"], "int32", cache)
+    assert flat.tolist() == tok.encode_batch_ids(["new words here"])[0]
+
+
 def test_prepare_jsonl_with_skipped_lines(corpus_and_vocab, tmp_path):
     _, vocab, _ = corpus_and_vocab
     p = tmp_path / "c.jsonl"

@@ -150,6 +150,23 @@ def _shard_name(index: int) -> str:
     return f"shard_{index:05d}"
 
 
+class _Numbering(dict):
+    """chunk -> number; looking up a chunk not yet numbered gives it the next number and notes it in ``new``,
+    so one pass over a shard's words both numbers them and finds those to tokenize (a separate ``set`` of
+    the words and then a lookup pass cost a third more)."""
+
+    __slots__ = ("new",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.new: list[str] = []
+
+    def __missing__(self, chunk: str) -> int:
+        n = self[chunk] = len(self)
+        self.new.append(chunk)
+        return n
+
+
 class ChunkCache:
     """Token ids of distinct space-separated chunks, as one flat table (``ids[off[k]:off[k + 1]]`` for chunk
     number ``k``) so that whole sentences are assembled with a numpy gather. Reset when it grows past ``limit``."""
@@ -159,14 +176,37 @@ class ChunkCache:
         self.clear()
 
     def clear(self) -> None:
-        self.index: dict[str, int] = {}
+        self.index: dict[str, int] = _Numbering()
         self.ids = np.zeros(0, dtype=np.int64)
         self.off = np.zeros(1, dtype=np.int64)
 
     def add(self, tok, chunks: list[str]) -> None:
-        flat, lengths = encode_chunks(tok, chunks)
+        """Tokenize ``chunks`` (none of them cached yet) and number them after those cached."""
         n = len(self.index)
         self.index.update(zip(chunks, range(n, n + len(chunks))))
+        self._append(tok, chunks)
+
+    def numbers(self, tok, words: list[str]) -> np.ndarray:
+        """int64 [len(words)]: each word's chunk number, tokenizing (and caching) the words not cached yet."""
+        try:
+            cached = len(self.index)
+            wid = self._number(words)
+            if cached and len(self.index) > self.limit:  # start again with these words alone
+                self.clear()
+                wid = self._number(words)
+            if self.index.new:
+                self._append(tok, self.index.new)
+                self.index.new = []
+        except BaseException:
+            self.clear()  # chunks numbered without their tokens: drop them all
+            raise
+        return wid
+
+    def _number(self, words: list[str]) -> np.ndarray:
+        return np.fromiter(map(self.index.__getitem__, words), dtype=np.int64, count=len(words))
+
+    def _append(self, tok, chunks: list[str]) -> None:
+        flat, lengths = encode_chunks(tok, chunks)
         self.ids = np.concatenate((self.ids, flat))
         self.off = np.concatenate((self.off, self.off[-1] + np.cumsum(lengths)))
 
@@ -211,13 +251,7 @@ def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache
         return np.zeros(0, dtype=dtype), np.zeros(0, dtype=np.int64)
     cache = ChunkCache() if cache is None else cache
     words = " ".join(sentences).split(" ")
-    missing = list(set(words).difference(cache.index))
-    if len(cache.index) + len(missing) > cache.limit:
-        cache.clear()
-        missing = list(set(words))
-    if missing:
-        cache.add(tok, missing)
-    wid = np.fromiter(map(cache.index.__getitem__, words), dtype=np.int64, count=len(words))
+    wid = cache.numbers(tok, words)
     starts = cache.off[wid]
     word_len = cache.off[wid + 1] - starts
     tok_end = np.cumsum(word_len)
