@@ -363,6 +363,34 @@ def test_chunk_cache_past_its_limit_and_after_a_failure(shared_data):
     assert flat.tolist() == tok.encode_batch_ids(["new words here"])[0]
 
 
+def test_cli_prepare_does_not_import_torch(corpus_and_vocab, tmp_path):
+    # torch costs ~1.3 CPU-s to import, several times the work of preparing a small corpus; only the
+    # parser's choices (objectives, int8 engines) had pulled it in.
+    import subprocess
+    import sys
+
+    corpus, vocab, _ = corpus_and_vocab
+    code = (
+        "import sys\n"
+        "from bertkit.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print('exit', rc, 'torch' in sys.modules, 'bertkit.objectives' in sys.modules, file=sys.stderr)\n"
+    )
+    args = [
+        "prepare",
+        "--corpus",
+        str(corpus),
+        "--vocab",
+        str(vocab),
+        "--out",
+        str(tmp_path / "d"),
+        "--quiet",
+    ]
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert out.stderr.strip().splitlines()[-1] == "exit 0 False False", out.stderr
+    assert json.loads(out.stdout)["num_shards"] == 1
+
+
 def test_prepare_jsonl_with_skipped_lines(corpus_and_vocab, tmp_path):
     _, vocab, _ = corpus_and_vocab
     p = tmp_path / "c.jsonl"
