@@ -336,6 +336,28 @@ def test_cached_encoding_is_exact(lowercase, shared_data):
         assert flat.tolist() == [i for w in want for i in w]
 
 
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_vocabulary_words_skip_the_tokenizer_with_the_same_ids(lowercase):
+    from bertkit.data.shard_build import encode_chunks
+    from bertkit.tokenizer import Tokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "hello", "##s", "longword", "Cat"]
+    vocab += ["x", "##yz", ",", "1999", "The", "cafe"]
+    tok = Tokenizer.from_vocab(vocab, lowercase=lowercase, max_input_chars_per_word=6)
+    chunks = ["The", "cat", "CATS", "hello,", "longword", "1999", "", "xyz", "café", "Cat", "[MASK]", "x_y"]
+    encoded: list[str] = []
+    real = tok.encode_batch
+    tok.encode_batch = lambda texts, **kw: encoded.extend(texts) or real(texts, **kw)
+    flat, lengths = encode_chunks(tok, chunks)
+    want = Tokenizer.from_vocab(vocab, lowercase=lowercase, max_input_chars_per_word=6).encode_batch_ids(
+        chunks
+    )
+    assert lengths.tolist() == [len(w) for w in want]
+    assert flat.tolist() == [i for w in want for i in w]
+    # one whole vocabulary word of ASCII letters and digits, within the word length: its id, no tokenizing
+    assert " ".join(encoded).split(" ") == [c for c in chunks if c not in {"The", "cat", "1999", "Cat"}]
+
+
 def test_chunk_cache_past_its_limit_and_after_a_failure(shared_data):
     from bertkit.data.shard_build import ChunkCache, encode_sentences
     from bertkit.tokenizer import Tokenizer

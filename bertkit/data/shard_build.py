@@ -215,11 +215,54 @@ def encode_chunks(tok, chunks: list[str], block: int = 2048) -> tuple[np.ndarray
     """Token ids of space-free ``chunks``: flat int64 ids [n_tokens] and int64 lengths [len(chunks)], exactly
     as ``tok.encode_batch_ids(chunks)`` would give them.
 
-    Why not one encoding per chunk: the Rust tokenizer's fixed cost per encoding (~6 us) dominates for single
-    words. Instead ``block`` chunks are joined with spaces into one text (no token spans a space), encoded in
-    one batch call (parallel over blocks), and each token is assigned to its chunk by its character offset.
-    Measured on the 49k distinct Gutenberg words: 0.16 s instead of 0.38 s.
+    A chunk that is a whole vocabulary word of ASCII letters and digits is its own id (:func:`_vocab_words`:
+    62% of the distinct chunks of the Gutenberg books); the others go through the tokenizer, by blocks
+    (:func:`_encode_blocks`). Measured on those books' 14k distinct chunks: 0.038 -> 0.024 CPU-s.
     """
+    word_ids = _vocab_words(tok, chunks)
+    if word_ids is None:
+        return _encode_blocks(tok, chunks, block)
+    rest = np.flatnonzero(word_ids < 0)
+    rest_flat, rest_lengths = _encode_blocks(tok, [chunks[i] for i in rest], block)
+    lengths = np.ones(len(chunks), dtype=np.int64)
+    lengths[rest] = rest_lengths
+    starts = np.cumsum(lengths) - lengths  # each chunk's first token in the flat ids
+    flat = np.empty(int(lengths.sum()), dtype=np.int64)
+    words = np.flatnonzero(word_ids >= 0)
+    flat[starts[words]] = word_ids[words]
+    first = np.cumsum(rest_lengths) - rest_lengths  # each rest chunk's first token in rest_flat
+    flat[np.repeat(starts[rest] - first, rest_lengths) + np.arange(rest_flat.size)] = rest_flat
+    return flat, lengths
+
+
+def _vocab_words(tok, chunks: list[str]) -> np.ndarray | None:
+    """int64 [len(chunks)]: the id of each chunk that is one vocabulary word made of ASCII letters and digits
+    and within the tokenizer's word length, -1 for the others; None for a tokenizer that is not WordPiece.
+
+    Such a chunk is exactly one token: BERT's normaliser changes ASCII letters and digits only by lowercasing
+    (uncased), the pre-tokenizer keeps a run of them whole, and WordPiece's longest match first takes the
+    whole word when the vocabulary has it."""
+    from bertkit.tokenizer import BPETokenizer, Tokenizer
+
+    if not isinstance(tok, Tokenizer) or isinstance(tok, BPETokenizer):
+        return None
+    get, limit, lower = tok.vocab.get, tok.max_input_chars_per_word, tok.lowercase
+    return np.fromiter(
+        (
+            get(c.lower() if lower else c, -1) if c.isascii() and c.isalnum() and len(c) <= limit else -1
+            for c in chunks
+        ),
+        dtype=np.int64,
+        count=len(chunks),
+    )
+
+
+def _encode_blocks(tok, chunks: list[str], block: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`encode_chunks` by the tokenizer. Why not one encoding per chunk: the Rust tokenizer's fixed cost
+    per encoding (~6 us) dominates for single words. Instead ``block`` chunks are joined with spaces into one
+    text (no token spans a space), encoded in one batch call (parallel over blocks), and each token is
+    assigned to its chunk by its character offset. Measured on the 49k distinct Gutenberg words: 0.16 s
+    instead of 0.38 s."""
     texts = [" ".join(chunks[i : i + block]) for i in range(0, len(chunks), block)]
     encodings = tok.encode_batch(texts, add_special_tokens=False) if texts else []
     flats, lens = [], []
