@@ -11,7 +11,8 @@ or from a stored snapshot: ``git --git-dir=MIRROR show HEAD:create_pretraining_d
 ``six``; this benchmark loads it with tiny stand-ins for both, so neither needs to be installed.
 
 Each side runs in its own cold subprocess (``--repeats`` rounds, default 3, alternating the order; the median
-run counts) on the same corpus (the Gutenberg books of ../shared/data, as the
+run counts; the clock starts after the side's imports and a garbage collection, see :func:`_settled`) on the
+same corpus (the Gutenberg books of ../shared/data, as the
 original's format: one sentence per line, a blank line between books) and reports wall time, MB/s of corpus
 text, and peak anonymous memory (Pss_Anon of the process and its workers, sampled; memory-mapped shard
 pages are file-backed cache and not counted). Rows:
@@ -56,6 +57,7 @@ Why ``--workers 2`` gained less than ``--workers 1`` on Intel hosts (each measur
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import os
@@ -178,6 +180,14 @@ def arrays_sha256(arrays: dict) -> str:
     return h.hexdigest()
 
 
+def _settled() -> None:
+    """Collect the garbage a side's imports left before its clock starts. Why: after ``import torch`` (the
+    default side's DataLoader; ~170k objects) a full collection is due, and the first ~5k objects allocated
+    afterwards set it off: 0.075-0.09 CPU-s on the Xeon, a cost of the import that fell inside the timed
+    region of whichever side had imported torch. The reference side imports no torch; for it this is ~0."""
+    gc.collect()
+
+
 def _measure(
     mode: str,
     corpus: str,
@@ -193,6 +203,7 @@ def _measure(
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "original":
             cpd, tokenization = load_original(original)
+            _settled()
             with PeakMemory() as mem:
                 t0 = time.perf_counter()
                 tok = tokenization.FullTokenizer(vocab_file=str(VOCAB), do_lower_case=True)
@@ -213,6 +224,7 @@ def _measure(
             from bertkit.data import PretrainingDataset, prepare
 
             torch.set_num_threads(1)
+            _settled()
             with PeakMemory() as mem:
                 t0 = time.perf_counter()
                 prepare([corpus], VOCAB, Path(tmp) / "d", max_seq_length, workers=workers, progress=False)
@@ -228,6 +240,7 @@ def _measure(
         elif mode == "static":
             from bertkit.data import create_static_from_shards, load_static_instances, prepare
 
+            _settled()
             with PeakMemory() as mem:
                 t0 = time.perf_counter()
                 prepare(

@@ -199,9 +199,9 @@ def atomic_write(
         raise
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically."""
-    with atomic_write(path) as f:
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2, fsync: bool = True) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (``fsync``: as :func:`atomic_write`)."""
+    with atomic_write(path, fsync=fsync) as f:
         json.dump(obj, f, indent=indent, ensure_ascii=False)
         f.write("\n")
 

@@ -234,6 +234,23 @@ def test_missing_manifest_and_bad_vocab(tmp_path, corpus_and_vocab):
         prepare([corpus], bad, tmp_path / "d", progress=False)
 
 
+def test_crlf_vocab_reads_as_its_lf_twin(corpus_and_vocab, tmp_path):
+    from bertkit.data.shard_build import vocab_tokens
+    from bertkit.tokenizer import read_vocab
+
+    lf = corpus_and_vocab[1].read_text(encoding="utf-8")
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(lf.replace("\n", "\r\n").encode("utf-8") + b"\r\n")  # and a blank CRLF line at the end
+    want = lf.split("\n")[:-1]
+    assert vocab_tokens(crlf) == want
+    assert read_vocab(crlf) == [*want, ""]  # the tokenizer keeps all but the file's last empty line
+    assert read_vocab(corpus_and_vocab[1]) == want
+    lacking = tmp_path / "lacking.txt"
+    lacking.write_bytes(lf.replace("[MASK]\n", "").replace("\n", "\r\n").encode("utf-8"))
+    with pytest.raises(UserError, match=r"lacks \[MASK\]; use a BERT vocab.txt"):
+        vocab_tokens(lacking)
+
+
 def test_cli_vocab_and_prepare(corpus_and_vocab, tmp_path, capsys):
     from bertkit.cli import main
 
@@ -319,6 +336,83 @@ def test_cached_encoding_is_exact(lowercase, shared_data):
         assert flat.tolist() == [i for w in want for i in w]
 
 
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_vocabulary_words_skip_the_tokenizer_with_the_same_ids(lowercase):
+    from bertkit.data.shard_build import encode_chunks
+    from bertkit.tokenizer import Tokenizer
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "hello", "##s", "longword", "Cat"]
+    vocab += ["x", "##yz", ",", "1999", "The", "cafe"]
+    tok = Tokenizer.from_vocab(vocab, lowercase=lowercase, max_input_chars_per_word=6)
+    chunks = ["The", "cat", "CATS", "hello,", "longword", "1999", "", "xyz", "café", "Cat", "[MASK]", "x_y"]
+    encoded: list[str] = []
+    real = tok.encode_batch
+    tok.encode_batch = lambda texts, **kw: encoded.extend(texts) or real(texts, **kw)
+    flat, lengths = encode_chunks(tok, chunks)
+    want = Tokenizer.from_vocab(vocab, lowercase=lowercase, max_input_chars_per_word=6).encode_batch_ids(
+        chunks
+    )
+    assert lengths.tolist() == [len(w) for w in want]
+    assert flat.tolist() == [i for w in want for i in w]
+    # one whole vocabulary word of ASCII letters and digits, within the word length: its id, no tokenizing
+    assert " ".join(encoded).split(" ") == [c for c in chunks if c not in {"The", "cat", "1999", "Cat"}]
+
+
+def test_chunk_cache_past_its_limit_and_after_a_failure(shared_data):
+    from bertkit.data.shard_build import ChunkCache, encode_sentences
+    from bertkit.tokenizer import Tokenizer
+
+    tok = Tokenizer(str(shared_data / "vocab" / "bert-base-uncased-vocab.txt"))
+    first = ["the cat sat on the mat .", "a cat ; the dog"]  # 9 distinct chunks
+    second = ["dogs and cats , birds", "the end"]  # 7, 6 of them new (9 + 6 > limit 10)
+    huge = [" ".join(f"w{i}" for i in range(25))]  # more distinct chunks than the limit alone
+    cache = ChunkCache(limit=10)
+    for sentences, cached in ((first, 9), (first, 9), (second, 7), (huge, 25), (first, 9)):
+        flat, lengths = encode_sentences(tok, sentences, "int32", cache)
+        want = tok.encode_batch_ids(sentences)
+        assert lengths.tolist() == [len(w) for w in want]
+        assert flat.tolist() == [i for w in want for i in w]
+        assert len(cache.index) == cached and len(cache.off) == cached + 1
+
+    class Failing:
+        def encode_batch(self, *a, **k):
+            raise RuntimeError("tokenizer failed")
+
+    with pytest.raises(RuntimeError, match="tokenizer failed"):
+        encode_sentences(Failing(), ["new words here"], "int32", cache)
+    assert len(cache.index) == 0  # no chunk is left numbered without its tokens
+    flat, _ = encode_sentences(tok, ["new words here"], "int32", cache)
+    assert flat.tolist() == tok.encode_batch_ids(["new words here"])[0]
+
+
+def test_cli_prepare_does_not_import_torch(corpus_and_vocab, tmp_path):
+    # torch costs ~1.3 CPU-s to import, several times the work of preparing a small corpus; only the
+    # parser's choices (objectives, int8 engines) had pulled it in.
+    import subprocess
+    import sys
+
+    corpus, vocab, _ = corpus_and_vocab
+    code = (
+        "import sys\n"
+        "from bertkit.cli import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "print('exit', rc, 'torch' in sys.modules, 'bertkit.objectives' in sys.modules, file=sys.stderr)\n"
+    )
+    args = [
+        "prepare",
+        "--corpus",
+        str(corpus),
+        "--vocab",
+        str(vocab),
+        "--out",
+        str(tmp_path / "d"),
+        "--quiet",
+    ]
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert out.stderr.strip().splitlines()[-1] == "exit 0 False False", out.stderr
+    assert json.loads(out.stdout)["num_shards"] == 1
+
+
 def test_prepare_jsonl_with_skipped_lines(corpus_and_vocab, tmp_path):
     _, vocab, _ = corpus_and_vocab
     p = tmp_path / "c.jsonl"
@@ -332,8 +426,8 @@ def test_prepare_jsonl_with_skipped_lines(corpus_and_vocab, tmp_path):
 
 
 def test_shard_arrays_skip_fsync_but_stay_atomic(tmp_path, monkeypatch):
-    """Shard arrays are written without fsync (their checksums live in the fsynced record), yet a failed
-    write still leaves neither a partial file nor a temp file behind."""
+    """Shard arrays are written without fsync (their checksums live in the record), yet a failed write
+    still leaves neither a partial file nor a temp file behind."""
     import os
 
     import numpy as np
@@ -353,6 +447,28 @@ def test_shard_arrays_skip_fsync_but_stay_atomic(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         shard_build._write_array(tmp_path / "b.npy", np.arange(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"]
+
+
+def test_prepare_fsyncs_a_fixed_number_of_times_and_resumes_after_a_lost_record(
+    corpus_and_vocab, tmp_path, monkeypatch
+):
+    """Only the vocabulary copy and the manifest (file and directory each) are fsynced, however many shards;
+    a record lost or torn in a power failure makes its shard be rebuilt, identical."""
+    import os
+
+    corpus, vocab, _ = corpus_and_vocab
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    out = tmp_path / "d"
+    m = prepare([corpus], vocab, out, shard_size_mb=0.0002, progress=False)
+    assert m["num_shards"] >= 3 and len(synced) == 4
+    arrays = {p.name: p.read_bytes() for p in out.glob("shard_*.npy")}
+    (out / "shard_00001.json").write_bytes(b"")  # torn by a crash
+    (out / "shard_00002.json").write_text('{"name": "shard_00002", "text_sha', encoding="utf-8")
+    again = prepare([corpus], vocab, out, shard_size_mb=0.0002, progress=False)
+    assert again["shards_written"] == 2 and again["shards_skipped"] == m["num_shards"] - 2
+    assert {p.name: p.read_bytes() for p in out.glob("shard_*.npy")} == arrays
 
 
 def test_vocab_keeps_the_trainers_alphabet_limit(tmp_path):

@@ -196,6 +196,27 @@ def test_wordpiece_greedy_longest_match_and_unk():
     ]
 
 
+def test_both_pipelines_run_one_wordpiece_model(monkeypatch):
+    import bertkit.tokenizer as tokenizer_module
+
+    built = []
+    real = tokenizer_module.models.WordPiece
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tokenizer_module.models, "WordPiece", counting)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able", "a", ","]
+    tok = Tokenizer.from_vocab(vocab)
+    assert len(built) == 1  # built once from the vocabulary, shared by the full and the plain pipeline
+    full = Tokenizer.from_vocab(vocab)
+    full.fast_path = False
+    tok.fast_path = True
+    for text in ("unaffable, a", "unaff\u00e9able a", "a [MASK] un"):
+        assert tok.encode(text).ids == full.encode(text).ids
+
+
 def test_special_tokens_looked_up_by_name():
     vocab = ["hello", "[MASK]", "[SEP]", "[UNK]", "[CLS]", "[PAD]"]
     tok = Tokenizer.from_vocab(vocab)

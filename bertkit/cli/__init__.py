@@ -143,7 +143,7 @@ def _exit_without_finalizing(code: int) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     from bertkit.tuning import apply_process_defaults
 
-    # before build_parser: the subcommands' modules start torch, and with it OpenMP's thread pool
+    # first thing: a command that imports torch starts OpenMP's thread pool, which reads the setting once
     apply_process_defaults()
     try:
         parser = build_parser()

@@ -61,11 +61,11 @@ def register(subparsers) -> None:
     p.add_argument(
         "--init-from", type=A.existing_dir, help="continue pre-training from a saved model directory"
     )
-    from bertkit.objectives import REGISTRY
+    from bertkit.objective_names import OBJECTIVES
 
     p.add_argument(
-        "--objective", choices=list(REGISTRY),
-        help="; ".join(f"{name}: {cls.summary}" for name, cls in REGISTRY.items()) + " (default mlm+nsp)",
+        "--objective", choices=list(OBJECTIVES),
+        help="; ".join(f"{name}: {summary}" for name, summary in OBJECTIVES.items()) + " (default mlm+nsp)",
     )  # fmt: skip
     p.add_argument(
         "--objective-option", dest="objective_options", action="append", type=_option, metavar="KEY=VALUE",

@@ -8,8 +8,8 @@ from typing import Any
 
 from .. import settings
 from ..serving.connections import DEFAULT_KEEP_ALIVE, DEFAULT_MAX_CONNECTIONS, DEFAULT_READ_TIMEOUT
+from ..serving.int8_engines import ENGINES
 from ..serving.limits import Limits
-from ..serving.quantize import ENGINES
 from . import args as A
 
 

@@ -10,7 +10,7 @@
   default on-the-fly path used by pre-training (see that module's docstring for the API).
 """
 
-import importlib
+from bertkit.lazy import lazy_getattr
 
 _EXPORTS = {
     "CorpusStats": "corpus",
@@ -32,11 +32,8 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str):
-    # Lazy: `prepare` workers and the CLI import only what they use (torch only for the dynamic dataset).
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"bertkit.data.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'bertkit.data' has no attribute {name!r}")
+# Lazy: `prepare` workers and the CLI import only what they use (torch only for the dynamic dataset).
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -52,6 +52,7 @@ DataLoader workers are forked copies: call ``ds.set_epoch(e)`` before creating t
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Sequence
@@ -131,12 +132,14 @@ class PretrainingDataset(torch.utils.data.Dataset):
         self.epoch = 0
 
         words = self.shards.vocab_words()
-        index = {w: i for i, w in enumerate(words)}
+        index = dict(zip(words, range(len(words))))  # a repeated token keeps its last id, as before
         self.vocab_size = len(words)
         self.pad_id, self.cls_id, self.sep_id, self.mask_id = (
             index[t] for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")
         )
-        self.is_continuation = np.fromiter((w.startswith("##") for w in words), dtype=bool, count=len(words))
+        self.is_continuation = np.fromiter(
+            map(str.startswith, words, itertools.repeat("##")), dtype=bool, count=len(words)
+        )
         self.max_num_tokens = self.max_seq_length - (2 if self.no_nsp else 3)
 
         n_docs = self.shards.documents

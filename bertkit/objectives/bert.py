@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
+from bertkit.objective_names import OBJECTIVES
 from bertkit.objectives.base import Metrics, Objective
 
 
@@ -44,7 +45,7 @@ class _BertObjective(Objective):
 
 class MaskedLMNextSentence(_BertObjective):
     name = "mlm+nsp"
-    summary = "the paper's masked LM + next sentence prediction"
+    summary = OBJECTIVES[name]
     next_sentence = True
     find_unused_parameters = False
 
@@ -62,7 +63,7 @@ class MaskedLMNextSentence(_BertObjective):
 
 class MaskedLM(_BertObjective):
     name = "mlm"
-    summary = "masked LM on single segments (the paper's No NSP ablation)"
+    summary = OBJECTIVES[name]
     modernbert = True
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
@@ -77,7 +78,7 @@ class MaskedLM(_BertObjective):
 
 class LeftToRight(_BertObjective):
     name = "ltr"
-    summary = "a left-to-right LM from unmasked inputs (the paper's LTR & No NSP ablation)"
+    summary = OBJECTIVES[name]
 
     def configure(self, config: BertConfig) -> None:
         # written into model/config.json: the fine-tuning heads keep the causal mask (the paper's LTR model)

@@ -11,12 +11,13 @@ from torch import Tensor, nn
 from bertkit.config import BertConfig
 from bertkit.electra import ElectraPretrainingModel, load_pretrained_electra
 from bertkit.errors import UserError
+from bertkit.objective_names import OBJECTIVES
 from bertkit.objectives.base import Metrics, Objective
 
 
 class Electra(Objective):
     name = "electra"
-    summary = "ELECTRA: a small generator fills masked positions, the encoder spots the replaced tokens"
+    summary = OBJECTIVES[name]
     # ELECTRA-Small/Base mask 15% of the tokens (the cpu recipe's 40% is for the masked LM's sake).
     setting_defaults = {"masked_lm_prob": 0.15}
     option_defaults = {

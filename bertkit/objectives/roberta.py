@@ -4,11 +4,12 @@ mask drawn anew every time an instance is read (bertkit's dynamic stream always 
 
 from __future__ import annotations
 
+from bertkit.objective_names import OBJECTIVES
 from bertkit.objectives.bert import MaskedLM
 
 
 class RobertaRecipe(MaskedLM):
     name = "roberta"
-    summary = "RoBERTa's recipe: masked LM, no NSP, full sentences packed across documents, dynamic masking"
+    summary = OBJECTIVES[name]
     pack_documents = True
     setting_defaults = {"masked_lm_prob": 0.15}

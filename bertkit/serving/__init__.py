@@ -9,10 +9,22 @@
 - ``launch``: start a server command on a free port and wait for ``/health`` (tests, benchmarks, scripts)
 """
 
-from .app import INSTALL_HINT, create_app, require_server_deps, serve
-from .batching import Batcher
-from .limits import Limits
-from .service import InferenceService
+from ..lazy import lazy_getattr
+
+# Lazy: the CLI's parser reads constants from ``serving.connections``/``limits`` for every command, and
+# importing the app and the service here pulled torch (~1.3 CPU-s) into `bertkit prepare`.
+__getattr__ = lazy_getattr(
+    __name__,
+    {
+        "INSTALL_HINT": "app",
+        "create_app": "app",
+        "require_server_deps": "app",
+        "serve": "app",
+        "Batcher": "batching",
+        "Limits": "limits",
+        "InferenceService": "service",
+    },
+)
 
 __all__ = [
     "INSTALL_HINT",

@@ -26,8 +26,7 @@ from torch import Tensor, nn
 from ..errors import UserError
 from ..kernels import Linear
 from ..kernels.gemm import _ACTS
-
-ENGINES = ("auto", "x86", "fbgemm", "onednn")
+from .int8_engines import ENGINES
 
 
 def choose_engine(
