@@ -130,6 +130,13 @@ ALL: tuple[Setting, ...] = (
 )
 
 
+def check_all() -> None:
+    """Read every setting once, so a bad value stops a command at its start in one line (UserError), before
+    it reaches the module that reads it, which a command that never imports torch would not load."""
+    for setting in ALL:
+        setting.value()
+
+
 def kernels_enabled() -> bool:
     """Whether bertkit's CPU kernels start on (read once, when :mod:`bertkit.kernels` is imported)."""
     return bool(KERNELS.value())

@@ -145,9 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # first thing: a command that imports torch starts OpenMP's thread pool, which reads the setting once
     apply_process_defaults()
+    from bertkit.settings import check_all
+
     try:
+        check_all()
         parser = build_parser()
-    except UserError as e:  # a bad setting read while the subcommands' modules load (bertkit.settings)
+    except UserError as e:  # a bad setting (bertkit.settings), read before any subcommand's module loads
         return _fail(None, str(e))
     args = parser.parse_args(argv)
     logging.basicConfig(
