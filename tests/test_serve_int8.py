@@ -8,7 +8,8 @@ import torch
 
 from bertkit.errors import UserError
 from bertkit.heads.finetune import BertForSequenceClassification
-from bertkit.serving.quantize import ENGINES, choose_engine, int8_static
+from bertkit.serving.int8_engines import ENGINES
+from bertkit.serving.quantize import choose_engine, int8_static
 from bertkit.serving.routes.embed_all import embed_all
 from bertkit.serving.routes.predict import predict
 from bertkit.serving.service import InferenceService

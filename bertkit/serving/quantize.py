@@ -106,4 +106,4 @@ def int8_static(model: Any, engine: str = "auto") -> Any:
     return q
 
 
-__all__ = ["ENGINES", "Int8Linear", "choose_engine", "int8_static"]
+__all__ = ["Int8Linear", "choose_engine", "int8_static"]
