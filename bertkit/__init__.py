@@ -7,36 +7,30 @@ bertkit leaves the process environment as it was: the entry points that want pro
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from bertkit.lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it
+# public name -> the module of bertkit that defines it
 _EXPORTS: dict[str, str] = {
-    "BertConfig": "bertkit.config",
-    "BertModel": "bertkit.model",
-    "BertModelOutput": "bertkit.model",
-    "BertPreTrainedModel": "bertkit.modeling_utils",
-    "Tokenizer": "bertkit.tokenizer",
-    "UserError": "bertkit.errors",
-    "BertForPreTraining": "bertkit.heads.pretraining",
-    "BertForMaskedLM": "bertkit.heads.pretraining",
-    "BertForSequenceClassification": "bertkit.heads.finetune",
-    "BertForTokenClassification": "bertkit.heads.finetune",
-    "BertForQuestionAnswering": "bertkit.heads.finetune",
-    "BertForMultipleChoice": "bertkit.heads.finetune",
-    "SentenceEncoder": "bertkit.sentence.encoder",
-    "CrossEncoder": "bertkit.sentence.cross_encoder",
+    "BertConfig": "config",
+    "BertModel": "model",
+    "BertModelOutput": "model",
+    "BertPreTrainedModel": "modeling_utils",
+    "Tokenizer": "tokenizer",
+    "UserError": "errors",
+    "BertForPreTraining": "heads.pretraining",
+    "BertForMaskedLM": "heads.pretraining",
+    "BertForSequenceClassification": "heads.finetune",
+    "BertForTokenClassification": "heads.finetune",
+    "BertForQuestionAnswering": "heads.finetune",
+    "BertForMultipleChoice": "heads.finetune",
+    "SentenceEncoder": "sentence.encoder",
+    "CrossEncoder": "sentence.cross_encoder",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'bertkit' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:
