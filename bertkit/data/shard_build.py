@@ -180,12 +180,6 @@ class ChunkCache:
         self.ids = np.zeros(0, dtype=np.int64)
         self.off = np.zeros(1, dtype=np.int64)
 
-    def add(self, tok, chunks: list[str]) -> None:
-        """Tokenize ``chunks`` (none of them cached yet) and number them after those cached."""
-        n = len(self.index)
-        self.index.update(zip(chunks, range(n, n + len(chunks))))
-        self._append(tok, chunks)
-
     def numbers(self, tok, words: list[str]) -> np.ndarray:
         """int64 [len(words)]: each word's chunk number, tokenizing (and caching) the words not cached yet."""
         try:

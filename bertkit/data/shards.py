@@ -82,12 +82,12 @@ def _warm_cache(tokenizer, task: tuple) -> ChunkCache | None:
     thread pool is copied into the children (the library warns and turns it off there)."""
     if task[5].get("tokenizer") == "bpe":  # BPE shards are encoded as running text, not by cached words
         return None
-    words = list(set(" ".join(s for doc in task[1] for s in doc).split(" ")))
+    words = list(dict.fromkeys(" ".join(s for doc in task[1] for s in doc).split(" ")))  # distinct
     cache = ChunkCache()
     before = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     try:
-        cache.add(tokenizer, words)
+        cache.numbers(tokenizer, words)
     finally:
         if before is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
