@@ -158,6 +158,12 @@ class ElectraJointLoss:
         """The discriminator's "replaced?" logit of every token: [B, T] -> [B, T]."""
         raise NotImplementedError
 
+    def save_run(self, model_dir: str | Path) -> list[Path]:
+        """A finished run's model: the discriminator as a plain encoder folder in ``model_dir`` (what
+        ``finetune``, ``serve`` and ``embed`` take), the rest under ``model_dir/electra``; returns the folders
+        that get the tokenizer."""
+        raise NotImplementedError
+
     def forward(
         self,
         input_ids: Tensor,
@@ -245,6 +251,10 @@ class ElectraPretrainingModel(ElectraJointLoss, BertPreTrainedModel):
         return self.discriminator_predictions(hidden)
 
     # ------------------------------------------------------------------ saving
+    def save_run(self, model_dir: str | Path) -> list[Path]:
+        self.save_pretrained_bert(model_dir)
+        return [Path(model_dir), *self.save_pretrained_electra(Path(model_dir) / "electra")]
+
     def save_pretrained_bert(self, model_dir: str | Path) -> None:
         """The discriminator's encoder (with an untrained pooler, as any BERT fine-tunes it) in the Hugging
         Face BERT layout: ``BertModel.from_pretrained`` in bertkit or transformers loads it."""

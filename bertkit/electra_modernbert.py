@@ -161,6 +161,10 @@ class ModernBertElectraModel(ElectraJointLoss, ModernBertPreTrainedModel):
         return self.discriminator_predictions(hidden)
 
     # ------------------------------------------------------------------ saving
+    def save_run(self, model_dir: str | Path) -> list[Path]:
+        self.save_pretrained_modernbert(model_dir)
+        return [Path(model_dir), self.save_pretrained_electra(Path(model_dir) / "electra")]
+
     def save_pretrained_modernbert(self, model_dir: str | Path) -> None:
         """The discriminator's encoder as a plain ModernBERT folder: ``ModernBertModel.from_pretrained`` in
         bertkit or transformers loads it, and every ModernBERT command takes it."""

@@ -631,12 +631,13 @@ def _write_card(
     results: dict,
     world: int,
 ) -> None:
+    from bertkit.architectures import display_name
     from bertkit.model_card import write_model_card
 
     held_out = results.get("eval")
     scores = held_out or results.get("last") or {}
     write_model_card(
-        model_dir, title=objective.card_title(), kind="pretraining",
+        model_dir, title=objective.card_title(display_name(model_dir)), kind="pretraining",
         task=f"pre-training, objective {cfg.objective} ({objective.summary})",
         data={"data": cfg.data, "stream": fmt, "held-out documents": cfg.valid_documents},
         hyperparameters={

@@ -75,6 +75,8 @@ def test_the_chain_gives_a_folder_transformers_loads(bpe_data, tmp_path, capsys,
     assert _pretrain(bpe_data, tmp_path / "m", objective) == 0
     model_dir = tmp_path / "m" / "model"
     assert _json(model_dir / "tokenizer.json") == _json(bpe_data / "tokenizer.json")
+    card = (model_dir / "README.md").read_text(encoding="utf-8")
+    assert f"\n# A ModernBERT pre-trained with bertkit ({objective})\n" in card  # not "A BERT"
     assert not (model_dir / "vocab.txt").exists()
     ours_tok = Tokenizer.from_pretrained(model_dir)
     theirs_tok = transformers.AutoTokenizer.from_pretrained(model_dir)

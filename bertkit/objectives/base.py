@@ -87,5 +87,7 @@ class Objective:
         """Write the trained weights into ``model_dir`` (the driver adds the tokenizer and the model card)."""
         model.save_pretrained(model_dir)
 
-    def card_title(self) -> str:
-        return f"A BERT pre-trained with bertkit ({self.name})"
+    def card_title(self, architecture: str) -> str:
+        """The model card's title; ``architecture``: the saved model's, as people write it ("BERT",
+        "ModernBERT")."""
+        return f"A {architecture} pre-trained with bertkit ({self.name})"

@@ -25,7 +25,6 @@ class Electra(Objective):
         "discriminator_weight": 50.0,  # λ of the joint loss
         "mask_token_prob": 0.85,  # masked positions the generator sees as [MASK]; the rest keep the token
     }
-    architecture = "BERT"  # what build_model built last ("ModernBERT" for a ModernBERT config): the card says
 
     def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
         from bertkit.architectures import is_modernbert
@@ -37,7 +36,6 @@ class Electra(Objective):
             raise UserError(
                 f"objective electra builds BERT or ModernBERT networks, not from a {type(config).__name__}"
             )
-        self.architecture = "ModernBERT" if modernbert else "BERT"
         shared = {k: self.options[k] for k in ("mask_token_prob", "discriminator_weight")}
         if init_from and modernbert:  # a finished ELECTRA run's model dir: both networks
             return load_pretrained_modernbert_electra(init_from, mask_token_id=self.mask_token_id, **shared)
@@ -80,15 +78,7 @@ class Electra(Objective):
         return out.loss, metrics
 
     def save(self, model: nn.Module, model_dir: Path) -> list[Path]:
-        """The discriminator as a plain encoder in ``model_dir``, the rest under ``model_dir/electra``;
-        returns the folders that get the tokenizer."""
-        from bertkit.electra_modernbert import ModernBertElectraModel
+        return model.save_run(model_dir)
 
-        if isinstance(model, ModernBertElectraModel):
-            model.save_pretrained_modernbert(model_dir)
-            return [model_dir, model.save_pretrained_electra(model_dir / "electra")]
-        model.save_pretrained_bert(model_dir)
-        return [model_dir, *model.save_pretrained_electra(model_dir / "electra")]
-
-    def card_title(self) -> str:
-        return f"A {self.architecture} encoder pre-trained with bertkit as ELECTRA's discriminator"
+    def card_title(self, architecture: str) -> str:
+        return f"A {architecture} encoder pre-trained with bertkit as ELECTRA's discriminator"
