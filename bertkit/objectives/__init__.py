@@ -1,6 +1,7 @@
 """Pre-training objectives: one :class:`Objective` per way of pre-training, found by name in :data:`REGISTRY`.
 
-``bertkit pretrain --objective NAME`` takes its choices from here; :mod:`bertkit.pretrain` asks the objective
+``bertkit pretrain --objective NAME`` offers the names of :mod:`bertkit.objective_names` (the same, in the same
+order: a test checks it), so that the parser needs no torch; :mod:`bertkit.pretrain` asks the objective
 for the data stream, the model, the loss and what to save (see :mod:`bertkit.objectives.base`).
 """
 
