@@ -86,6 +86,12 @@ def class_of(head: str, modernbert: bool) -> Any:
     return getattr(module, ("ModernBert" if modernbert else "Bert") + head)
 
 
+def pretraining_class(modernbert: bool) -> Any:
+    """The model pre-training trains and saves: BERT's with both heads (``BertForPreTraining``), ModernBERT's
+    masked LM (``ModernBertForMaskedLM``); a random-init baseline is one of these at its initialisation."""
+    return class_of("ForMaskedLM", True) if modernbert else class_of("ForPreTraining", False)
+
+
 def encoder_of(model: Any) -> Any:
     """The encoder inside a head model (BERT's ``bert``, ModernBERT's ``model``), or the encoder itself."""
     from .model import BertModel

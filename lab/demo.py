@@ -249,18 +249,11 @@ def random_model(model_dir: Path, like: Path, seed: int) -> Path:
 
     import torch
 
-    from bertkit.architectures import is_modernbert
-
-    if is_modernbert(like):
-        from bertkit.modernbert import ModernBertForMaskedLM as Model
-        from bertkit.modernbert_config import ModernBertConfig as Config
-    else:
-        from bertkit.config import BertConfig as Config
-        from bertkit.heads.pretraining import BertForPreTraining as Model
+    from bertkit.architectures import is_modernbert, load_config, pretraining_class
 
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
-    Model(Config.from_pretrained(like)).save_pretrained(model_dir)
+    pretraining_class(is_modernbert(like))(load_config(like)).save_pretrained(model_dir)
     torch.random.set_rng_state(state)
     for f in like.iterdir():
         if f.name not in ("config.json", "model.safetensors") and f.is_file():

@@ -195,7 +195,7 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
 def run_random(matrix, cell, out, done, progress) -> dict:
     """A model at its initialisation (the baseline every arm must beat): BERT's preset, or the shape of the
     cell's ``model_config`` (a random ModernBERT for a ModernBERT arm), with the prepared data's vocabulary."""
-    from bertkit.heads.pretraining import BertForPreTraining
+    from bertkit.architectures import pretraining_class
     from bertkit.modernbert_config import ModernBertConfig
     from bertkit.pretrain import build_model_config, save_tokenizer
 
@@ -205,12 +205,7 @@ def run_random(matrix, cell, out, done, progress) -> dict:
     mc = build_model_config(cfg, len(vocab.read_text(encoding="utf-8").splitlines()), cfg.max_seq_length)
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(cfg.seed)  # the model's initialisation (as pre-training's) draws from torch's generator
-    if isinstance(mc, ModernBertConfig):
-        from bertkit.modernbert import ModernBertForMaskedLM
-
-        model = ModernBertForMaskedLM(mc)
-    else:
-        model = BertForPreTraining(mc)
+    model = pretraining_class(isinstance(mc, ModernBertConfig))(mc)
     torch.random.set_rng_state(gen_state)
     model_dir = out / cell.name / "model"
     model.save_pretrained(model_dir)
