@@ -176,7 +176,7 @@ class ChunkCache:
         self.clear()
 
     def clear(self) -> None:
-        self.index: dict[str, int] = _Numbering()
+        self.index = _Numbering()
         self.ids = np.zeros(0, dtype=np.int64)
         self.off = np.zeros(1, dtype=np.int64)
 
