@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from .errors import UserError
 from .io import atomic_write_json
+from .model import num_parameters
 from .train.simple import AdamWSettings
 
 logger = logging.getLogger("bertkit")
@@ -164,10 +165,6 @@ def soft_target_loss(
     soft = soft * t * t
     hard = F.cross_entropy(student, labels)
     return alpha * soft + (1 - alpha) * hard, soft, hard
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 @torch.no_grad()
@@ -354,7 +351,7 @@ def distill_task(
         report[name] = {
             "metrics": metrics,
             "main": metrics[task.main_metric],
-            "parameters": count_parameters(m),
+            "parameters": num_parameters(m),
             "disk_bytes": weights.stat().st_size if weights.is_file() else None,
             "layers": m.config.num_hidden_layers,
             **timed[name],
@@ -451,8 +448,8 @@ def distill_embeddings(
         "steps": steps,
         "final_loss": summary.get("loss"),
         "mean_cosine_to_teacher": float(cos.mean()),
-        "teacher_parameters": count_parameters(teacher.model),
-        "student_parameters": count_parameters(model),
+        "teacher_parameters": num_parameters(teacher.model),
+        "student_parameters": num_parameters(model),
         "settings": asdict(s),
     }
     atomic_write_json(Path(out_dir) / "metrics.json", report)

@@ -328,9 +328,8 @@ class BertModel(BertPreTrainedModel):
 
 
 def num_parameters(module: nn.Module) -> int:
-    """Number of distinct parameters (tied weights counted once)."""
-    seen = {id(p): p.numel() for p in module.parameters()}
-    return int(sum(seen.values()))
+    """Number of distinct parameters (``parameters()`` yields a tied weight once)."""
+    return sum(p.numel() for p in module.parameters())
 
 
 __all__ = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,7 @@ def info(args: argparse.Namespace) -> dict[str, Any]:
             raise UserError(f"{weights}: cannot read the weights ({type(e).__name__}: {e})") from None
     else:
         shapes = {k: list(v.shape) for k, v in load_state_dict(args.model_dir).items()}
-    n_params = 0
-    for shape in shapes.values():
-        size = 1
-        for d in shape:
-            size *= d
-        n_params += size
+    n_params = sum(math.prod(shape) for shape in shapes.values())
     encoder = encoder_prefixes(args.model_dir)
     heads = sorted({k.split(".")[0] for k in shapes if not k.startswith(encoder)})
     result: dict[str, Any] = {

@@ -35,7 +35,7 @@ model never trains ``[CLS]`` or the pooler to summarise. transformers ignores th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.config import BertConfig
+from bertkit.heads.pretraining import _Output
 from bertkit.kernels.dropout import Dropout
 from bertkit.model import BertModel
 from bertkit.modeling_utils import BertPreTrainedModel
@@ -62,18 +63,6 @@ __all__ = [
     "QuestionAnsweringOutput",
     "MultipleChoiceOutput",
 ]
-
-
-class _Output:
-    """Attribute access plus transformers-style tuple access over the fields that are not None."""
-
-    def to_tuple(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None)
-
-    def __getitem__(self, i):
-        if isinstance(i, str):
-            return getattr(self, i)
-        return self.to_tuple()[i]
 
 
 @dataclass

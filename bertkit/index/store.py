@@ -280,33 +280,39 @@ class VectorStore:
             )
         return np.frombuffer(blob, dtype=np.float32)
 
+    def _items(self, columns: str, ids: Sequence[int], order: str = "") -> Iterable[tuple]:
+        """``SELECT id, columns`` of the ``items`` rows whose id is in ``ids``, read in chunks."""
+        for start in range(0, len(ids), 900):  # SQLite's bound-parameter limit
+            chunk = [int(r) for r in ids[start : start + 900]]
+            q = f"SELECT id, {columns} FROM items WHERE id IN ({','.join('?' * len(chunk))}){order}"
+            yield from self._con.execute(q, chunk)
+
     def _vectors_of(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         got_ids, vecs = [], []
-        for start in range(0, len(ids), 900):  # SQLite's bound-parameter limit
-            chunk = ids[start : start + 900]
-            q = f"SELECT id, vector FROM items WHERE id IN ({','.join('?' * len(chunk))}) ORDER BY id"
-            for i, blob in self._con.execute(q, chunk):
-                got_ids.append(i)
-                vecs.append(self._vector(i, blob))
+        for i, blob in self._items("vector", ids, " ORDER BY id"):
+            got_ids.append(i)
+            vecs.append(self._vector(i, blob))
         if not got_ids:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
         return np.asarray(got_ids, dtype=np.int64), np.stack(vecs)
 
+    def _keys_and_metadata(self, rows: Sequence[int]) -> dict[int, tuple[Any, Any]]:
+        """row -> (the user's id, metadata) of the rows still stored."""
+        found: dict[int, tuple[Any, Any]] = {}
+        for i, key, meta in self._items("key, metadata", rows):
+            try:
+                found[i] = (json.loads(key), None if meta is None else json.loads(meta))
+            except (TypeError, ValueError):
+                raise UserError(
+                    f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
+                    "the index is damaged: rebuild it"
+                ) from None
+        return found
+
     def _payloads(self, rows: Sequence[int]) -> list[dict[str, Any]]:
         """``{"id": the user's id, "metadata": ...}`` of each row, in ``rows`` order."""
-        found: dict[int, dict[str, Any]] = {}
-        for start in range(0, len(rows), 900):  # SQLite's bound-parameter limit
-            chunk = [int(r) for r in rows[start : start + 900]]
-            q = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
-            for i, key, meta in self._con.execute(q, chunk):
-                try:
-                    found[i] = {"id": json.loads(key), "metadata": None if meta is None else json.loads(meta)}
-                except (TypeError, ValueError):
-                    raise UserError(
-                        f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
-                        "the index is damaged: rebuild it"
-                    ) from None
-        return [found[int(r)] for r in rows]
+        found = self._keys_and_metadata(rows)
+        return [{"id": found[int(r)][0], "metadata": found[int(r)][1]} for r in rows]
 
     def _to_backend(self, rows: np.ndarray, vectors: np.ndarray) -> None:
         """Hand stored entries to the backend; one that keeps payloads (qdrant) gets each entry's id and
@@ -517,18 +523,7 @@ class VectorStore:
         scores = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
         rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
         wanted = sorted({int(r) for r in rows.ravel() if r >= 0})
-        info: dict[int, tuple[Any, Any]] = {}
-        for start in range(0, len(wanted), 900):
-            chunk = wanted[start : start + 900]
-            sql = f"SELECT id, key, metadata FROM items WHERE id IN ({','.join('?' * len(chunk))})"
-            for i, key, meta in self._con.execute(sql, chunk):
-                try:
-                    info[i] = (json.loads(key), None if meta is None else json.loads(meta))
-                except (TypeError, ValueError):
-                    raise UserError(
-                        f"{self.path / 'store.db'}: row {i} holds an id or metadata that is not JSON; "
-                        "the index is damaged: rebuild it"
-                    ) from None
+        info = self._keys_and_metadata(wanted)
         out = []
         for s_row, r_row in zip(scores, rows):
             hits = []
