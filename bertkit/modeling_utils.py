@@ -211,7 +211,8 @@ class BertPreTrainedModel(nn.Module):
         """Write ``config.json`` and ``model.safetensors`` (tied copies left out, as transformers does)."""
         tied = self._tied_targets()
         state = {k: v for k, v in self.state_dict().items() if k not in tied}
-        self.config.architectures = [type(self).__name__]
+        # a model that saves another class's layout (plus tensors that class ignores) names that class
+        self.config.architectures = [getattr(self, "saved_architecture", type(self).__name__)]
         with atomic_dir(model_dir) as tmp:
             self.config.save_pretrained(tmp)
             save_state_dict(state, tmp / SAFETENSORS)

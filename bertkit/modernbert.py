@@ -41,7 +41,12 @@ from .heads.finetune import (
     classification_loss,
     span_loss,
 )
-from .heads.pretraining import MaskedLMOutput, mlm_logits_and_loss
+from .heads.pretraining import (
+    BertForPreTrainingOutput,
+    MaskedLMOutput,
+    mlm_logits_and_loss,
+    pretraining_output,
+)
 from .kernels import Linear, Packing
 from .model import ACT2FN, batch_shape
 from .modeling_utils import BertPreTrainedModel
@@ -243,10 +248,7 @@ class ModernBertPreTrainedModel(BertPreTrainedModel):
         }
 
         def init(layer: nn.Linear | nn.Embedding, kind: str) -> None:
-            std, cut = stds[kind], c.initializer_cutoff_factor
-            nn.init.trunc_normal_(layer.weight, std=std, a=-cut * std, b=cut * std)
-            if getattr(layer, "bias", None) is not None:
-                nn.init.zeros_(layer.bias)
+            _truncated_normal(layer, stds[kind], c.initializer_cutoff_factor)
 
         if isinstance(module, ModernBertEmbeddings):
             init(module.tok_embeddings, "in")
@@ -263,6 +265,13 @@ class ModernBertPreTrainedModel(BertPreTrainedModel):
             init(module.classifier, "final_out")
         if isinstance(module, ModernBertForMaskedLM):
             init(module.decoder, "out")
+
+
+def _truncated_normal(layer: nn.Linear | nn.Embedding, std: float, cutoff: float) -> None:
+    """Weights from a normal of ``std`` cut at ``cutoff`` std; a bias to zero."""
+    nn.init.trunc_normal_(layer.weight, std=std, a=-cutoff * std, b=cutoff * std)
+    if getattr(layer, "bias", None) is not None:
+        nn.init.zeros_(layer.bias)
 
 
 class ModernBertModel(ModernBertPreTrainedModel):
@@ -401,6 +410,46 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
             self.logits, enc.last_hidden_state, labels, sparse=self.config.sparse_prediction
         )
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=enc.hidden_states, masked_lm_labels=sel)
+
+
+class ModernBertForPreTraining(ModernBertForMaskedLM):
+    """The masked LM plus the paper's next sentence prediction (``--objective mlm+nsp`` on a ModernBERT config).
+
+    NSP reads the first token's vector through the masked-LM head's transform, ``head([CLS])``, then
+    ``nsp_classifier`` (H -> 2): the path :class:`ModernBertForSequenceClassification` fine-tunes from (it loads
+    ``head`` from the checkpoint and adds its own ``classifier``), so what NSP teaches the pooled vector is what
+    fine-tuning starts with. The folder it saves is a transformers ``ModernBertForMaskedLM`` checkpoint with
+    the ``nsp_classifier`` tensors beside it, which loaders of that class ignore.
+    """
+
+    saved_architecture: ClassVar[str] = "ModernBertForMaskedLM"
+
+    def __init__(self, config: ModernBertConfig) -> None:
+        super().__init__(config)
+        self.nsp_classifier = Linear(config.hidden_size, 2)
+        with torch.no_grad():  # as a task classifier (the rest was initialised by the masked LM's __init__)
+            _truncated_normal(self.nsp_classifier, config.hidden_size**-0.5, config.initializer_cutoff_factor)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        labels: Tensor | None = None,
+        output_hidden_states: bool = False,
+        token_type_ids: Tensor | None = None,
+        next_sentence_label: Tensor | None = None,
+    ) -> BertForPreTrainingOutput:
+        """[B, T] -> MLM logits (as :class:`ModernBertForMaskedLM`) and NSP logits [B, 2]; the loss is the MLM
+        loss plus, with ``next_sentence_label`` [B] (0 = B follows A), the NSP cross-entropy.
+        ``token_type_ids`` are ignored: ModernBERT has no segment embeddings, the [SEP] tells the segments apart."""
+        enc = self.model(input_ids, attention_mask, position_ids, output_hidden_states)
+        hidden = enc.last_hidden_state
+        logits, mlm_loss, sel = mlm_logits_and_loss(
+            self.logits, hidden, labels, sparse=self.config.sparse_prediction
+        )
+        nsp_logits = self.nsp_classifier(self.head(hidden[:, 0]))
+        return pretraining_output(logits, mlm_loss, sel, nsp_logits, next_sentence_label, enc.hidden_states)
 
 
 class _ModernBertWithClassifier(ModernBertPreTrainedModel):

@@ -312,11 +312,32 @@ def _losses(run: Path) -> list[tuple[int, float]]:
     return [(r["step"], r["loss"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
 
 
-@pytest.mark.parametrize("arch", ["bert", "modernbert"])
-def test_electra_run_resumes_bitwise_after_sigkill_and_saves_both_layouts(tmp_path, data_dir, arch, capsys):
-    from bertkit.cli import build_parser, main
+def _killed_resumed_and_uninterrupted(tmp_path: Path, common: list) -> tuple[Path, Path]:
+    """``bertkit pretrain *common`` run whole (``ref``), and killed by SIGKILL after step 10 then resumed
+    (``run``); asserts the kill and the resume happened and that the logged losses are bitwise equal."""
+    from bertkit.cli import build_parser
     from bertkit.cli.pretrain import config_from_args
     from bertkit.pretrain import pretrain
+
+    argv = lambda out, *extra: ["pretrain", "--out", str(out), *map(str, common), *extra]  # noqa: E731
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    pretrain(config_from_args(build_parser().parse_args(argv(ref))))
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    p = subprocess.run([sys.executable, script, "10", *argv(run)], env=child_env(), capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
+    assert _losses(run)[-1][0] == 10 and not (run / "model").exists()
+    resumed = subprocess.run([sys.executable, "-m", "bertkit", *argv(run, "--resume")], env=child_env(),
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _losses(run) == _losses(ref)  # bitwise
+    return run, ref
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_electra_run_resumes_bitwise_after_sigkill_and_saves_both_layouts(tmp_path, data_dir, arch, capsys):
+    from bertkit.cli import main
 
     cfg = tmp_path / "cfg.toml"  # dropout on: the RNG (dropout and the generator's samples) must be restored
     cfg.write_text("[objective_options]\ngenerator_fraction = 0.5\n")
@@ -331,21 +352,7 @@ def test_electra_run_resumes_bitwise_after_sigkill_and_saves_both_layouts(tmp_pa
     common = ["--data", data_dir, "--config", cfg, "--objective", "electra", "--steps", 12, "--batch-size", 8,
               "--max-seq-length", 64, "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--eval-every", 6,
               "--eval-batches", 1, "--quiet", "--valid-documents", 2, *shape]  # fmt: skip
-    argv = lambda out, *extra: ["pretrain", "--out", str(out), *map(str, common), *extra]  # noqa: E731
-    ref = tmp_path / "ref"
-    pretrain(config_from_args(build_parser().parse_args(argv(ref))))
-
-    run = tmp_path / "killed"
-    script = tmp_path / "killer.py"
-    script.write_text(KILLER)
-    p = subprocess.run([sys.executable, script, "10", *argv(run)], env=child_env(), capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
-    assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
-    assert _losses(run)[-1][0] == 10 and not (run / "model").exists()
-    resumed = subprocess.run([sys.executable, "-m", "bertkit", *argv(run, "--resume")], env=child_env(),
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _losses(run) == _losses(ref)  # bitwise
+    run, ref = _killed_resumed_and_uninterrupted(tmp_path, common)
     rows = [json.loads(x) for x in (ref / "metrics.jsonl").read_text().splitlines()]
     assert {"discriminator_loss", "replaced_token_accuracy", "masked_lm_loss"} <= set(rows[-1])
 
@@ -500,7 +507,7 @@ def _modernbert_config_file(tmp_path: Path, **overrides) -> Path:
     return path
 
 
-@pytest.mark.parametrize("objective", ["mlm", "roberta"])
+@pytest.mark.parametrize("objective", ["mlm", "roberta", "mlm+nsp"])
 def test_a_modernbert_model_pre_trains_with_the_masked_lm_objectives(tmp_path, data_dir, objective):
     transformers = pytest.importorskip("transformers")
     from bertkit.modernbert import ModernBertForMaskedLM
@@ -525,14 +532,75 @@ def test_a_modernbert_model_pre_trains_with_the_masked_lm_objectives(tmp_path, d
     with torch.no_grad():
         a, b = ours(ids, mask).logits, theirs(input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(a[mask.bool()], b[mask.bool()], rtol=1e-4, atol=1e-4)
+    # with NSP: the same transformers layout, the NSP classifier beside it, and the NSP metrics logged
+    assert saved["architectures"] == ["ModernBertForMaskedLM"]
+    from safetensors.torch import load_file
+
+    assert ("nsp_classifier.weight" in load_file(model_dir / "model.safetensors")) == (objective == "mlm+nsp")
+    assert ("next_sentence_accuracy" in rows[-1]) == (objective == "mlm+nsp")
 
 
-@pytest.mark.parametrize("objective", ["mlm+nsp", "ltr"])
+def test_modernbert_nsp_loss_is_the_masked_lm_loss_plus_nsp_cross_entropy_on_the_pooled_head():
+    from bertkit.modernbert import ModernBertForPreTraining
+
+    torch.manual_seed(0)
+    model = ModernBertForPreTraining(small_modernbert_config()).eval()
+    batch = batch_of_two()
+    nsp = torch.tensor([0, 1])
+    out = model(**batch, token_type_ids=torch.ones_like(batch["input_ids"]), next_sentence_label=nsp)
+    hidden = model.model(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+    keep = batch["labels"] != -100
+    mlm = F.cross_entropy(model.decoder(model.head(hidden[keep])), batch["labels"][keep])
+    nsp_logits = model.nsp_classifier(model.head(hidden[:, 0]))
+    by_hand = mlm + F.cross_entropy(nsp_logits, nsp)
+    torch.testing.assert_close(out.loss, by_hand, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.seq_relationship_logits, nsp_logits, rtol=1e-6, atol=1e-6)
+    # a classifier-sized start (std H^-1/2, as a task classifier), not PyTorch's default
+    assert model.nsp_classifier.weight.std().item() == pytest.approx(16**-0.5, rel=0.5)
+    assert torch.equal(model.nsp_classifier.bias, torch.zeros(2))
+
+
+def test_nsp_continues_a_modernbert_masked_lm_folder_and_fine_tuning_takes_its_head(tmp_path):
+    from bertkit.modernbert import ModernBertForMaskedLM, ModernBertForSequenceClassification
+
+    torch.manual_seed(0)
+    objective = get_objective("mlm+nsp")
+    ModernBertForMaskedLM(small_modernbert_config()).save_pretrained(tmp_path / "mlm")
+    continued = objective.build_model(small_modernbert_config(), init_from=str(tmp_path / "mlm"))
+    mlm = ModernBertForMaskedLM.from_pretrained(tmp_path / "mlm").state_dict()
+    carried = continued.state_dict()  # the masked LM carried over
+    assert all(torch.equal(carried[k], v) for k, v in mlm.items())
+    with torch.no_grad():
+        continued.nsp_classifier.weight.add_(1.0)
+    objective.save(continued, tmp_path / "nsp")
+    again = objective.build_model(small_modernbert_config(), init_from=str(tmp_path / "nsp"))
+    assert torch.equal(again.nsp_classifier.weight, continued.nsp_classifier.weight)  # NSP restored too
+    saved = json.loads((tmp_path / "nsp" / "config.json").read_text())
+    assert saved["architectures"] == ["ModernBertForMaskedLM"]
+    classifier = ModernBertForSequenceClassification.from_pretrained(tmp_path / "nsp", num_labels=2)
+    assert torch.equal(classifier.head.dense.weight, continued.head.dense.weight)
+    assert not any(k.startswith("nsp_") for k in classifier.state_dict())
+
+
+def test_a_modernbert_nsp_run_resumes_bitwise_after_sigkill(tmp_path, data_dir):
+
+    shape = ["--model-config", _modernbert_config_file(tmp_path, embedding_dropout=0.1, mlp_dropout=0.1)]
+    common = ["--data", data_dir, "--objective", "mlm+nsp", "--steps", 12, "--batch-size", 8,
+              "--max-seq-length", 64, "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--eval-every", 6,
+              "--eval-batches", 1, "--quiet", "--valid-documents", 2, *shape]  # fmt: skip
+    run, ref = _killed_resumed_and_uninterrupted(tmp_path, common)
+    from safetensors.torch import load_file
+
+    a, b = load_file(run / "model" / "model.safetensors"), load_file(ref / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("objective", ["ltr"])
 def test_objectives_that_need_berts_heads_refuse_a_modernbert_config(tmp_path, data_dir, objective):
     from bertkit.pretrain import PretrainConfig, pretrain
 
     cfg = PretrainConfig(data=str(data_dir), out=str(tmp_path / "m"), objective=objective,
                          model_config=str(_modernbert_config_file(tmp_path)), steps=2, batch_size=4,
                          max_seq_length=64, progress=False, num_threads=1)  # fmt: skip
-    with pytest.raises(UserError, match="mlm or roberta"):
+    with pytest.raises(UserError, match="mlm, roberta or mlm\\+nsp"):
         pretrain(cfg)

@@ -192,6 +192,31 @@ def ltr_batch(batch: dict, pad_token_id: int = 0) -> dict:
     return out
 
 
+def pretraining_output(
+    logits: Tensor | None,
+    mlm_loss: Tensor | None,
+    masked_lm_labels: Tensor | None,
+    nsp_logits: Tensor,
+    next_sentence_label: Tensor | None,
+    hidden_states: tuple[Tensor, ...] | None,
+) -> BertForPreTrainingOutput:
+    """Both heads' outputs in one: NSP logits [B, 2] and, with ``next_sentence_label`` [B], their
+    cross-entropy; the loss is the masked-LM loss plus it (either alone when the other is absent)."""
+    nsp_loss = None
+    if next_sentence_label is not None:
+        nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
+    losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+    return BertForPreTrainingOutput(
+        loss=sum(losses[1:], losses[0]) if losses else None,
+        prediction_logits=logits,
+        seq_relationship_logits=nsp_logits,
+        hidden_states=hidden_states,
+        masked_lm_loss=mlm_loss,
+        next_sentence_loss=nsp_loss,
+        masked_lm_labels=masked_lm_labels,
+    )
+
+
 def pretraining_metrics(
     out: BertForPreTrainingOutput | MaskedLMOutput,
     labels: Tensor | None = None,
@@ -273,19 +298,7 @@ class BertForPreTraining(_WithMLMHead):
             self.cls.predictions, enc.last_hidden_state, labels, sparse=sparse_mlm
         )
         nsp_logits = self.cls.seq_relationship(enc.pooler_output)
-        nsp_loss = None
-        if next_sentence_label is not None:
-            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1))
-        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
-        out = BertForPreTrainingOutput(
-            loss=sum(losses[1:], losses[0]) if losses else None,
-            prediction_logits=logits,
-            seq_relationship_logits=nsp_logits,
-            hidden_states=enc.hidden_states,
-            masked_lm_loss=mlm_loss,
-            next_sentence_loss=nsp_loss,
-            masked_lm_labels=sel,
-        )
+        out = pretraining_output(logits, mlm_loss, sel, nsp_logits, next_sentence_label, enc.hidden_states)
         return out if return_dict else out.to_tuple()
 
 

@@ -14,11 +14,10 @@ from bertkit.objectives.base import Metrics, Objective
 
 class _BertObjective(Objective):
     """The objectives that train ``BertForPreTraining`` and save it in the Hugging Face BERT layout; the masked
-    LM ones (:attr:`modernbert`) also train ``ModernBertForMaskedLM`` when the config is a ModernBERT one."""
+    LM ones (:attr:`modernbert`) also train ModernBERT when the config is a ModernBERT one
+    (``ModernBertForMaskedLM``; ``ModernBertForPreTraining`` with NSP)."""
 
-    modernbert: bool = (
-        False  # whether the objective runs on ModernBERT (which has no NSP head, no causal mask)
-    )
+    modernbert: bool = False  # whether the objective runs on ModernBERT (which has no causal mask)
 
     def build_model(self, config: BertConfig, init_from: str | None = None) -> nn.Module:
         from bertkit.architectures import is_modernbert
@@ -27,15 +26,17 @@ class _BertObjective(Objective):
         if isinstance(config, ModernBertConfig) or (init_from and is_modernbert(init_from)):
             if not self.modernbert:
                 raise UserError(
-                    f"objective {self.name} needs BERT's heads; a ModernBERT model pre-trains with mlm or roberta"
+                    f"objective {self.name} needs BERT's heads; a ModernBERT model pre-trains with mlm, roberta "
+                    "or mlm+nsp"
                 )
-            from bertkit.modernbert import ModernBertForMaskedLM
+            from bertkit.modernbert import ModernBertForMaskedLM, ModernBertForPreTraining
 
-            if init_from:
-                model = ModernBertForMaskedLM.from_pretrained(init_from, sparse_prediction=True)
+            cls = ModernBertForPreTraining if self.next_sentence else ModernBertForMaskedLM
+            if init_from:  # a masked-LM folder continued with NSP starts its NSP classifier fresh
+                model = cls.from_pretrained(init_from, sparse_prediction=True)
                 model.train()
                 return model
-            return ModernBertForMaskedLM(config)
+            return cls(config)
         if init_from:
             model = BertForPreTraining.from_pretrained(init_from)
             model.train()
@@ -47,6 +48,7 @@ class MaskedLMNextSentence(_BertObjective):
     name = "mlm+nsp"
     summary = OBJECTIVES[name]
     next_sentence = True
+    modernbert = True  # NSP on ModernBERT: bertkit.modernbert.ModernBertForPreTraining
     find_unused_parameters = False
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
