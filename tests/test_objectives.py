@@ -555,9 +555,12 @@ def test_modernbert_nsp_loss_is_the_masked_lm_loss_plus_nsp_cross_entropy_on_the
     by_hand = mlm + F.cross_entropy(nsp_logits, nsp)
     torch.testing.assert_close(out.loss, by_hand, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(out.seq_relationship_logits, nsp_logits, rtol=1e-6, atol=1e-6)
-    # a classifier-sized start (std H^-1/2, as a task classifier), not PyTorch's default
-    assert model.nsp_classifier.weight.std().item() == pytest.approx(16**-0.5, rel=0.5)
-    assert torch.equal(model.nsp_classifier.bias, torch.zeros(2))
+    # a task classifier's start: a normal of std H^-1/2 cut at 2 std (so its std is 0.88 of that) and a zero
+    # bias, not PyTorch's default (uniform: std H^-1/2 / sqrt(3), a bias drawn too); H = 64 tells them apart
+    wide = ModernBertForPreTraining(small_modernbert_config(hidden_size=64, intermediate_size=96))
+    assert wide.nsp_classifier.weight.std().item() == pytest.approx(0.88 * 64**-0.5, rel=0.2)
+    assert wide.nsp_classifier.weight.abs().max().item() <= 2 * 64**-0.5
+    assert torch.equal(wide.nsp_classifier.bias, torch.zeros(2))
 
 
 def test_nsp_continues_a_modernbert_masked_lm_folder_and_fine_tuning_takes_its_head(tmp_path):
