@@ -18,6 +18,8 @@ from bertkit.modernbert import (
     ModernBertForSequenceClassification,
     ModernBertForTokenClassification,
     ModernBertModel,
+    rotary_inverse_frequencies,
+    rotate_queries_and_keys,
 )
 from bertkit.modernbert_config import ModernBertConfig
 
@@ -212,6 +214,55 @@ def test_gradients_flow_in_training():
     out.loss.backward()
     grads = [p.grad for p in ours.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def _angles(rows: int, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    angles = torch.arange(rows)[:, None].float() * rotary_inverse_frequencies(160.0, d)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def test_rotation_kernel_equals_the_plain_form():
+    heads, d, rows = 3, 8, 11
+    cos, sin = _angles(rows, d)
+    qkv = torch.randn(rows, 3 * heads * d)
+    with kernels.reference_ops():
+        plain = rotate_queries_and_keys(qkv, cos, sin, heads)
+    assert not torch.allclose(plain, qkv)  # the rotation did turn Q and K
+    with torch.no_grad():  # no autograd: the projection itself is rotated
+        mine = qkv.clone()
+        assert kernels.rotate_queries_and_keys(mine, cos, sin, heads) is mine
+    torch.testing.assert_close(mine, plain, atol=1e-6, rtol=0)
+    torch.testing.assert_close(mine[:, 2 * heads * d :], qkv[:, 2 * heads * d :], atol=0, rtol=0)
+
+    grad = torch.randn_like(qkv)
+    x_plain, x_fast = qkv.clone().requires_grad_(), qkv.clone().requires_grad_()
+    with kernels.reference_ops():
+        rotate_queries_and_keys(x_plain, cos, sin, heads).backward(grad)
+    out = kernels.rotate_queries_and_keys(x_fast, cos, sin, heads)
+    out.backward(grad)
+    torch.testing.assert_close(out.detach(), plain, atol=1e-6, rtol=0)
+    torch.testing.assert_close(x_fast.grad, x_plain.grad, atol=1e-6, rtol=0)
+    torch.testing.assert_close(x_fast.detach(), qkv, atol=0, rtol=0)  # under autograd: a new tensor
+
+
+def test_kernels_on_and_off_give_equal_gradients():
+    ours, _ = twins("window-and-period", ModernBertForMaskedLM, transformers.ModernBertForMaskedLM)
+    ours.train()
+    ids, mask = batch(70)
+    labels = ids.masked_fill(mask == 0, -100)
+    grads = []
+    for on in (True, False):
+        previous = kernels.set_enabled(on)
+        try:
+            ours.zero_grad(set_to_none=True)
+            torch.manual_seed(0)
+            ours(ids, attention_mask=mask, labels=labels).loss.backward()
+        finally:
+            kernels.set_enabled(previous)
+        grads.append({k: p.grad.clone() for k, p in ours.named_parameters()})
+    for k, g in grads[0].items():
+        torch.testing.assert_close(g, grads[1][k], atol=1e-5, rtol=1e-4, msg=k)
 
 
 # -------------------------------------------------------------------------------------------------- heads

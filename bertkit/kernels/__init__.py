@@ -9,7 +9,9 @@
 - :func:`packing_for` / :class:`Packing` / :func:`packed_attention`: run position-wise work on the real
   tokens of a padded batch only, and attention per group of equal-length sequences (:mod:`.packing`);
 - :func:`sliding_window_attention`: attention within a window of positions, block by block on long sequences,
-  memory linear in T (:mod:`.local_attention`, ModernBERT's local layers).
+  memory linear in T (:mod:`.local_attention`, ModernBERT's local layers);
+- :func:`rotate_queries_and_keys`: rotary positions on a fused QKV projection, per half and in place
+  (:mod:`.rotary`, ModernBERT's attention).
 
 Beside them, not called by the model: :mod:`.peak`, the machine's GEMM peak that ``make bench`` reports rows
 against and the experiment runner records one core's speed with.
@@ -25,6 +27,7 @@ from .gemm import Linear, linear
 from .local_attention import sliding_window_attention, window_mask
 from .packing import Packing, packed_attention, packing_for
 from .qkv import qkv_projection
+from .rotary import rotate_queries_and_keys
 from .state import enabled, fast_ok, reference_ops, set_enabled
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "packing_for",
     "qkv_projection",
     "reference_ops",
+    "rotate_queries_and_keys",
     "scaled_dot_product_attention",
     "set_enabled",
     "sliding_window_attention",
