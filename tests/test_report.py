@@ -499,6 +499,27 @@ def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
     )  # 2 roundings
 
 
+def test_cpu_time_line_counts_every_sitting_of_a_resumed_pre_training(tmp_path):
+    """A resumed pre-training cell's ``cpu_s`` is its last sitting's; its training in earlier sittings is in
+    ``train_cpu_s`` and must count too."""
+    cfg, res = _fixture(tmp_path)
+
+    def total() -> float:
+        text = _render(cfg, res)
+        return float(re.search(r"CPU time of the finished cells: ([\d.]+) CPU-hours", text).group(1))
+
+    before = total()
+    resumed = {
+        "cell": "pretrain/late",
+        "kind": "pretrain",
+        "cpu_s": 360.0,
+        "train_cpu_s": 7200.0,
+        "resumed": True,
+    }
+    (res / "late.json").write_text(json.dumps(resumed))
+    assert total() == pytest.approx(before + 2.0, abs=0.011)
+
+
 def test_machine_line_gives_the_spread_of_the_hosts_core_speed(tmp_path):
     """Hosts with the same CPU model name ran the same step at very different speeds: the machine line says how
     far apart the sittings' cores measured, and says nothing of it when no result records it (older runs)."""

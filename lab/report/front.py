@@ -163,8 +163,12 @@ def diagnostic_models(matrix: Matrix) -> set[str]:
 
 def _cpu_s(result: dict) -> float:
     """The CPU seconds a result file's cell took: none for a seed cell that reused a rate cell's run
-    (``from_cell``), whose copied timing belongs to that cell and is counted there."""
-    return 0.0 if result.get("from_cell") else float(result.get("cpu_s") or 0)
+    (``from_cell``), whose copied timing belongs to that cell and is counted there. A pre-training cell resumed
+    from a checkpoint records in ``cpu_s`` its last sitting only, and in ``train_cpu_s`` the training of every
+    sitting: the larger of the two counts."""
+    if result.get("from_cell"):
+        return 0.0
+    return max(float(result.get("cpu_s") or 0), float(result.get("train_cpu_s") or 0))
 
 
 def _model_of(cell: str) -> str:
