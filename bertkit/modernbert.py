@@ -111,7 +111,8 @@ class ModernBertRotaryEmbedding(nn.Module):
 
 def rotate_queries_and_keys(qkv: Tensor, cos: Tensor, sin: Tensor, heads: int) -> Tensor:
     """qkv [..., 3H] (Q, K, V side by side), cos/sin [..., d] -> the same layout with Q and K rotated by their
-    positions' angles (V untouched): q * cos + rotate_half(q) * sin."""
+    positions' angles (V untouched): q * cos + rotate_half(q) * sin. With the kernels on and no autograd
+    recording, ``qkv`` itself is rotated and returned (the caller's fresh projection)."""
     if kernels.fast_ok(qkv):  # the same rotation in fewer passes, in place (bertkit/kernels/rotary.py)
         return kernels.rotate_queries_and_keys(qkv, cos, sin, heads)
     lead = qkv.shape[:-1]
