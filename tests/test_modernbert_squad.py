@@ -96,22 +96,53 @@ def test_features_come_from_the_whole_context_and_its_offsets(folder, tmp_path):
             assert targets, ex.qas_id
 
 
-def test_a_pair_layout_other_than_cls_a_sep_b_sep_is_refused(folder, tmp_path, capsys):
-    """RoBERTa's `<s> a </s></s> b </s>` is not the layout the features build: one line, exit 2."""
+def _with_pair_template(folder, out, pair: str):
+    """A copy of ``folder`` whose tokenizer lays out pairs by ``pair`` (a TemplateProcessing string)."""
     import shutil
 
     from tokenizers import Tokenizer as RustTokenizer
     from tokenizers import processors
 
-    other = tmp_path / "roberta-layout"
-    shutil.copytree(folder, other)
-    rust = RustTokenizer.from_file(str(other / "tokenizer.json"))
+    shutil.copytree(folder, out)
+    rust = RustTokenizer.from_file(str(out / "tokenizer.json"))
     cls_id, sep_id = rust.token_to_id("[CLS]"), rust.token_to_id("[SEP]")
     rust.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] [SEP] $B [SEP]",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )  # fmt: skip
-    rust.save(str(other / "tokenizer.json"))
+        single="[CLS] $A [SEP]", pair=pair, special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+    )
+    rust.save(str(out / "tokenizer.json"))
+    return out
+
+
+def test_roberta_pair_layout_builds_the_tokenizers_own_windows(folder, tmp_path):
+    """RoBERTa's layout, ``<s> q </s></s> c </s>`` with every segment id 0: each one-window feature equals the
+    tokenizer's own encoding of (question, context) in transformers, and the targets still decode to the
+    answers."""
+    other = _with_pair_template(folder, tmp_path / "roberta-layout", "[CLS] $A [SEP] [SEP] $B [SEP]")
+    tok = Tokenizer.from_pretrained(other)
+    hf = transformers.AutoTokenizer.from_pretrained(other)
+    data = squad_file(tmp_path / "train.json", v2=False, seed=4)
+    examples, _ = S.read_squad_examples(data, is_training=True, version_2_with_negative=False)
+    feats = S.convert_examples_to_features(examples, tok, is_training=True, **FEATURES)
+    sep = tok.sep_token_id
+    whole = 0
+    for f in feats:
+        ex = examples[f.example_index]
+        assert f.input_ids[f.doc_offset - 2 : f.doc_offset] == [sep, sep] and f.input_ids[-1] == sep
+        assert set(f.token_type_ids) == {0} and len(f.token_type_ids) == len(f.input_ids)
+        question = hf(ex.question_text, add_special_tokens=False)["input_ids"]
+        context = hf(ex.context, add_special_tokens=False)["input_ids"]
+        if len(question) <= FEATURES["max_query_length"] and f.doc_length == len(context):
+            whole += 1
+            assert f.input_ids == hf(ex.question_text, ex.context)["input_ids"]
+        if f.start_position > 0:
+            assert span_text(ex, f, f.start_position, f.end_position) == ex.orig_answer_text
+    assert whole and any(f.start_position > 0 for f in feats)
+
+
+def test_a_pair_layout_without_a_separator_is_refused(folder, tmp_path, capsys):
+    """Question and context side by side with nothing between them cannot be split into windows: one line,
+    exit 2."""
+    other = _with_pair_template(folder, tmp_path / "joined", "[CLS] $A $B [SEP]")
     with pytest.raises(UserError, match="SQuAD features need"):
         S.convert_examples_to_features([], Tokenizer.from_pretrained(other))
     squad_file(tmp_path / "d.json", v2=False, seed=2, paragraphs=2)
@@ -119,7 +150,7 @@ def test_a_pair_layout_other_than_cls_a_sep_b_sep_is_refused(folder, tmp_path, c
             "--dev", str(tmp_path / "d.json"), "--out", str(tmp_path / "out"), "--quiet"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "[CLS] question [SEP] context [SEP]" in err[0]
+    assert len(err) == 1 and "special tokens between them" in err[0]
 
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])

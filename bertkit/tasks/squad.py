@@ -28,7 +28,8 @@ Features (:func:`convert_examples_to_features`)
     ``[CLS]`` token) when the answer is not wholly inside the window or the question is impossible.
     Sequences are not padded here (the batcher pads with 0 and an attention mask of 0).
     A byte-level BPE tokenizer (ModernBERT's) tokenises the context whole and maps tokens to characters
-    instead (:mod:`bertkit.tasks.squad_bpe`); ``[CLS]``/``[SEP]`` are then the tokenizer's own.
+    instead (:mod:`bertkit.tasks.squad_bpe`), and the special tokens and segment ids around the question and
+    the window are the tokenizer's own layout of a pair (e.g. RoBERTa's ``<s> query </s></s> window </s>``).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class SquadFeature:
     tokens: list[str]
     input_ids: list[int]
     token_type_ids: list[int]
-    doc_offset: int  # sequence position of the first window token (len(query) + 2)
+    doc_offset: int  # sequence position of the first window token (len(query) + 2 with [CLS] and [SEP])
     doc_start: int  # index of the window's first token among the document's sub-tokens
     doc_length: int
     tok_to_orig: Sequence[int] = field(repr=False, compare=False, default=())  # doc sub-token -> word
@@ -394,8 +395,6 @@ def convert_examples_to_features(
     from bertkit.tasks import squad_bpe
 
     bpe = squad_bpe.is_bpe(tokenizer)
-    if bpe:
-        squad_bpe.check_pair_layout(tokenizer)
     wp = WordPieceCache(tokenizer)
     seen_docs: set[int] = set()
     texts: list[str] = []
@@ -405,8 +404,17 @@ def convert_examples_to_features(
             seen_docs.add(id(ex.doc_tokens))
             texts.extend(ex.doc_tokens)
     wp.prefill(texts)
-    cls_tok, sep_tok = getattr(tokenizer, "cls_token", "[CLS]"), getattr(tokenizer, "sep_token", "[SEP]")
-    cls_id, sep_id = tokenizer.convert_tokens_to_ids([cls_tok, sep_tok])
+    if (
+        bpe
+    ):  # the tokenizer's own layout: BERT's [CLS] q [SEP] c [SEP], or e.g. RoBERTa's <s> q </s></s> c </s>
+        layout = squad_bpe.pair_layout(tokenizer)
+    else:
+        cls_tok, sep_tok = getattr(tokenizer, "cls_token", "[CLS]"), getattr(tokenizer, "sep_token", "[SEP]")
+        layout = squad_bpe.PairLayout.bert(*tokenizer.convert_tokens_to_ids([cls_tok, sep_tok]))
+    prefix, middle, suffix = (
+        list(tokenizer.convert_ids_to_tokens(list(part)))
+        for part in (layout.prefix, layout.middle, layout.suffix)
+    )
     features: list[SquadFeature] = []
     unique_id = unique_id_start
     last_doc: Any = None
@@ -445,20 +453,18 @@ def convert_examples_to_features(
                 all_toks, tok_start, tok_end, wp(ex.orig_answer_text or "")[0]
             )
 
-        max_tokens_for_doc = max_seq_length - len(q_toks) - 3
+        max_tokens_for_doc = max_seq_length - len(q_toks) - layout.specials
         if windows_key != max_tokens_for_doc:  # windows depend only on the doc and the query length
             windows_key = max_tokens_for_doc
             spans = doc_windows(len(all_toks), max_tokens_for_doc, doc_stride)
             best_window = _max_context_flags(spans, len(all_toks))
 
-        doc_offset = len(q_toks) + 2
-        head_toks = [cls_tok, *q_toks, sep_tok]
-        head_ids = [cls_id, *q_ids, sep_id]
+        doc_offset = len(layout.prefix) + len(q_toks) + len(layout.middle)
+        head_toks = [*prefix, *q_toks, *middle]
         for span_index, (start, length) in enumerate(spans):
             stop = start + length
-            tokens = head_toks + all_toks[start:stop] + [sep_tok]
-            input_ids = head_ids + all_ids[start:stop] + [sep_id]
-            type_ids = [0] * doc_offset + [1] * (length + 1)
+            tokens = head_toks + all_toks[start:stop] + suffix
+            input_ids, type_ids = layout.window(list(q_ids), list(all_ids[start:stop]))
             start_pos = end_pos = None
             if is_training:
                 if ex.is_impossible or not (tok_start >= start and tok_end <= stop - 1):
