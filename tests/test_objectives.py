@@ -164,8 +164,9 @@ def test_electra_loss_equals_the_paper_computed_by_hand(arch):
     logits = generator_logits_by_hand(model, h)
     targets = original[masked]
     mlm = -(torch.log_softmax(logits, -1)[torch.arange(len(targets)), targets]).mean()
-    u = torch.rand(logits.shape).clamp(min=1e-20)
-    sampled = (logits - torch.log(-torch.log(u))).argmax(-1)
+    u = torch.rand(len(targets), 1)  # one uniform per masked position, against the softmax's CDF
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    sampled = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(1)
     corrupted = original.clone()
     corrupted[masked] = sampled
     is_replaced = (corrupted != original).float()
@@ -182,6 +183,23 @@ def test_electra_loss_equals_the_paper_computed_by_hand(arch):
     torch.testing.assert_close(out.loss, mlm + 50.0 * rtd, rtol=1e-5, atol=1e-5)
     assert torch.equal(out.replaced, (corrupted != original) & mask.bool())
     assert not out.replaced[1, 5:].any()  # padding is never a target
+
+
+def test_replacements_are_drawn_from_the_generators_softmax():
+    """The sampler's frequencies over many rows match the softmax of fixed logits (five standard errors); a
+    column of probability zero is never drawn, and the draws follow torch's generator."""
+    from bertkit.electra import sample_rows
+
+    logits = torch.tensor([2.0, 0.0, -1.0, 1.0, -float("inf"), 0.5])
+    probs = torch.softmax(logits, -1).expand(100_000, -1)
+    torch.manual_seed(7)
+    draws = sample_rows(probs)
+    freq = torch.bincount(draws, minlength=6).double() / len(draws)
+    stderr = (probs[0].double() * (1 - probs[0].double()) / len(draws)).sqrt()
+    assert ((freq - probs[0].double()).abs() <= 5 * stderr + 1e-12).all(), (freq, probs[0])
+    assert freq[4] == 0
+    torch.manual_seed(7)
+    assert torch.equal(sample_rows(probs), draws)
 
 
 @pytest.mark.parametrize("arch, names", [
