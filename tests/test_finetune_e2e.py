@@ -294,7 +294,16 @@ def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, capsys, min
             "--model", model, "--epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--max-seq-length", "16",
             "--restarts", "2", "--checkpoint-every", "4", "--quiet"]  # fmt: skip
     base = [str(x) for x in base]
-    ref = _run(capsys, [*base, "--out", str(tmp_path / "ref")])  # uninterrupted, in this process (1 thread)
+
+    # Every run is a child with one environment: a run in this process would compute under whatever an earlier
+    # test file on the same xdist worker left here, which once rounded differently.
+    def child(*extra: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "bertkit", *base, *extra], env=child_env(),
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout)
+
+    ref = child("--out", str(tmp_path / "ref"))  # uninterrupted
     assert ref["steps"] == 12  # ceil(44 / 8) = 6 steps per epoch, 2 epochs
 
     killed = tmp_path / "killed"
@@ -308,7 +317,7 @@ def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, capsys, min
     assert [x.name for x in sorted((run2 / "checkpoints").iterdir())] == ["step-00000004.pt"]
     assert not (killed / "metrics.json").exists() and not (killed / "model").exists()
 
-    resumed = _run(capsys, [*base, "--out", str(killed), "--resume"])
+    resumed = child("--out", str(killed), "--resume")
     for run in ("01-b8-lr0.001-e2-s42", "02-b8-lr0.001-e2-s43"):
         a, b = (
             [(r["step"], r["loss"]) for r in map(json.loads, (d / "runs" / run / "metrics.jsonl").open())]
