@@ -499,6 +499,20 @@ def test_cpu_time_line_splits_off_the_diagnostic_models(tmp_path):
     )  # 2 roundings
 
 
+def test_the_headline_chain_continued_link_by_link_is_not_a_diagnostic_model(tmp_path):
+    """A [curve]'s links continue one another, but they are the study's headline: their CPU time counts in
+    the matrix's budget, while a continued model off the curve is still split off as diagnostic."""
+    cfg, res = _fixture(tmp_path)
+    extra = '[[model]]\nname = "link2"\ncontinue_from = "mlm+nsp-mini"\n'
+    extra += '[[model]]\nname = "probe"\ncontinue_from = "mlm+nsp-mini"\n'
+    extra += '[curve]\nmodels = ["mlm+nsp-mini", "link2"]\ntasks = ["SST-2"]\n'
+    _extend(cfg, extra)
+    for i, cell in enumerate(["pretrain/link2", "pretrain/probe"]):
+        (res / f"x{i}.json").write_text(json.dumps({"cell": cell, "kind": "pretrain", "cpu_s": 1800.0}))
+    text = _render(cfg, res)
+    assert "without the diagnostic models: 0.50 for `probe`)" in text
+
+
 def test_cpu_time_line_counts_every_sitting_of_a_resumed_pre_training(tmp_path):
     """A resumed pre-training cell's ``cpu_s`` is its last sitting's; its training in earlier sittings is in
     ``train_cpu_s`` and must count too."""

@@ -154,9 +154,15 @@ def mixed_build_lines(matrix: Matrix, results: dict[str, dict], records: list[di
 
 def diagnostic_models(matrix: Matrix) -> set[str]:
     """The models beyond the issue's matrix: the config's ``diagnostics``, models pre-trained with the tasks'
-    text or continued from another, and models ``from`` any of those."""
+    text or continued from another, and models ``from`` any of those. The links of the ``[curve]`` (the
+    headline chain, each continued from the one before) are the matrix itself, never diagnostic."""
+    headline = set((matrix.raw.get("curve") or {}).get("models", []))
     extra = set(matrix.raw.get("diagnostics", []))
-    extra |= {m["name"] for m in matrix.raw["model"] if m.get("task_text") or m.get("continue_from")}
+    extra |= {
+        m["name"]
+        for m in matrix.raw["model"]
+        if (m.get("task_text") or m.get("continue_from")) and m["name"] not in headline
+    }
     extra |= {m["name"] for m in matrix.raw["model"] if m.get("from") in extra}
     return extra
 
