@@ -14,7 +14,7 @@ and proof that the model learned.
    tokens it predicts; fill-mask predictions for a few sentences.
 5. **Does it transfer?** Fine-tunes a pre-trained model and the same model from random initialisation alike,
    with 3 seeds each, and says whether the pre-trained model's worst seed beats random init's best. The model
-   is the one bertkit pre-trained at length and keeps in ``models/bertkit-electra-mini`` (its ``README.md``
+   is the one bertkit pre-trained at length and keeps in ``models/bertkit-electra-modernbert-mini`` (its ``README.md``
    says how it was made), on STS-B (1,500 training pairs of ``../shared/data/glue/STS-B``, dev Pearson): a few
    minutes of step 3 rarely make a model that transfers beyond the seeds' spread. ``--transfer-model demo``
    fine-tunes step 3's model instead, once, on CoNLL-2003 NER (4,000 sentences, dev entity F1) and SST-2
@@ -292,7 +292,7 @@ TRANSFER_TASKS = (
 # fine-tunes it, not the few-minute model of step 3, when it is there. Its task is the one where its card shows
 # transfer; 3 seeds on each side so "beyond the seeds' spread" is a verdict, not a hope. The rate is the larger
 # of the study's grid (experiments/pretrain-study.toml), fixed before looking at this demo's numbers.
-COMMITTED_MODEL = Path(__file__).resolve().parents[1] / "models" / "bertkit-electra-mini"
+COMMITTED_MODEL = Path(__file__).resolve().parents[1] / "models" / "bertkit-electra-modernbert-mini"
 COMMITTED_TRANSFER_TASKS = (TransferTask("STS-B", "glue/STS-B", "pearson", 1500, 3, 3e-4),)
 COMMITTED_SEEDS = (0, 1, 2)
 
@@ -389,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--transfer-model",
         default=None,
-        help="the model step 5 fine-tunes: 'committed' (models/bertkit-electra-mini, 3 seeds on STS-B), 'demo' "
+        help="the model step 5 fine-tunes: 'committed' (models/bertkit-electra-modernbert-mini, 3 seeds on STS-B), 'demo' "
         "(the model step 3 trained, on CoNLL and SST-2), or a model directory (default: committed when present)",
     )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")

@@ -10,7 +10,9 @@ from the result files named on the command line (never typed in)::
         --compute "..." --scores LABEL=metrics.json ... [--hparam KEY=VALUE ...] [--note "..."]
 
 Each ``--scores`` file is a ``metrics.json`` that ``bertkit finetune`` wrote; its dev metrics go in the card
-under LABEL.
+under LABEL. Each ``--seeds LABEL=GLOB`` names the result files of one study cell's seeds (``python -m lab
+experiment`` writes them, one per seed, e.g. ``experiments/results/S/finetune__M__STS-B__seed*.json``): the card
+shows their primary score's mean and sample standard deviation.
 """
 
 from __future__ import annotations
@@ -65,6 +67,58 @@ def score_rows(scores: list[str]) -> dict[str, str]:
     return rows
 
 
+def seed_rows(seeds: list[str]) -> dict[str, str]:
+    """``LABEL=GLOB`` arguments -> ``{LABEL: "71.3 ± 0.8 (Spearman; dev, 3 seeds at lr 3e-4, 5749 training
+    examples)"}`` from the study result files GLOB matches (their ``primary`` scores, already in %). Fewer than
+    two files, a file without ``primary``, or seeds fine-tuned differently are one-line errors naming them."""
+    import glob
+    import statistics
+
+    from bertkit.errors import UserError
+
+    rows: dict[str, str] = {}
+    for arg in seeds:
+        label, sep, pattern = arg.partition("=")
+        if not sep or not label or not pattern:
+            raise UserError(f"--seeds {arg!r}: expected LABEL=GLOB (study result files, one per seed)")
+        paths = sorted(glob.glob(pattern))
+        if len(paths) < 2:
+            raise UserError(
+                f"--seeds {label}: {pattern} matches {len(paths)} file(s); a spread needs 2 or more"
+            )
+        results = []
+        for path in paths:
+            try:
+                result = json.loads(Path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as e:
+                raise UserError(f"--seeds {label}: cannot read {path} ({e})") from None
+            if not isinstance(result, dict) or not isinstance(result.get("primary"), (int, float)):
+                raise UserError(
+                    f"--seeds {label}: {path} has no 'primary' score (a lab experiment result file)"
+                )
+            results.append(result)
+        settings = {json.dumps(r.get("hyperparameters"), sort_keys=True) for r in results}
+        if len(settings) > 1 or len({r.get("task") for r in results}) > 1:
+            raise UserError(
+                f"--seeds {label}: {pattern} mixes tasks or fine-tuning settings (one cell's seeds expected)"
+            )
+        scores = [float(r["primary"]) for r in results]
+        # the metric the primary score is: the one key equal to it in every seed's file
+        keys = [
+            k
+            for k in results[0].get("metrics", {})
+            if all(r["metrics"].get(k) == r["primary"] for r in results)
+        ]
+        metric = keys[0] if len(keys) == 1 else "score"
+        lr = (results[0].get("hyperparameters") or {}).get("lr")
+        rows[label] = (
+            f"{statistics.mean(scores):.1f} ± {statistics.stdev(scores):.1f} ({metric}; dev, {len(scores)} seeds"
+            + (f" at lr {lr:g}" if isinstance(lr, (int, float)) else "")
+            + f", {results[0].get('train_examples', '?')} training examples)"
+        )
+    return rows
+
+
 def publish(
     model_dir: Path,
     out: Path,
@@ -76,6 +130,7 @@ def publish(
     scores: list[str],
     notes: list[str],
     hyperparameters: dict[str, str] | None = None,
+    seeds: list[str] | None = None,
 ) -> Path:
     """Write ``out`` (config, bf16 weights, tokenizer files, README.md) from ``model_dir``, atomically."""
     from bertkit.errors import UserError
@@ -84,7 +139,7 @@ def publish(
 
     if not (model_dir / WEIGHTS).is_file() or not (model_dir / "config.json").is_file():
         raise UserError(f"{model_dir}: not a model directory (config.json and {WEIGHTS} expected)")
-    rows = score_rows(scores)
+    rows = {**seed_rows(seeds or []), **score_rows(scores)}
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     with atomic_dir(out) as tmp:
         size = bf16_weights(model_dir, tmp / WEIGHTS)
@@ -128,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--compute", required=True, help="e.g. '3.0 CPU-hours on an Intel Xeon (1 thread)'")
     ap.add_argument("--scores", action="append", default=[], metavar="LABEL=metrics.json")
+    ap.add_argument("--seeds", action="append", default=[], metavar="LABEL=GLOB",
+                    help="one study cell's seed result files: the card shows mean ± std")  # fmt: skip
     ap.add_argument("--note", action="append", default=[])
     ap.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE", help="a recipe setting")
     args = ap.parse_args(argv)
@@ -136,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         if len(hparams) != len(args.hparam):
             raise UserError(f"--hparam: expected KEY=VALUE, got {[h for h in args.hparam if '=' not in h]}")
         publish(args.model_dir, args.out, title=args.title, command=args.command, corpus=args.corpus,
-                compute=args.compute, scores=args.scores, notes=args.note, hyperparameters=hparams)  # fmt: skip
+                compute=args.compute, scores=args.scores, notes=args.note, hyperparameters=hparams,
+                seeds=args.seeds)  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

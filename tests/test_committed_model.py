@@ -12,7 +12,7 @@ import torch
 
 from lab.publish_model import MAX_WEIGHTS_BYTES, main, publish
 
-COMMITTED = Path(__file__).resolve().parents[1] / "models" / "bertkit-electra-mini"
+COMMITTED = Path(__file__).resolve().parents[1] / "models" / "bertkit-electra-modernbert-mini"
 
 
 def _metrics(path: Path, value: float) -> Path:
@@ -64,6 +64,41 @@ def test_publish_refuses_bad_inputs_in_one_line_and_leaves_nothing_half_written(
     assert not out.exists()
 
 
+def _seed_result(path: Path, primary: float, lr: float = 3e-4) -> Path:
+    metrics = {"pearson": round(primary + 0.5, 2), "spearman": primary}
+    path.write_text(json.dumps({"task": "STS-B", "primary": primary, "metrics": metrics, "train_examples": 9,
+                                "hyperparameters": {"lr": lr, "epochs": 3}}))  # fmt: skip
+    return path
+
+
+def test_seed_rows_give_the_mean_and_sample_spread_of_a_study_cells_seeds(tmp_path):
+    from lab.publish_model import seed_rows
+
+    for seed, score in ((1, 70.0), (2, 72.0), (3, 74.0)):
+        _seed_result(tmp_path / f"finetune__m__STS-B__seed{seed}.json", score)
+    _seed_result(tmp_path / "finetune__m__STS-B__lr0.0001__seed1.json", 10.0)  # a grid cell: not a seed
+    rows = seed_rows([f"STS-B={tmp_path / 'finetune__m__STS-B__seed*.json'}"])
+    # mean 72.0, sample std 2.0; the metric named is the one equal to the primary score in every file
+    assert rows == {"STS-B": "72.0 ± 2.0 (spearman; dev, 3 seeds at lr 0.0003, 9 training examples)"}
+
+
+def test_seed_rows_refuse_a_lone_file_a_foreign_file_and_mixed_settings(tiny_model, tmp_path, capsys):
+    from lab.publish_model import seed_rows
+
+    _seed_result(tmp_path / "a__seed1.json", 70.0)
+    common = [str(tiny_model), str(tmp_path / "out"), "--title", "t", "--command", "c", "--corpus", "c",
+              "--compute", "c"]  # fmt: skip
+    assert main([*common, "--seeds", f"x={tmp_path / 'a__seed*.json'}"]) == 2
+    assert "matches 1 file(s)" in capsys.readouterr().err
+    (tmp_path / "a__seed2.json").write_text(json.dumps({"metrics": {"f1": 1}}))
+    with pytest.raises(Exception, match="a__seed2.json has no 'primary'"):
+        seed_rows([f"x={tmp_path / 'a__seed*.json'}"])
+    _seed_result(tmp_path / "a__seed2.json", 71.0, lr=1e-4)
+    with pytest.raises(Exception, match="mixes tasks or fine-tuning settings"):
+        seed_rows([f"x={tmp_path / 'a__seed*.json'}"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_weights_over_the_size_limit_are_refused_and_no_folder_is_left(
     tiny_model, tmp_path, monkeypatch, capsys
 ):
@@ -78,21 +113,23 @@ def test_weights_over_the_size_limit_are_refused_and_no_folder_is_left(
 
 
 @pytest.mark.skipif(
-    not (COMMITTED / "config.json").is_file(), reason="models/bertkit-electra-mini not committed"
+    not (COMMITTED / "config.json").is_file(), reason="models/bertkit-electra-modernbert-mini not committed"
 )
 def test_the_committed_model_is_small_has_a_card_and_loads_in_bertkit_and_transformers_alike():
     transformers = pytest.importorskip("transformers")
-    from bertkit.model import BertModel
+    from bertkit.architectures import is_modernbert, load_encoder
     from bertkit.tokenizer import Tokenizer
 
     assert (COMMITTED / "model.safetensors").stat().st_size <= MAX_WEIGHTS_BYTES
     card = (COMMITTED / "README.md").read_text()
     assert "## Results (dev)" in card and "## How it was made" in card
+    assert is_modernbert(COMMITTED)
     tok = Tokenizer.from_pretrained(COMMITTED)
-    enc = tok(["the river flows to the sea"], return_tensors="pt")
-    ours = BertModel.from_pretrained(COMMITTED).eval()
-    theirs = transformers.BertModel.from_pretrained(str(COMMITTED), dtype=torch.float32).eval()
+    enc = tok(["the river flows to the sea", "a short one"], padding=True, return_tensors="pt")
+    ours = load_encoder(COMMITTED).eval()
+    theirs = transformers.AutoModel.from_pretrained(str(COMMITTED), dtype=torch.float32).eval()
     with torch.no_grad():
-        a = ours(**enc).last_hidden_state
-        b = theirs(**enc).last_hidden_state
-    assert torch.allclose(a, b, atol=1e-4)
+        a = ours(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        b = theirs(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+    real = enc["attention_mask"].bool()
+    assert torch.allclose(a[real], b[real], atol=1e-4)
