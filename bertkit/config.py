@@ -230,10 +230,27 @@ class BertConfig(HFConfig):
             )
         if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
             raise ValueError("BertConfig.initializer_range and layer_norm_eps must be positive")
+        if self.max_tokens <= 0:
+            raise ValueError(
+                f"BertConfig.max_position_embeddings {self.max_position_embeddings} leaves no position after "
+                f"RoBERTa's offset ({self.position_offset}: positions start after pad_token_id)"
+            )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
                 f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})"
             )
+
+    # ---------------------------------------------------------------- positions
+    @property
+    def position_offset(self) -> int:
+        """The position id of the first token: 0 for BERT, ``pad_token_id + 1`` for a RoBERTa checkpoint
+        (whose positions start after the padding id; see :mod:`bertkit.roberta`)."""
+        return self.pad_token_id + 1 if self.model_type == "roberta" else 0
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest input the position table holds (512 for BERT and RoBERTa alike)."""
+        return self.max_position_embeddings - self.position_offset
 
     # ---------------------------------------------------------------- presets
     @classmethod

@@ -296,10 +296,9 @@ def distill_task(
     tok = Tokenizer.from_pretrained(teacher_dir)
     layers, preset = parse_student(student)
     model = student_from_teacher(teacher, layers) if layers else student_from_preset(teacher, preset, s.seed)
-    if s.max_seq_length > model.config.max_position_embeddings:
+    if s.max_seq_length > model.config.max_tokens:
         raise UserError(
-            f"--max-seq-length {s.max_seq_length} is longer than the student's "
-            f"{model.config.max_position_embeddings} positions"
+            f"--max-seq-length {s.max_seq_length} is longer than the student's {model.config.max_tokens} positions"
         )
     for p in teacher.parameters():
         p.requires_grad_(False)

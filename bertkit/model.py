@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import kernels
+from . import kernels, roberta
 from .config import BertConfig
 from .kernels import Linear, Packing
 from .modeling_utils import BertPreTrainedModel
@@ -292,10 +292,12 @@ class BertModel(BertPreTrainedModel):
         ``causal=True`` lets each position attend only to itself and earlier ones (the left-to-right
         LM ablation). Padded positions of the outputs hold values that carry no meaning.
         """
-        batch, seq_len = batch_shape(input_ids, self.config.max_position_embeddings)
-        if token_type_ids is None:
+        batch, seq_len = batch_shape(input_ids, self.config.max_tokens)
+        if token_type_ids is None or self.config.type_vocab_size == 1:  # one segment type: no segment ids
             token_type_ids = torch.zeros_like(input_ids)
-        if position_ids is None:
+        if position_ids is None and self.config.position_offset:  # a RoBERTa checkpoint's numbering
+            position_ids = roberta.position_ids_from_input_ids(input_ids, self.config.pad_token_id)
+        elif position_ids is None:
             position_ids = self.embeddings.position_ids[:, :seq_len]
         position_ids = position_ids.expand(batch, seq_len)
 

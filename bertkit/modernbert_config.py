@@ -96,6 +96,11 @@ class ModernBertConfig(HFConfig):
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def max_tokens(self) -> int:
+        """The longest input (rotary positions: the configured context)."""
+        return self.max_position_embeddings
+
+    @property
     def window(self) -> int:
         """How far a local layer's token sees on each side (transformers' ``sliding_window``)."""
         return self.local_attention // 2

@@ -32,7 +32,7 @@ class CrossEncoder(nn.Module):
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
-        self.max_length = min(max_length, model.config.max_position_embeddings)
+        self.max_length = min(max_length, model.config.max_tokens)
         self.positive_label = positive_label
         self.eval()
 

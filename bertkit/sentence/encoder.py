@@ -57,7 +57,7 @@ class SentenceEncoder(nn.Module):
         self.tokenizer = tokenizer
         self.pooling = pooling
         self.normalize = normalize
-        limit = model.config.max_position_embeddings
+        limit = model.config.max_tokens
         self.max_seq_length = min(max_seq_length or limit, limit)
         self.lowercase_input = lowercase_input
         self.dense = nn.ModuleList(d.to(model.device) for d in dense)

@@ -123,7 +123,7 @@ class InferenceService:
             self.int8_engine = self._int8_encoder.int8_engine
             if self.model is not self.encoder.model:  # a task head: its own int8 copy
                 self._int8_head = int8_static(self.model, int8_engine)
-        limit = self.config.max_position_embeddings
+        limit = self.config.max_tokens
         self.max_seq_length = min(max_length or limit, limit)
         self.encoder.max_seq_length = min(self.encoder.max_seq_length, self.max_seq_length)
         if self.architecture == "SentenceTransformer":

@@ -1,0 +1,233 @@
+"""RoBERTa checkpoints in transformers' layout load into bertkit's BERT classes (bertkit.roberta): hidden states,
+pooler and masked-LM logits equal transformers' RobertaModel / RobertaForMaskedLM, with padding, kernels on and
+off; bertkit saves them back in RoBERTa's names; positions start after the padding id, so the 514-position
+table holds 512 tokens; a byte-level BPE RoBERTa tokenizer gives transformers' ids."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertkit import kernels
+from bertkit.errors import UserError
+
+transformers = pytest.importorskip("transformers")
+
+PAD = 1  # RoBERTa's padding id (<s> 0, <pad> 1, </s> 2)
+SHAPE = dict(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+             max_position_embeddings=40, type_vocab_size=1, pad_token_id=PAD, bos_token_id=0, eos_token_id=2,
+             layer_norm_eps=1e-5)  # fmt: skip
+
+
+def _theirs(cls, seed: int):
+    torch.manual_seed(seed)
+    model = cls(transformers.RobertaConfig(**SHAPE)).eval()
+    with torch.no_grad():  # non-zero biases and LayerNorm scales, so a misplaced tensor shows
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def _batch(lengths=(12, 7, 30), seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, T] (real tokens start with <s> and end with </s>) and their attention mask."""
+    gen = torch.Generator().manual_seed(seed)
+    t = max(lengths)
+    ids = torch.full((len(lengths), t), PAD)
+    mask = torch.zeros(len(lengths), t, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.randint(3, SHAPE["vocab_size"], (n,), generator=gen)
+        ids[i, 0], ids[i, n - 1] = 0, 2
+        mask[i, :n] = 1
+    return ids, mask
+
+
+@pytest.fixture(params=[True, False], ids=["kernels", "reference"])
+def kernels_on(request):
+    previous = kernels.set_enabled(request.param)
+    yield request.param
+    kernels.set_enabled(previous)
+
+
+def test_positions_start_after_the_padding_id():
+    from bertkit.roberta import position_ids_from_input_ids
+
+    ids = torch.tensor([[0, 5, 6, 2, PAD, PAD], [0, 7, 2, PAD, PAD, PAD]])
+    assert position_ids_from_input_ids(ids, PAD).tolist() == [[2, 3, 4, 5, 1, 1], [2, 3, 4, 1, 1, 1]]
+    theirs = transformers.models.roberta.modeling_roberta.RobertaEmbeddings.create_position_ids_from_input_ids
+    assert torch.equal(position_ids_from_input_ids(ids, PAD), theirs(ids, PAD))
+
+
+def test_encoder_and_pooler_equal_transformers_with_padding(tmp_path, kernels_on):
+    from bertkit.architectures import load_encoder
+
+    theirs = _theirs(transformers.RobertaModel, seed=0)
+    theirs.save_pretrained(tmp_path / "roberta")
+    ours = load_encoder(tmp_path / "roberta").eval()
+    assert ours.config.max_tokens == SHAPE["max_position_embeddings"] - PAD - 1
+    ids, mask = _batch()
+    with torch.no_grad():
+        a, b = ours(ids, mask), theirs(input_ids=ids, attention_mask=mask)
+    real = mask.bool()
+    torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real], atol=1e-5, rtol=1e-5)
+    # the pooler reads position 0 of every row, real in each
+    torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+def test_masked_lm_logits_equal_and_bertkit_saves_back_in_robertas_names(tmp_path, kernels_on):
+    from safetensors import safe_open
+
+    from bertkit.heads import BertForMaskedLM
+
+    theirs = _theirs(transformers.RobertaForMaskedLM, seed=1)
+    theirs.save_pretrained(tmp_path / "mlm")
+    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "mlm", output_loading_info=True)
+    assert info.missing_keys == [] and info.unexpected_keys == []
+    ids, mask = _batch(seed=4)
+    real = mask.bool()
+    with torch.no_grad():
+        want = theirs(input_ids=ids, attention_mask=mask).logits[real]
+        torch.testing.assert_close(ours(ids, mask, sparse_mlm=False).logits[real], want, atol=1e-4, rtol=1e-5)
+    ours.save_pretrained(tmp_path / "saved")
+    with safe_open(str(tmp_path / "saved" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "roberta.embeddings.word_embeddings.weight" in names and "lm_head.dense.weight" in names
+    assert not any(n.startswith(("bert.", "cls.")) for n in names)
+    back = transformers.RobertaForMaskedLM.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            back(input_ids=ids, attention_mask=mask).logits[real], want, atol=1e-4, rtol=1e-5
+        )
+
+
+def test_length_limit_is_the_tables_size_less_the_offset(tmp_path):
+    from bertkit.model import BertModel
+
+    _theirs(transformers.RobertaModel, seed=0).save_pretrained(tmp_path / "roberta")
+    ours = BertModel.from_pretrained(tmp_path / "roberta")
+    limit = ours.config.max_tokens
+    with torch.no_grad():
+        ours(torch.full((1, limit), 5))  # the longest input fits: its last position is the table's last row
+    with pytest.raises(
+        ValueError, match=f"sequence length {limit + 1} exceeds max_position_embeddings {limit}"
+    ):
+        ours(torch.full((1, limit + 1), 5))
+
+
+def test_a_task_head_fine_tunes_on_the_encoder_and_ignores_segment_ids(tmp_path):
+    """A RoBERTa folder into BERT's sequence head: the encoder and pooler load, only the classifier is new;
+    segment ids of a pair (1 on the second text) do not index past RoBERTa's one segment type."""
+    from bertkit.heads import BertForSequenceClassification
+
+    theirs = _theirs(transformers.RobertaModel, seed=2)
+    theirs.save_pretrained(tmp_path / "roberta")
+    head, info = BertForSequenceClassification.from_pretrained(
+        tmp_path / "roberta", output_loading_info=True, num_labels=3
+    )
+    assert info.missing_keys == ["classifier.bias", "classifier.weight"]
+    ids, mask = _batch(seed=5)
+    segments = torch.zeros_like(ids)
+    segments[:, 4:] = 1
+    head.train()
+    out = head(ids, mask, token_type_ids=segments, labels=torch.tensor([0, 2, 1]))
+    out.loss.backward()
+    assert head.bert.embeddings.word_embeddings.weight.grad is not None
+    with torch.no_grad():
+        head.eval()
+        pooled = theirs(input_ids=ids, attention_mask=mask).pooler_output
+        torch.testing.assert_close(head.bert(ids, mask, segments).pooler_output, pooled, atol=1e-5, rtol=1e-5)
+
+
+def test_a_config_whose_offset_leaves_no_position_is_refused(tmp_path):
+    from bertkit.config import BertConfig
+
+    with pytest.raises(ValueError, match="max_position_embeddings 2 leaves no position"):
+        BertConfig(model_type="roberta", pad_token_id=1, max_position_embeddings=2, vocab_size=10).validate()
+
+
+def _roberta_tokenizer(out, max_length: int = 512):
+    """A small byte-level BPE tokenizer in RoBERTa's form (``<s> a </s></s> b </s>``), saved in ``out``."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    rust = RustTokenizer(models.BPE())
+    rust.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    rust.decoder = decoders.ByteLevel()
+    text = ["the river flows to the sea", "a quick brown fox jumps over the lazy dog", "rivers and seas"] * 20
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    rust.train_from_iterator(text, trainer)
+    rust.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=rust, bos_token="<s>", eos_token="</s>",
+                                              sep_token="</s>", cls_token="<s>", pad_token="<pad>",
+                                              unk_token="<unk>", mask_token="<mask>",
+                                              model_max_length=max_length)  # fmt: skip
+    hf.save_pretrained(out)
+    return out
+
+
+def test_a_byte_level_bpe_roberta_tokenizer_gives_transformers_ids(tmp_path):
+    from bertkit.tokenizer import Tokenizer
+
+    _roberta_tokenizer(tmp_path / "tok")
+    ours = Tokenizer.from_pretrained(tmp_path / "tok")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path / "tok")
+    for a, b in (("the lazy river", None), ("a fox", "jumps over the sea")):
+        want = theirs(a, b)["input_ids"]
+        got = ours([a] if b is None else [(a, b)])["input_ids"][0]
+        got = [int(i) for i in got if int(i) != ours.pad_token_id]
+        assert got == want
+    assert want[0] == 0 and want.count(2) == 3  # <s> a </s></s> b </s>
+
+
+def test_a_roberta_folder_without_weights_for_bert_is_refused_in_one_line(tmp_path):
+    from bertkit.model import BertModel
+
+    _theirs(transformers.RobertaModel, seed=0).save_pretrained(tmp_path / "roberta")
+    from safetensors.torch import save_file
+
+    save_file({"something.else": torch.zeros(2)}, str(tmp_path / "roberta" / "model.safetensors"))
+    with pytest.raises(UserError, match="hold none of BertModel's tensors"):
+        BertModel.from_pretrained(tmp_path / "roberta")
+
+
+def test_a_sentence_transformers_folder_on_roberta_embeds_as_sentence_transformers(tmp_path):
+    """The many sentence-transformers models whose first module is RoBERTa: bertkit's SentenceEncoder reads
+    the folder and gives sentence-transformers' embeddings."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models as st_models
+
+    from bertkit.sentence.encoder import SentenceEncoder
+
+    limit = SHAPE["max_position_embeddings"] - PAD - 1
+    _theirs(transformers.RobertaModel, seed=6).save_pretrained(tmp_path / "tf")
+    _roberta_tokenizer(tmp_path / "tf", max_length=limit)
+    theirs = st.SentenceTransformer(
+        modules=[
+            st_models.Transformer(str(tmp_path / "tf")),
+            st_models.Pooling(SHAPE["hidden_size"], "mean"),
+        ],
+        device="cpu",
+    )
+    theirs.save(str(tmp_path / "st"))
+    sentences = ["the lazy river", "a fox jumps over the sea and the river flows to the sea " * 3]
+    ours = SentenceEncoder.from_pretrained(tmp_path / "st").encode(sentences)
+    want = theirs.encode(sentences)
+    assert abs(ours - want).max() < 1e-5  # the long one is cut at the same 38 tokens on both sides
+
+
+def test_a_fine_tuned_head_saves_in_robertas_names_and_reloads_whole(tmp_path):
+    """bertkit's head on a RoBERTa encoder, saved: the encoder under ``roberta.*`` (transformers' RobertaModel
+    reads it) and the head's own tensors as bertkit names them; bertkit reloads every tensor."""
+    from bertkit.heads import BertForSequenceClassification
+
+    _theirs(transformers.RobertaModel, seed=7).save_pretrained(tmp_path / "roberta")
+    head = BertForSequenceClassification.from_pretrained(tmp_path / "roberta", num_labels=2)
+    head.save_pretrained(tmp_path / "tuned")
+    again, info = BertForSequenceClassification.from_pretrained(tmp_path / "tuned", output_loading_info=True)
+    assert info.missing_keys == [] and info.unexpected_keys == []
+    ids, mask = _batch(seed=8)
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids, mask).logits, head(ids, mask).logits)
+        encoder = transformers.RobertaModel.from_pretrained(tmp_path / "tuned").eval()
+        want = encoder(input_ids=ids, attention_mask=mask).pooler_output
+        torch.testing.assert_close(head.bert(ids, mask).pooler_output, want, atol=1e-5, rtol=1e-5)
