@@ -96,7 +96,7 @@ OUTPUTS = {
 
 class BertGraph(nn.Module):
     """A BERT or ModernBERT model (encoder or head class) as the tracer takes it: its own forward, called
-    with the inputs of :attr:`input_names` in order (ModernBERT has no segment ids), returning its outputs as
+    with the inputs of :attr:`input_names` in order (ModernBERT and RoBERTa have no segment ids), returning its outputs as
     a tuple (names: :meth:`output_names`).
 
     Traced under the reference ops (:func:`bertkit.kernels.reference_ops`), the forward is the padded,
@@ -108,7 +108,10 @@ class BertGraph(nn.Module):
         super().__init__()
         self.model = model
         self.kind = type(model).__name__
-        self.input_names = INPUT_NAMES[:2] if self.kind.startswith("ModernBert") else INPUT_NAMES
+        # no segment ids where the model has one segment type or none (ModernBERT, RoBERTa checkpoints): the
+        # traced graph would drop the unused input anyway
+        one_segment = self.kind.startswith("ModernBert") or getattr(model.config, "type_vocab_size", 2) == 1
+        self.input_names = INPUT_NAMES[:2] if one_segment else INPUT_NAMES
         if self.kind.endswith("ForMultipleChoice"):
             raise UserError(f"ONNX export of {self.kind} is not supported; use --head encoder")
         if self.kind not in OUTPUTS:

@@ -231,3 +231,13 @@ def test_a_fine_tuned_head_saves_in_robertas_names_and_reloads_whole(tmp_path):
         encoder = transformers.RobertaModel.from_pretrained(tmp_path / "tuned").eval()
         want = encoder(input_ids=ids, attention_mask=mask).pooler_output
         torch.testing.assert_close(head.bert(ids, mask).pooler_output, want, atol=1e-5, rtol=1e-5)
+
+
+def test_onnx_export_of_a_roberta_encoder_has_no_segment_input_and_verifies(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bertkit.export import export_onnx
+
+    _theirs(transformers.RobertaModel, seed=9).save_pretrained(tmp_path / "roberta")
+    result = export_onnx(tmp_path / "roberta", tmp_path / "m.onnx")
+    assert result["inputs"] == ["input_ids", "attention_mask"]
+    assert max(result["verify"]["max_abs_diff"].values()) < 1e-4
