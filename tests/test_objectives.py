@@ -185,7 +185,10 @@ def test_electra_loss_equals_the_paper_computed_by_hand(arch):
     assert not out.replaced[1, 5:].any()  # padding is never a target
 
 
-def test_replacements_are_drawn_from_the_generators_softmax():
+@pytest.mark.parametrize(
+    "block", [256, 4, 3, 1]
+)  # one partial block; full blocks and a tail; full only; 1 each
+def test_replacements_are_drawn_from_the_generators_softmax(block):
     """The sampler's frequencies over many rows match the softmax of fixed logits (five standard errors); a
     column of probability zero is never drawn, and the draws follow torch's generator."""
     from bertkit.electra import sample_rows
@@ -193,13 +196,79 @@ def test_replacements_are_drawn_from_the_generators_softmax():
     logits = torch.tensor([2.0, 0.0, -1.0, 1.0, -float("inf"), 0.5])
     probs = torch.softmax(logits, -1).expand(100_000, -1)
     torch.manual_seed(7)
-    draws = sample_rows(probs)
+    draws = sample_rows(probs, block=block)
     freq = torch.bincount(draws, minlength=6).double() / len(draws)
     stderr = (probs[0].double() * (1 - probs[0].double()) / len(draws)).sqrt()
     assert ((freq - probs[0].double()).abs() <= 5 * stderr + 1e-12).all(), (freq, probs[0])
     assert freq[4] == 0
     torch.manual_seed(7)
-    assert torch.equal(sample_rows(probs), draws)
+    assert torch.equal(sample_rows(probs, block=block), draws)
+
+
+def test_the_two_level_sampler_follows_a_wide_softmax_across_its_blocks():
+    """V = 700 (two blocks of 256 and a tail of 188), a different distribution per row: each row's draws over
+    many repeats match its softmax, columns of zero probability (the first of a block, the tail's last) never
+    come, and no draw is past the vocabulary."""
+    from bertkit.electra import sample_rows
+
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(4, 700, generator=gen) * 2
+    logits[:, [0, 256, 512, 699]] = -float("inf")
+    logits[1, 300] = 8.0  # one row with most of its mass in the middle block
+    probs = torch.softmax(logits, -1)
+    reps = 50_000
+    torch.manual_seed(11)
+    draws = sample_rows(probs.repeat(reps, 1)).view(reps, 4)
+    assert int(draws.max()) < 700
+    for row in range(4):
+        freq = torch.bincount(draws[:, row], minlength=700).double() / reps
+        p = probs[row].double()
+        assert ((freq - p).abs() <= 5 * (p * (1 - p) / reps).sqrt() + 1e-4).all()
+        assert freq[[0, 256, 512, 699]].sum() == 0
+
+
+def test_fused_cross_entropy_equals_log_softmax_and_nll_with_its_gradient():
+    """kernels.cross_entropy_with_probs: the loss and d(loss)/d(logits) of F.nll_loss(F.log_softmax(.)), and
+    the softmax beside it."""
+    from bertkit import kernels
+
+    gen = torch.Generator().manual_seed(5)
+    logits = (torch.randn(9, 50, generator=gen) * 3).requires_grad_()
+    targets = torch.randint(0, 50, (9,), generator=gen)
+    loss, probs = kernels.cross_entropy_with_probs(logits, targets)
+    (loss * 2.5).backward()
+    fused_grad, logits.grad = logits.grad, None
+    want = torch.nn.functional.nll_loss(torch.log_softmax(logits, -1), targets)
+    (want * 2.5).backward()
+    torch.testing.assert_close(loss, want)
+    torch.testing.assert_close(fused_grad, logits.grad)
+    torch.testing.assert_close(probs, torch.softmax(logits.detach(), -1))
+    assert not probs.requires_grad
+
+
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_electra_step_with_kernels_on_and_off_gives_equal_losses_and_gradients(arch):
+    from bertkit import kernels
+
+    grads = []
+    for on in (True, False):
+        previous = kernels.set_enabled(on)
+        try:
+            torch.manual_seed(0)
+            model = electra_pair(arch, generator_fraction=0.5, mask_token_id=3)
+            out = model(**batch_of_two())
+            out.loss.backward()
+            grads.append((out.loss.detach(), out.replaced, [p.grad for p in model.parameters()]))
+        finally:
+            kernels.set_enabled(previous)
+    (loss_a, replaced_a, grads_a), (loss_b, replaced_b, grads_b) = grads
+    assert torch.equal(replaced_a, replaced_b)  # the same replacements drawn
+    torch.testing.assert_close(loss_a, loss_b, rtol=1e-5, atol=1e-6)
+    assert sum(g is not None for g in grads_a) > 10  # both networks' weights have gradients
+    for a, b in zip(grads_a, grads_b, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("arch, names", [

@@ -11,7 +11,9 @@
 - :func:`sliding_window_attention`: attention within a window of positions, block by block on long sequences,
   memory linear in T (:mod:`.local_attention`, ModernBERT's local layers);
 - :func:`rotate_queries_and_keys`: rotary positions on a fused QKV projection, per half and in place
-  (:mod:`.rotary`, ModernBERT's attention).
+  (:mod:`.rotary`, ModernBERT's attention);
+- :func:`cross_entropy_with_probs`: a masked-LM loss and the softmax it came from in one pass, with a
+  one-pass backward (:mod:`.cross_entropy`, ELECTRA's generator).
 
 Beside them, not called by the model: :mod:`.peak`, the machine's GEMM peak that ``make bench`` reports rows
 against and the experiment runner records one core's speed with.
@@ -22,6 +24,7 @@ the plain PyTorch op instead; tests/test_kernels.py checks both give the same ou
 """
 
 from .attention import scaled_dot_product_attention
+from .cross_entropy import cross_entropy_with_probs
 from .dropout import Dropout, dropout
 from .gemm import Linear, linear
 from .local_attention import sliding_window_attention, window_mask
@@ -34,6 +37,7 @@ __all__ = [
     "Dropout",
     "Linear",
     "Packing",
+    "cross_entropy_with_probs",
     "dropout",
     "enabled",
     "fast_ok",
