@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from .bert_family import ROBERTA
 from .errors import UserError
 from .io import atomic_write_json, read_json
 
@@ -184,6 +185,8 @@ class BertConfig(HFConfig):
     pad_token_id: int = 0
     position_embedding_type: str = "absolute"
     classifier_dropout: float | None = None
+    # ELECTRA's factorised embeddings: this width, then a linear map up to hidden_size (None: hidden_size)
+    embedding_size: int | None = None
     model_type: str = "bert"
     # Head settings (HF stores the label maps; num_labels is derived from them).
     id2label: dict[int, str] | None = None
@@ -230,6 +233,14 @@ class BertConfig(HFConfig):
             )
         if self.initializer_range <= 0 or self.layer_norm_eps <= 0:
             raise ValueError("BertConfig.initializer_range and layer_norm_eps must be positive")
+        if self.embedding_size is not None and (
+            not isinstance(self.embedding_size, int)
+            or isinstance(self.embedding_size, bool)
+            or self.embedding_size <= 0
+        ):
+            raise ValueError(
+                f"BertConfig.embedding_size must be a positive integer or null, got {self.embedding_size!r}"
+            )
         if self.max_tokens <= 0:
             raise ValueError(
                 f"BertConfig.max_position_embeddings {self.max_position_embeddings} leaves no position after "
@@ -240,12 +251,23 @@ class BertConfig(HFConfig):
                 f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})"
             )
 
+    @property
+    def embedding_width(self) -> int:
+        """The width of the token, position and segment embeddings (``embedding_size``, else ``hidden_size``)."""
+        return self.embedding_size or self.hidden_size
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.embedding_size is None:  # BERT's config.json as it always was
+            out.pop("embedding_size")
+        return out
+
     # ---------------------------------------------------------------- positions
     @property
     def position_offset(self) -> int:
         """The position id of the first token: 0 for BERT, ``pad_token_id + 1`` for a RoBERTa checkpoint
-        (whose positions start after the padding id; see :mod:`bertkit.roberta`)."""
-        return self.pad_token_id + 1 if self.model_type == "roberta" else 0
+        (whose positions start after the padding id; see :mod:`bertkit.bert_family`)."""
+        return self.pad_token_id + 1 if self.model_type == ROBERTA else 0
 
     @property
     def max_tokens(self) -> int:

@@ -68,7 +68,12 @@ def generator_config(config: BertConfig, fraction: float) -> BertConfig:
         config.hidden_size, config.num_attention_heads, config.intermediate_size, fraction
     )
     return dataclasses.replace(
-        config, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate, extra={}
+        config,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=intermediate,
+        extra={},
+        embedding_size=None,  # its embeddings are the discriminator's, projected (ProjectedEmbeddings)
     )
 
 
@@ -342,7 +347,13 @@ def load_pretrained_electra(electra_dir: str | Path, **step: Any) -> ElectraPret
             raise UserError(f"{path}: not found; continuing ELECTRA needs the run's model/electra/ folders")
         configs[name] = json.loads(path.read_text(encoding="utf-8"))
     d, g = configs["discriminator"], configs["generator"]
-    fields = {f.name for f in dataclasses.fields(BertConfig)} - {"extra", "model_type", "architectures"}
+    # embedding_size is the discriminator's width here: bertkit's discriminators embed at their own width
+    fields = {f.name for f in dataclasses.fields(BertConfig)} - {
+        "extra",
+        "model_type",
+        "architectures",
+        "embedding_size",
+    }
     config = BertConfig(**{k: v for k, v in d.items() if k in fields})
     fraction = g["hidden_size"] / d["hidden_size"]
     model = ElectraPretrainingModel(config, fraction, **step)

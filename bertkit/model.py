@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import kernels, roberta
+from . import bert_family, kernels
 from .config import BertConfig
 from .kernels import Linear, Packing
 from .modeling_utils import BertPreTrainedModel
@@ -72,12 +72,11 @@ class BertEmbeddings(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(
-            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
-        )
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        width = config.embedding_width  # hidden_size, or ELECTRA's narrower embeddings
+        self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
         self.dropout = kernels.Dropout(config.hidden_dropout_prob)
         self.register_buffer(
             "position_ids", torch.arange(config.max_position_embeddings).unsqueeze(0), persistent=False
@@ -274,6 +273,11 @@ class BertModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
+        # ELECTRA's small models embed narrower than they compute: a linear map up to the hidden size
+        width = config.embedding_width
+        self.embeddings_project = (
+            nn.Linear(width, config.hidden_size) if width != config.hidden_size else None
+        )
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.post_init()
@@ -296,7 +300,7 @@ class BertModel(BertPreTrainedModel):
         if token_type_ids is None or self.config.type_vocab_size == 1:  # one segment type: no segment ids
             token_type_ids = torch.zeros_like(input_ids)
         if position_ids is None and self.config.position_offset:  # a RoBERTa checkpoint's numbering
-            position_ids = roberta.position_ids_from_input_ids(input_ids, self.config.pad_token_id)
+            position_ids = bert_family.position_ids_from_input_ids(input_ids, self.config.pad_token_id)
         elif position_ids is None:
             position_ids = self.embeddings.position_ids[:, :seq_len]
         position_ids = position_ids.expand(batch, seq_len)
@@ -311,6 +315,8 @@ class BertModel(BertPreTrainedModel):
         else:
             mask = attention_mask_for(attention_mask)
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, T, H] or [R, H]
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
         x, states = self.encoder(x, mask, packing, output_hidden_states, causal)
         if packing is not None:
             x, states = packing.unpack(x), [packing.unpack(s) for s in states]

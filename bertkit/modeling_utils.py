@@ -19,11 +19,11 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
+from .bert_family import FAMILY_NAMES, to_bertkit_key, to_family_key
 from .checkpoint import SAFETENSORS, load_state_dict, save_state_dict
 from .config import BertConfig, HFConfig
 from .errors import UserError
 from .io import atomic_dir
-from .roberta import ROBERTA, to_bertkit_key, to_roberta_key
 
 logger = logging.getLogger("bertkit")
 
@@ -105,8 +105,8 @@ class BertPreTrainedModel(nn.Module):
     def _map_checkpoint_key(self, key: str, expected: set[str]) -> str | None:
         """The model key a checkpoint key belongs to, or None if it has no place in this model."""
         prefix = self.base_model_prefix + "."
-        if self.config.model_type == ROBERTA:  # transformers' RoBERTa names: roberta.*, lm_head.*
-            key = to_bertkit_key(key)
+        if self.config.model_type in FAMILY_NAMES:  # RoBERTa's or ELECTRA's names (bert_family.py)
+            key = to_bertkit_key(key, self.config.model_type)
         if key in expected:
             return key
         if prefix + key in expected:  # encoder-only checkpoint into a head model
@@ -214,8 +214,8 @@ class BertPreTrainedModel(nn.Module):
         """Write ``config.json`` and ``model.safetensors`` (tied copies left out, as transformers does)."""
         tied = self._tied_targets()
         state = {k: v for k, v in self.state_dict().items() if k not in tied}
-        if self.config.model_type == ROBERTA:  # saved as it came: transformers' RoBERTa loads it back
-            state = {to_roberta_key(k): v for k, v in state.items()}
+        if self.config.model_type in FAMILY_NAMES:  # saved as it came: transformers loads it back
+            state = {to_family_key(k, self.config.model_type): v for k, v in state.items()}
         # a model that saves another class's layout (plus tensors that class ignores) names that class
         self.config.architectures = [getattr(self, "saved_architecture", type(self).__name__)]
         with atomic_dir(model_dir) as tmp:

@@ -72,13 +72,14 @@ class MaskedLMOutput(_Output):
 
 
 class BertPredictionHeadTransform(nn.Module):
-    """dense -> activation -> LayerNorm (the MLM head's transform in the original)."""
+    """dense -> activation -> LayerNorm (the MLM head's transform in the original), out to the embeddings'
+    width, so the tied decoder can read it."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = Linear(config.hidden_size, config.hidden_size)
+        self.dense = Linear(config.hidden_size, config.embedding_width)
         self.transform_act_fn = ACT2FN[config.hidden_act]
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.LayerNorm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.LayerNorm(self.transform_act_fn(self.dense(x)))
@@ -90,7 +91,7 @@ class BertLMPredictionHead(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.transform = BertPredictionHeadTransform(config)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.decoder = nn.Linear(config.embedding_width, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: Tensor) -> Tensor:

@@ -1,4 +1,4 @@
-"""RoBERTa checkpoints in transformers' layout load into bertkit's BERT classes (bertkit.roberta): hidden states,
+"""RoBERTa checkpoints in transformers' layout load into bertkit's BERT classes (bertkit.bert_family): hidden states,
 pooler and masked-LM logits equal transformers' RobertaModel / RobertaForMaskedLM, with padding, kernels on and
 off; bertkit saves them back in RoBERTa's names; positions start after the padding id, so the 514-position
 table holds 512 tokens; a byte-level BPE RoBERTa tokenizer gives transformers' ids."""
@@ -49,7 +49,7 @@ def kernels_on(request):
 
 
 def test_positions_start_after_the_padding_id():
-    from bertkit.roberta import position_ids_from_input_ids
+    from bertkit.bert_family import position_ids_from_input_ids
 
     ids = torch.tensor([[0, 5, 6, 2, PAD, PAD], [0, 7, 2, PAD, PAD, PAD]])
     assert position_ids_from_input_ids(ids, PAD).tolist() == [[2, 3, 4, 5, 1, 1], [2, 3, 4, 1, 1, 1]]
@@ -194,7 +194,10 @@ def test_a_sentence_transformers_folder_on_roberta_embeds_as_sentence_transforme
     """The many sentence-transformers models whose first module is RoBERTa: bertkit's SentenceEncoder reads
     the folder and gives sentence-transformers' embeddings."""
     st = pytest.importorskip("sentence_transformers")
-    from sentence_transformers import models as st_models
+    try:  # the newer home of the modules, else the older one
+        from sentence_transformers.sentence_transformer import modules as st_models
+    except ImportError:
+        from sentence_transformers import models as st_models
 
     from bertkit.sentence.encoder import SentenceEncoder
 
@@ -241,3 +244,101 @@ def test_onnx_export_of_a_roberta_encoder_has_no_segment_input_and_verifies(tmp_
     result = export_onnx(tmp_path / "roberta", tmp_path / "m.onnx")
     assert result["inputs"] == ["input_ids", "attention_mask"]
     assert max(result["verify"]["max_abs_diff"].values()) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------------------- ELECTRA
+
+ELECTRA_SHAPE = dict(vocab_size=300, embedding_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, max_position_embeddings=40, layer_norm_eps=1e-12)  # fmt: skip
+
+
+def _electra(cls, seed: int, **more):
+    torch.manual_seed(seed)
+    model = cls(transformers.ElectraConfig(**{**ELECTRA_SHAPE, **more})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def _bert_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids [3, 30] padded with 0, their mask, and segment ids (1 on the second half of each real row)."""
+    ids, mask = _batch(seed=seed)
+    ids = ids.masked_fill(~mask.bool(), 0)
+    segments = torch.zeros_like(ids)
+    segments[:, 5:] = 1
+    return ids, mask, segments * mask
+
+
+def test_an_electra_discriminator_with_narrow_embeddings_equals_transformers(tmp_path, kernels_on):
+    """ELECTRA-small's shape (embeddings 32 wide mapped up to 64): the encoder's hidden states equal
+    transformers' ElectraModel with padding and segments; the pooler, which ELECTRA lacks, is the one tensor
+    left fresh, and the discriminator's head is the one left out."""
+    from bertkit.architectures import load_encoder
+    from bertkit.model import BertModel
+
+    theirs = _electra(transformers.ElectraForPreTraining, seed=0)
+    theirs.save_pretrained(tmp_path / "disc")
+    ours, info = BertModel.from_pretrained(tmp_path / "disc", output_loading_info=True)
+    assert info.missing_keys == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert info.unexpected_keys and all(
+        k.startswith("discriminator_predictions.") for k in info.unexpected_keys
+    )
+    assert ours.embeddings.word_embeddings.weight.shape == (300, 32) and ours.embeddings_project is not None
+    ids, mask, segments = _bert_batch(seed=6)
+    real = mask.bool()
+    with torch.no_grad():
+        got = load_encoder(tmp_path / "disc")(ids, mask, segments).last_hidden_state
+        want = theirs.electra(input_ids=ids, attention_mask=mask, token_type_ids=segments).last_hidden_state
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
+def test_an_electra_generator_fills_masks_as_transformers_and_saves_back(tmp_path, kernels_on):
+    from bertkit.heads import BertForMaskedLM
+
+    theirs = _electra(transformers.ElectraForMaskedLM, seed=1, hidden_size=48, num_attention_heads=3)
+    theirs.save_pretrained(tmp_path / "gen")
+    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "gen", output_loading_info=True)
+    assert info.missing_keys == [] and info.unexpected_keys == []
+    ids, mask, segments = _bert_batch(seed=7)
+    real = mask.bool()
+    with torch.no_grad():
+        want = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits[real]
+        got = ours(ids, mask, segments, sparse_mlm=False).logits[real]
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    ours.save_pretrained(tmp_path / "saved")
+    back = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        again = back(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits[real]
+    torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-5)
+
+
+def test_a_head_fine_tuned_on_electra_saves_under_electras_names(tmp_path):
+    from safetensors import safe_open
+
+    from bertkit.heads import BertForTokenClassification
+
+    theirs = _electra(transformers.ElectraModel, seed=2)
+    theirs.save_pretrained(tmp_path / "electra")
+    head = BertForTokenClassification.from_pretrained(tmp_path / "electra", num_labels=5)
+    head.save_pretrained(tmp_path / "tuned")
+    with safe_open(str(tmp_path / "tuned" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "electra.embeddings_project.weight" in names and not any(n.startswith("bert.") for n in names)
+    encoder = transformers.ElectraModel.from_pretrained(tmp_path / "tuned").eval()
+    ids, mask, segments = _bert_batch(seed=8)
+    real = mask.bool()
+    with torch.no_grad():
+        want = encoder(input_ids=ids, attention_mask=mask, token_type_ids=segments).last_hidden_state[real]
+        got = head.eval().bert(ids, mask, segments).last_hidden_state[real]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_embedding_size_is_written_only_where_it_is_set_and_must_be_positive():
+    from bertkit.config import BertConfig
+
+    assert "embedding_size" not in BertConfig.preset("tiny").to_dict()  # BERT's config.json as before
+    narrow = BertConfig.preset("tiny", embedding_size=64)
+    assert narrow.to_dict()["embedding_size"] == 64 and narrow.embedding_width == 64
+    with pytest.raises(ValueError, match="embedding_size must be a positive integer or null, got 0"):
+        BertConfig.preset("tiny", embedding_size=0).validate()
