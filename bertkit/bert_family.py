@@ -1,10 +1,11 @@
-"""Checkpoints of BERT's family in transformers' layouts, read as BERT: RoBERTa (Liu et al., 2019) and ELECTRA
-(Clark et al., 2020) changed how BERT is trained, not its network.
+"""Checkpoints of BERT's family in transformers' layouts, read as BERT: RoBERTa (Liu et al., 2019), its
+multilingual XLM-RoBERTa (Conneau et al., 2020) and ELECTRA (Clark et al., 2020) changed how BERT is trained,
+not its network.
 
 A Hugging Face folder whose ``model_type`` is one of these differs from a BERT folder in the names of its
 tensors (:data:`FAMILY_NAMES`) and in little else, each held here or in the config:
 
-- RoBERTa numbers positions after the padding id: the i-th real token sits at ``pad_token_id + 1 + i`` and
+- RoBERTa (and XLM-RoBERTa) numbers positions after the padding id: the i-th real token sits at ``pad_token_id + 1 + i`` and
   padding at ``pad_token_id`` (so ``max_position_embeddings`` 514 holds 512 tokens;
   :attr:`bertkit.config.BertConfig.position_offset`), and it has one segment type (``type_vocab_size`` 1);
 - ELECTRA's small models embed narrower than they compute (``embedding_size``; the encoder maps the
@@ -21,7 +22,10 @@ import torch
 from torch import Tensor
 
 ROBERTA = "roberta"
+XLM_ROBERTA = "xlm-roberta"  # RoBERTa trained on 100 languages (XLM-R; multilingual-e5, bge-m3 build on it)
 ELECTRA = "electra"
+# the members that number positions after the padding id
+OFFSET_POSITIONS = (ROBERTA, XLM_ROBERTA)
 
 # model_type -> (the family's checkpoint name prefix, bertkit's (BERT's) name prefix)
 FAMILY_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -40,6 +44,9 @@ FAMILY_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
         ("generator_lm_head.bias", "cls.predictions.bias"),
     ),
 }
+
+
+FAMILY_NAMES[XLM_ROBERTA] = FAMILY_NAMES[ROBERTA]  # the same network and names, a multilingual vocabulary
 
 
 def position_ids_from_input_ids(input_ids: Tensor, padding_idx: int) -> Tensor:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .bert_family import ROBERTA
+from .bert_family import OFFSET_POSITIONS
 from .errors import UserError
 from .io import atomic_write_json, read_json
 
@@ -267,7 +267,7 @@ class BertConfig(HFConfig):
     def position_offset(self) -> int:
         """The position id of the first token: 0 for BERT, ``pad_token_id + 1`` for a RoBERTa checkpoint
         (whose positions start after the padding id; see :mod:`bertkit.bert_family`)."""
-        return self.pad_token_id + 1 if self.model_type == ROBERTA else 0
+        return self.pad_token_id + 1 if self.model_type in OFFSET_POSITIONS else 0
 
     @property
     def max_tokens(self) -> int:

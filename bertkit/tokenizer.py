@@ -330,11 +330,12 @@ class Tokenizer:
     def _from_tokenizer_json(cls, path: Path, **overrides: Any) -> Tokenizer:
         data = read_json(path, "tokenizer file")
         model = data.get("model") if isinstance(data, dict) else None
-        if isinstance(model, dict) and model.get("type") == "BPE":  # byte-level BPE (ModernBERT's)
+        # byte-level BPE (ModernBERT's, RoBERTa's) and SentencePiece's Unigram (XLM-RoBERTa's) run as the file says
+        if isinstance(model, dict) and model.get("type") in ("BPE", "Unigram"):
             return BPETokenizer.from_file(path, **overrides)
         if not isinstance(model, dict) or model.get("type") != "WordPiece":
             kind = model.get("type") if isinstance(model, dict) else None
-            raise UserError(f"{path}: not a WordPiece or BPE tokenizer (model type {kind!r})")
+            raise UserError(f"{path}: not a WordPiece, BPE or Unigram tokenizer (model type {kind!r})")
         vocab = model.get("vocab")
         if not isinstance(vocab, dict) or not vocab or not all(isinstance(i, int) for i in vocab.values()):
             raise UserError(f"{path}: 'model.vocab' must be an object mapping each token to its integer id")
@@ -832,8 +833,9 @@ def _token_name(value: Any) -> str | None:
 
 
 class BPETokenizer(Tokenizer):
-    """:class:`~bertkit.tokenizer.Tokenizer` over a BPE ``tokenizer.json``; build it with :meth:`from_file`
-    (``Tokenizer.from_pretrained`` does, for a folder whose tokenizer.json holds a BPE model)."""
+    """:class:`~bertkit.tokenizer.Tokenizer` over a ``tokenizer.json`` the file itself runs (byte-level BPE, or a
+    SentencePiece Unigram model); build it with :meth:`from_file` (``Tokenizer.from_pretrained`` does, for a
+    folder whose tokenizer.json holds a BPE or Unigram model)."""
 
     def __init__(self) -> None:
         raise TypeError(

@@ -342,3 +342,74 @@ def test_embedding_size_is_written_only_where_it_is_set_and_must_be_positive():
     assert narrow.to_dict()["embedding_size"] == 64 and narrow.embedding_width == 64
     with pytest.raises(ValueError, match="embedding_size must be a positive integer or null, got 0"):
         BertConfig.preset("tiny", embedding_size=0).validate()
+
+
+# ----------------------------------------------------------------------------------------------- XLM-RoBERTa
+
+
+def _unigram_tokenizer(out):
+    """A small SentencePiece-style Unigram tokenizer in XLM-RoBERTa's form (``<s> a </s></s> b </s>``)."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    rust = RustTokenizer(models.Unigram())
+    rust.normalizer = normalizers.NFKC()
+    rust.pre_tokenizer = pre_tokenizers.Metaspace()
+    rust.decoder = decoders.Metaspace()
+    text = [
+        "der Fluss fließt ins Meer",
+        "le renard saute par-dessus le chien",
+        "the river flows to the sea",
+    ] * 20
+    trainer = trainers.UnigramTrainer(vocab_size=120, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                      unk_token="<unk>")  # fmt: skip
+    rust.train_from_iterator(text, trainer)
+    rust.post_processor = processors.RobertaProcessing(
+        ("</s>", 2), ("<s>", 0), add_prefix_space=False, trim_offsets=False
+    )
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_object=rust, bos_token="<s>", eos_token="</s>",
+                                              sep_token="</s>", cls_token="<s>", pad_token="<pad>",
+                                              unk_token="<unk>", mask_token="<mask>")  # fmt: skip
+    hf.save_pretrained(out)
+    return out
+
+
+def test_an_xlm_roberta_folder_and_its_unigram_tokenizer_equal_transformers(tmp_path, kernels_on):
+    from bertkit.architectures import load_encoder
+    from bertkit.tokenizer import Tokenizer
+
+    torch.manual_seed(0)
+    theirs = transformers.XLMRobertaModel(transformers.XLMRobertaConfig(**SHAPE)).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    theirs.save_pretrained(tmp_path / "xlmr")
+    _unigram_tokenizer(tmp_path / "xlmr")
+    texts = [("der Fluss", "fließt ins Meer"), ("le renard saute", "the sea"), ("the river", "flows")]
+    ours_tok = Tokenizer.from_pretrained(tmp_path / "xlmr")
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "xlmr")
+    enc = ours_tok(texts, padding=True, return_tensors="pt")
+    want = hf_tok([a for a, _ in texts], [b for _, b in texts], padding=True, return_tensors="pt")
+    assert enc["input_ids"].tolist() == want["input_ids"].tolist()
+    ours = load_encoder(tmp_path / "xlmr")
+    assert ours.config.position_offset == PAD + 1
+    with torch.no_grad():
+        a = ours(enc["input_ids"], enc["attention_mask"]).last_hidden_state
+        b = theirs(input_ids=want["input_ids"], attention_mask=want["attention_mask"]).last_hidden_state
+    real = want["attention_mask"].bool()
+    torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=1e-5)
+
+
+def test_a_tokenizer_json_of_another_model_kind_is_refused_in_one_line(tmp_path):
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import models
+
+    from bertkit.tokenizer import Tokenizer
+
+    RustTokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]")).save(
+        str(tmp_path / "tokenizer.json")
+    )
+    with pytest.raises(
+        UserError, match="not a WordPiece, BPE or Unigram tokenizer \\(model type 'WordLevel'\\)"
+    ):
+        Tokenizer.from_pretrained(tmp_path / "tokenizer.json")
