@@ -1,22 +1,28 @@
 """Checkpoints of BERT's family in transformers' layouts, read as BERT: RoBERTa (Liu et al., 2019), its
-multilingual XLM-RoBERTa (Conneau et al., 2020) and ELECTRA (Clark et al., 2020) changed how BERT is trained,
-not its network.
+multilingual XLM-RoBERTa (Conneau et al., 2020), ELECTRA (Clark et al., 2020) and DistilBERT (Sanh et al.,
+2019) changed how BERT is trained, not its network.
 
 A Hugging Face folder whose ``model_type`` is one of these differs from a BERT folder in the names of its
 tensors (:data:`FAMILY_NAMES`) and in little else, each held here or in the config:
 
-- RoBERTa (and XLM-RoBERTa) numbers positions after the padding id: the i-th real token sits at ``pad_token_id + 1 + i`` and
-  padding at ``pad_token_id`` (so ``max_position_embeddings`` 514 holds 512 tokens;
-  :attr:`bertkit.config.BertConfig.position_offset`), and it has one segment type (``type_vocab_size`` 1);
+- RoBERTa and XLM-RoBERTa number positions after the padding id: the i-th real token sits at
+  ``pad_token_id + 1 + i`` and padding at ``pad_token_id`` (so ``max_position_embeddings`` 514 holds 512
+  tokens; :attr:`bertkit.config.BertConfig.position_offset`), and have one segment type (``type_vocab_size`` 1);
 - ELECTRA's small models embed narrower than they compute (``embedding_size``; the encoder maps the
-  embeddings up, ``embeddings_project``), and its encoder has no pooler.
+  embeddings up, ``embeddings_project``), and its encoder has no pooler;
+- DistilBERT names BERT's sizes (``dim``, ``n_layers``, ...: :data:`DISTILBERT_CONFIG_KEYS`) and layers its own
+  way, and has neither segment embeddings (bertkit's are zero: :data:`ABSENT_AS_ZERO`) nor a pooler.
 
 bertkit's BERT heads go on these encoders; a model loaded from such a folder saves back under the family's
 names, so transformers reads it. Classifiers transformers already fine-tuned (RoBERTa's and ELECTRA's
-``classifier.dense`` / ``classifier.out_proj``, without a pooler) are not among bertkit's heads.
+``classifier.dense`` / ``classifier.out_proj``, DistilBERT's ``pre_classifier``) are not among bertkit's heads.
 """
 
 from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -24,29 +30,100 @@ from torch import Tensor
 ROBERTA = "roberta"
 XLM_ROBERTA = "xlm-roberta"  # RoBERTa trained on 100 languages (XLM-R; multilingual-e5, bge-m3 build on it)
 ELECTRA = "electra"
+DISTILBERT = "distilbert"
 # the members that number positions after the padding id
 OFFSET_POSITIONS = (ROBERTA, XLM_ROBERTA)
 
-# model_type -> (the family's checkpoint name prefix, bertkit's (BERT's) name prefix)
-FAMILY_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
-    ROBERTA: (
-        ("roberta.", "bert."),
+
+@dataclass(frozen=True)
+class Names:
+    """How a family member names BERT's tensors: its encoder's prefix in head models (bertkit's is "bert."),
+    and renamed parts of names, theirs -> ours, where ``{n}`` stands for a layer number."""
+
+    prefix: str
+    parts: tuple[tuple[str, str], ...] = ()
+
+
+_LAYER = "transformer.layer.{n}."
+FAMILY_NAMES: dict[str, Names] = {
+    ROBERTA: Names("roberta.", (
         ("lm_head.dense.", "cls.predictions.transform.dense."),
         ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
         ("lm_head.decoder.", "cls.predictions.decoder."),
         ("lm_head.bias", "cls.predictions.bias"),
-    ),
-    ELECTRA: (  # ElectraModel, ElectraForPreTraining (the discriminator), ElectraForMaskedLM (the generator)
-        ("electra.", "bert."),
+    )),
+    ELECTRA: Names("electra.", (  # ElectraModel, ElectraForPreTraining, ElectraForMaskedLM (the generator)
         ("generator_predictions.dense.", "cls.predictions.transform.dense."),
         ("generator_predictions.LayerNorm.", "cls.predictions.transform.LayerNorm."),
         ("generator_lm_head.weight", "cls.predictions.decoder.weight"),
         ("generator_lm_head.bias", "cls.predictions.bias"),
-    ),
-}
-
-
+    )),
+    DISTILBERT: Names("distilbert.", (  # BERT's layers under other names, no segments, no pooler
+        (_LAYER + "attention.q_lin.", "encoder.layer.{n}.attention.self.query."),
+        (_LAYER + "attention.k_lin.", "encoder.layer.{n}.attention.self.key."),
+        (_LAYER + "attention.v_lin.", "encoder.layer.{n}.attention.self.value."),
+        (_LAYER + "attention.out_lin.", "encoder.layer.{n}.attention.output.dense."),
+        (_LAYER + "sa_layer_norm.", "encoder.layer.{n}.attention.output.LayerNorm."),
+        (_LAYER + "ffn.lin1.", "encoder.layer.{n}.intermediate.dense."),
+        (_LAYER + "ffn.lin2.", "encoder.layer.{n}.output.dense."),
+        (_LAYER + "output_layer_norm.", "encoder.layer.{n}.output.LayerNorm."),
+        ("vocab_transform.", "cls.predictions.transform.dense."),
+        ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
+        ("vocab_projector.weight", "cls.predictions.decoder.weight"),
+        ("vocab_projector.bias", "cls.predictions.bias"),
+    )),
+}  # fmt: skip
 FAMILY_NAMES[XLM_ROBERTA] = FAMILY_NAMES[ROBERTA]  # the same network and names, a multilingual vocabulary
+# bertkit tensors a member does not have, which must then be zero: DistilBERT has no segment embeddings
+ABSENT_AS_ZERO: dict[str, tuple[str, ...]] = {DISTILBERT: ("embeddings.token_type_embeddings.weight",)}
+_BERT = "bert."
+
+
+@functools.cache
+def _pattern(part: str) -> re.Pattern[str]:
+    return re.compile(re.escape(part).replace(re.escape("{n}"), r"(?P<n>\d+)"))
+
+
+def _rename(inner: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    """``inner`` with the first of ``pairs`` (source part, target part) that starts it renamed."""
+    for source, target in pairs:
+        m = _pattern(source).match(inner)
+        if m:
+            return target.replace("{n}", m.groupdict().get("n") or "") + inner[m.end() :]
+    return inner
+
+
+def to_bertkit_key(key: str, model_type: str) -> str:
+    """A tensor name of the family member's layout -> bertkit's (BERT's); other names unchanged."""
+    names = FAMILY_NAMES.get(model_type)
+    if names is None:
+        return key
+    if key.startswith(names.prefix):  # a head model's encoder
+        return _BERT + _rename(key[len(names.prefix) :], names.parts)
+    return _rename(key, names.parts)  # a bare encoder's names, or a head's
+
+
+def to_family_key(key: str, model_type: str) -> str:
+    """bertkit's tensor name -> the family member's layout (the inverse of :func:`to_bertkit_key`)."""
+    names = FAMILY_NAMES.get(model_type)
+    if names is None:
+        return key
+    back = tuple((ours, theirs) for theirs, ours in names.parts)
+    if key.startswith(_BERT):
+        return names.prefix + _rename(key[len(_BERT) :], back)
+    return _rename(key, back)
+
+
+# DistilBERT's config.json names for BertConfig's fields (transformers' DistilBertConfig reads only these)
+DISTILBERT_CONFIG_KEYS = {
+    "dim": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "hidden_dim": "intermediate_size",
+    "activation": "hidden_act",
+    "dropout": "hidden_dropout_prob",
+    "attention_dropout": "attention_probs_dropout_prob",
+}
 
 
 def position_ids_from_input_ids(input_ids: Tensor, padding_idx: int) -> Tensor:
@@ -54,19 +131,3 @@ def position_ids_from_input_ids(input_ids: Tensor, padding_idx: int) -> Tensor:
     row, ``padding_idx`` for padding (RoBERTa's numbering, as transformers' ``RobertaEmbeddings``)."""
     real = input_ids.ne(padding_idx).to(torch.long)
     return torch.cumsum(real, dim=1) * real + padding_idx
-
-
-def to_bertkit_key(key: str, model_type: str) -> str:
-    """A tensor name of the family member's layout -> bertkit's (BERT's); other names unchanged."""
-    for theirs, ours in FAMILY_NAMES.get(model_type, ()):
-        if key.startswith(theirs):
-            return ours + key[len(theirs) :]
-    return key
-
-
-def to_family_key(key: str, model_type: str) -> str:
-    """bertkit's tensor name -> the family member's layout (the inverse of :func:`to_bertkit_key`)."""
-    for theirs, ours in FAMILY_NAMES.get(model_type, ()):
-        if key.startswith(ours):
-            return theirs + key[len(ours) :]
-    return key

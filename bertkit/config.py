@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .bert_family import OFFSET_POSITIONS
+from .bert_family import DISTILBERT, DISTILBERT_CONFIG_KEYS, OFFSET_POSITIONS
 from .errors import UserError
 from .io import atomic_write_json, read_json
 
@@ -250,6 +250,21 @@ class BertConfig(HFConfig):
             raise ValueError(
                 f"BertConfig.pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size})"
             )
+
+    @classmethod
+    def _read_keys(cls, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("model_type") == DISTILBERT:  # its own names for BERT's sizes; one segment type (none)
+            for theirs, ours in DISTILBERT_CONFIG_KEYS.items():
+                if theirs in data:
+                    data.setdefault(ours, data.pop(theirs))
+            data["type_vocab_size"] = 1
+            data.setdefault("layer_norm_eps", 1e-12)
+        return data
+
+    def _written_keys(self) -> dict[str, Any]:
+        if self.model_type != DISTILBERT:
+            return {}
+        return {theirs: getattr(self, ours) for theirs, ours in DISTILBERT_CONFIG_KEYS.items()}
 
     @property
     def embedding_width(self) -> int:

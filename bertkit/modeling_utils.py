@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from .bert_family import FAMILY_NAMES, to_bertkit_key, to_family_key
+from .bert_family import ABSENT_AS_ZERO, FAMILY_NAMES, to_bertkit_key, to_family_key
 from .checkpoint import SAFETENSORS, load_state_dict, save_state_dict
 from .config import BertConfig, HFConfig
 from .errors import UserError
@@ -152,6 +152,11 @@ class BertPreTrainedModel(nn.Module):
                     "ignore_mismatched_sizes=True to re-initialise it"
                 )
             to_load[target] = tensor
+        zero = {
+            k for k in expected - set(to_load) if k.endswith(ABSENT_AS_ZERO.get(self.config.model_type, ()))
+        }  # tensors the checkpoint's family lacks and computes as zero (DistilBERT's segment embeddings)
+        for name in zero:
+            to_load[name] = torch.zeros_like(own[name])
         info.missing_keys = sorted(expected - set(to_load) - tied)
         with torch.no_grad():
             for name, tensor in to_load.items():
@@ -215,7 +220,12 @@ class BertPreTrainedModel(nn.Module):
         tied = self._tied_targets()
         state = {k: v for k, v in self.state_dict().items() if k not in tied}
         if self.config.model_type in FAMILY_NAMES:  # saved as it came: transformers loads it back
-            state = {to_family_key(k, self.config.model_type): v for k, v in state.items()}
+            absent = ABSENT_AS_ZERO.get(self.config.model_type, ())
+            state = {
+                to_family_key(k, self.config.model_type): v
+                for k, v in state.items()
+                if not k.endswith(absent)
+            }
         # a model that saves another class's layout (plus tensors that class ignores) names that class
         self.config.architectures = [getattr(self, "saved_architecture", type(self).__name__)]
         with atomic_dir(model_dir) as tmp:

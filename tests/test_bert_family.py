@@ -19,13 +19,19 @@ SHAPE = dict(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_
              layer_norm_eps=1e-5)  # fmt: skip
 
 
-def _theirs(cls, seed: int):
+def _random(cls, config, seed: int):
+    """transformers' ``cls`` at a seeded initialisation, every tensor nudged (non-zero biases and LayerNorm
+    scales, so a misplaced tensor shows)."""
     torch.manual_seed(seed)
-    model = cls(transformers.RobertaConfig(**SHAPE)).eval()
-    with torch.no_grad():  # non-zero biases and LayerNorm scales, so a misplaced tensor shows
+    model = cls(config).eval()
+    with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     return model
+
+
+def _theirs(cls, seed: int):
+    return _random(cls, transformers.RobertaConfig(**SHAPE), seed)
 
 
 def _batch(lengths=(12, 7, 30), seed: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,12 +259,7 @@ ELECTRA_SHAPE = dict(vocab_size=300, embedding_size=32, hidden_size=64, num_hidd
 
 
 def _electra(cls, seed: int, **more):
-    torch.manual_seed(seed)
-    model = cls(transformers.ElectraConfig(**{**ELECTRA_SHAPE, **more})).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return _random(cls, transformers.ElectraConfig(**{**ELECTRA_SHAPE, **more}), seed)
 
 
 def _bert_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -378,11 +379,7 @@ def test_an_xlm_roberta_folder_and_its_unigram_tokenizer_equal_transformers(tmp_
     from bertkit.architectures import load_encoder
     from bertkit.tokenizer import Tokenizer
 
-    torch.manual_seed(0)
-    theirs = transformers.XLMRobertaModel(transformers.XLMRobertaConfig(**SHAPE)).eval()
-    with torch.no_grad():
-        for p in theirs.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+    theirs = _random(transformers.XLMRobertaModel, transformers.XLMRobertaConfig(**SHAPE), seed=0)
     theirs.save_pretrained(tmp_path / "xlmr")
     _unigram_tokenizer(tmp_path / "xlmr")
     texts = [("der Fluss", "fließt ins Meer"), ("le renard saute", "the sea"), ("the river", "flows")]
@@ -413,3 +410,66 @@ def test_a_tokenizer_json_of_another_model_kind_is_refused_in_one_line(tmp_path)
         UserError, match="not a WordPiece, BPE or Unigram tokenizer \\(model type 'WordLevel'\\)"
     ):
         Tokenizer.from_pretrained(tmp_path / "tokenizer.json")
+
+
+# ------------------------------------------------------------------------------------------------ DistilBERT
+
+DISTIL_SHAPE = dict(vocab_size=300, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=40)
+
+
+def _distil(cls, seed: int):
+    return _random(cls, transformers.DistilBertConfig(**DISTIL_SHAPE), seed)
+
+
+def test_a_distilbert_encoder_equals_transformers_and_has_no_segments(tmp_path, kernels_on):
+    """DistilBERT's own names for BERT's layers and sizes: the encoder's hidden states equal transformers'
+    DistilBertModel with padding; its absent segment embeddings are zero, so segment ids change nothing."""
+    from bertkit.model import BertModel
+
+    theirs = _distil(transformers.DistilBertModel, seed=0)
+    theirs.save_pretrained(tmp_path / "distil")
+    ours, info = BertModel.from_pretrained(tmp_path / "distil", output_loading_info=True)
+    assert info.missing_keys == ["pooler.dense.bias", "pooler.dense.weight"] and info.unexpected_keys == []
+    assert (ours.config.hidden_size, ours.config.num_hidden_layers, ours.config.intermediate_size) == (
+        64,
+        2,
+        128,
+    )
+    assert not ours.embeddings.token_type_embeddings.weight.any()
+    ids, mask, segments = _bert_batch(seed=9)
+    real = mask.bool()
+    with torch.no_grad():
+        got = ours(ids, mask, segments).last_hidden_state
+        want = theirs(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
+
+
+def test_a_distilbert_masked_lm_fills_masks_as_transformers_and_saves_back(tmp_path, kernels_on):
+    import json
+
+    from bertkit.heads import BertForMaskedLM
+
+    theirs = _distil(transformers.DistilBertForMaskedLM, seed=1)
+    theirs.save_pretrained(tmp_path / "mlm")
+    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "mlm", output_loading_info=True)
+    assert info.missing_keys == [] and info.unexpected_keys == []
+    ids, mask, _ = _bert_batch(seed=10)
+    real = mask.bool()
+    with torch.no_grad():
+        want = theirs(input_ids=ids, attention_mask=mask).logits[real]
+        torch.testing.assert_close(ours(ids, mask, sparse_mlm=False).logits[real], want, atol=1e-4, rtol=1e-5)
+    ours.save_pretrained(tmp_path / "saved")
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert (config["model_type"], config["dim"], config["n_layers"], config["hidden_dim"]) == (
+        "distilbert",
+        64,
+        2,
+        128,
+    )
+    back, loading = transformers.DistilBertForMaskedLM.from_pretrained(
+        tmp_path / "saved", output_loading_info=True
+    )
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    with torch.no_grad():
+        again = back.eval()(input_ids=ids, attention_mask=mask).logits[real]
+    torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-5)
