@@ -25,9 +25,20 @@ def is_modernbert(model_dir: str | os.PathLike) -> bool:
     return model_type_of(model_dir) == MODERNBERT
 
 
+# model_type -> the name people write, for model cards (BERT's family: bertkit/bert_family.py)
+DISPLAY_NAMES = {
+    MODERNBERT: "ModernBERT",
+    "roberta": "RoBERTa",
+    "xlm-roberta": "XLM-RoBERTa",
+    "electra": "ELECTRA",
+    "distilbert": "DistilBERT",
+}
+
+
 def display_name(model_dir: str | os.PathLike) -> str:
-    """The architecture's name as people write it, for model cards: "ModernBERT" or "BERT"."""
-    return "ModernBERT" if is_modernbert(model_dir) else "BERT"
+    """The architecture's name as people write it, for model cards: "ModernBERT", "RoBERTa", ..., else
+    "BERT"."""
+    return DISPLAY_NAMES.get(model_type_of(model_dir), "BERT")
 
 
 def load_config(model_dir: str | os.PathLike) -> HFConfig:

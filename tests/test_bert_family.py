@@ -226,12 +226,15 @@ def test_a_sentence_transformers_folder_on_roberta_embeds_as_sentence_transforme
 
 def test_a_fine_tuned_head_saves_in_robertas_names_and_reloads_whole(tmp_path):
     """bertkit's head on a RoBERTa encoder, saved: the encoder under ``roberta.*`` (transformers' RobertaModel
-    reads it) and the head's own tensors as bertkit names them; bertkit reloads every tensor."""
+    reads it) and the head's own tensors as bertkit names them; bertkit reloads every tensor; model cards
+    call it RoBERTa."""
+    from bertkit.architectures import display_name
     from bertkit.heads import BertForSequenceClassification
 
     _theirs(transformers.RobertaModel, seed=7).save_pretrained(tmp_path / "roberta")
     head = BertForSequenceClassification.from_pretrained(tmp_path / "roberta", num_labels=2)
     head.save_pretrained(tmp_path / "tuned")
+    assert display_name(tmp_path / "tuned") == "RoBERTa"
     again, info = BertForSequenceClassification.from_pretrained(tmp_path / "tuned", output_loading_info=True)
     assert info.missing_keys == [] and info.unexpected_keys == []
     ids, mask = _batch(seed=8)
