@@ -114,10 +114,15 @@ def encoder_of(model: Any) -> Any:
     return inner if isinstance(inner, ModernBertModel) else model.bert
 
 
+# class-name prefixes of the architectures bertkit runs (BERT's family: bertkit/bert_family.py), longest first
+CLASS_PREFIXES = ("ModernBert", "XLMRoberta", "DistilBert", "Roberta", "Electra", "Bert")
+
+
 def head_of(architecture: str) -> str:
-    """``architecture`` (a config's ``architectures[0]``) without its "ModernBert" / "Bert" prefix:
-    "ModernBertForMaskedLM" -> "ForMaskedLM", "BertModel" -> "Model"."""
-    for prefix in ("ModernBert", "Bert"):
+    """``architecture`` (a config's ``architectures[0]``) without its architecture's prefix:
+    "ModernBertForMaskedLM" -> "ForMaskedLM", "RobertaForSequenceClassification" ->
+    "ForSequenceClassification", "BertModel" -> "Model"."""
+    for prefix in CLASS_PREFIXES:
         if architecture.startswith(prefix):
             return architecture[len(prefix) :]
     return architecture

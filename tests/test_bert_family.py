@@ -5,6 +5,8 @@ table holds 512 tokens; a byte-level BPE RoBERTa tokenizer gives transformers' i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -120,8 +122,9 @@ def test_length_limit_is_the_tables_size_less_the_offset(tmp_path):
 
 
 def test_a_task_head_fine_tunes_on_the_encoder_and_ignores_segment_ids(tmp_path):
-    """A RoBERTa folder into BERT's sequence head: the encoder and pooler load, only the classifier is new;
-    segment ids of a pair (1 on the second text) do not index past RoBERTa's one segment type."""
+    """A RoBERTa encoder folder into the sequence head: the encoder loads, the head is RoBERTa's own
+    classifier, new (the encoder's pooler is not used); segment ids of a pair (1 on the second text) do not
+    index past RoBERTa's one segment type."""
     from bertkit.heads import BertForSequenceClassification
 
     theirs = _theirs(transformers.RobertaModel, seed=2)
@@ -129,7 +132,9 @@ def test_a_task_head_fine_tunes_on_the_encoder_and_ignores_segment_ids(tmp_path)
     head, info = BertForSequenceClassification.from_pretrained(
         tmp_path / "roberta", output_loading_info=True, num_labels=3
     )
-    assert info.missing_keys == ["classifier.bias", "classifier.weight"]
+    assert info.missing_keys == [
+        f"classifier.{m}.{p}" for m in ("dense", "out_proj") for p in ("bias", "weight")
+    ]
     ids, mask = _batch(seed=5)
     segments = torch.zeros_like(ids)
     segments[:, 4:] = 1
@@ -139,8 +144,10 @@ def test_a_task_head_fine_tunes_on_the_encoder_and_ignores_segment_ids(tmp_path)
     assert head.bert.embeddings.word_embeddings.weight.grad is not None
     with torch.no_grad():
         head.eval()
-        pooled = theirs(input_ids=ids, attention_mask=mask).pooler_output
-        torch.testing.assert_close(head.bert(ids, mask, segments).pooler_output, pooled, atol=1e-5, rtol=1e-5)
+        real = mask.bool()
+        want = theirs(input_ids=ids, attention_mask=mask).last_hidden_state[real]
+        got = head.bert(ids, mask, segments).last_hidden_state[real]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_a_config_whose_offset_leaves_no_position_is_refused(tmp_path):
@@ -241,8 +248,9 @@ def test_a_fine_tuned_head_saves_in_robertas_names_and_reloads_whole(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(again(ids, mask).logits, head(ids, mask).logits)
         encoder = transformers.RobertaModel.from_pretrained(tmp_path / "tuned").eval()
-        want = encoder(input_ids=ids, attention_mask=mask).pooler_output
-        torch.testing.assert_close(head.bert(ids, mask).pooler_output, want, atol=1e-5, rtol=1e-5)
+        real = mask.bool()
+        want = encoder(input_ids=ids, attention_mask=mask).last_hidden_state[real]
+        torch.testing.assert_close(head.bert(ids, mask).last_hidden_state[real], want, atol=1e-5, rtol=1e-5)
 
 
 def test_onnx_export_of_a_roberta_encoder_has_no_segment_input_and_verifies(tmp_path):
@@ -476,3 +484,75 @@ def test_a_distilbert_masked_lm_fills_masks_as_transformers_and_saves_back(tmp_p
     with torch.no_grad():
         again = back.eval()(input_ids=ids, attention_mask=mask).logits[real]
     torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-5)
+
+
+# ------------------------------------------------------------------- the family's own sequence classifiers
+
+
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "electra", "distilbert"])
+def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_back(
+    tmp_path, family, kernels_on
+):
+    """transformers' XForSequenceClassification (sentiment models, NLI, rerankers): bertkit's sequence head
+    loads every tensor, gives its logits with padding, saves a folder transformers' AutoModel reads back
+    whole, and the server and ``predict`` take the transformers-saved folder as a sequence classifier."""
+    from bertkit.heads import BertForSequenceClassification
+    from bertkit.serving.service import _model_class
+
+    configs = {
+        "roberta": (transformers.RobertaForSequenceClassification, transformers.RobertaConfig(**SHAPE)),
+        "xlm-roberta": (transformers.XLMRobertaForSequenceClassification, transformers.XLMRobertaConfig(**SHAPE)),
+        "electra": (transformers.ElectraForSequenceClassification, transformers.ElectraConfig(**ELECTRA_SHAPE)),
+        "distilbert": (transformers.DistilBertForSequenceClassification, transformers.DistilBertConfig(**DISTIL_SHAPE)),
+    }  # fmt: skip
+    cls, config = configs[family]
+    config.num_labels = 3
+    theirs = _random(cls, config, seed=11)
+    theirs.save_pretrained(tmp_path / "theirs")
+    arch = json.loads((tmp_path / "theirs" / "config.json").read_text())["architectures"][0]
+    assert _model_class(arch, tmp_path / "theirs") is BertForSequenceClassification
+    ours, info = BertForSequenceClassification.from_pretrained(tmp_path / "theirs", output_loading_info=True)
+    assert info.missing_keys == [] and info.unexpected_keys == []
+    pad = config.pad_token_id
+    ids, mask = _batch(seed=12)
+    ids = ids.masked_fill(~mask.bool(), pad)
+    with torch.no_grad():
+        want = theirs(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(ours(ids, mask).logits, want, atol=1e-5, rtol=1e-5)
+    ours.save_pretrained(tmp_path / "ours")
+    back, loading = transformers.AutoModelForSequenceClassification.from_pretrained(
+        tmp_path / "ours", output_loading_info=True
+    )
+    assert type(back) is cls and not loading["missing_keys"] and not loading["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(
+            back.eval()(input_ids=ids, attention_mask=mask).logits, want, atol=1e-5, rtol=1e-5
+        )
+
+
+def test_a_roberta_reranker_scores_pairs_in_robertas_layout_over_http(tmp_path):
+    """A one-output RobertaForSequenceClassification (a reranker such as bge-reranker is one, on XLM-RoBERTa)
+    served: /rerank builds each (query, text) in the tokenizer's own ``<s> q </s></s> t </s>``, so its raw
+    scores equal transformers' logits on the tokenizer's pair encoding, also when the pair is cut short."""
+    from fastapi.testclient import TestClient
+
+    from bertkit.serving.app import create_app
+
+    config = transformers.RobertaConfig(**SHAPE)
+    config.num_labels = 1
+    theirs = _random(transformers.RobertaForSequenceClassification, config, seed=13)
+    theirs.save_pretrained(tmp_path / "reranker")
+    _roberta_tokenizer(tmp_path / "reranker", max_length=16)
+    texts = ["the sea flows", "a fox jumps over the lazy dog and the river flows to the sea"]
+    client = TestClient(create_app(str(tmp_path / "reranker"), precision="fp32", max_length=16))
+    got = client.post(
+        "/rerank", json={"query": "the river", "texts": texts, "raw_scores": True, "truncate": True}
+    )
+    assert got.status_code == 200
+    scores = {r["index"]: r["score"] for r in got.json()}
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "reranker")
+    enc = tok(["the river"] * 2, texts, padding=True, truncation=True, max_length=16, return_tensors="pt")
+    assert enc["attention_mask"][1].sum() == 16  # the long pair was cut
+    with torch.no_grad():
+        want = theirs.eval()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[:, 0]
+    assert [scores[0], scores[1]] == pytest.approx(want.tolist(), abs=1e-5)

@@ -112,12 +112,7 @@ def run_predict(args: argparse.Namespace) -> dict:
     model_dir = Path(args.model_dir)
     config = load_config(model_dir)
     arch = (config.architectures or [""])[0]
-    kinds = {
-        "BertForSequenceClassification": "seq",
-        "BertForMultipleChoice": "choice",
-        "ModernBertForSequenceClassification": "seq",
-        "ModernBertForMultipleChoice": "choice",
-    }
+    kinds = {"ForSequenceClassification": "seq", "ForMultipleChoice": "choice"}  # any architecture's
     head = head_of(arch)
     if head in ("ForQuestionAnswering", "ForTokenClassification"):  # BERT's or ModernBERT's
         from bertkit.cli import predict_spans
@@ -126,12 +121,12 @@ def run_predict(args: argparse.Namespace) -> dict:
         with atomic_write(args.out) as f:
             n = fn(args, f)
         return {"out": args.out, "architecture": arch, "examples": n}
-    if arch not in kinds:
+    if head not in kinds:
         raise UserError(
             f"{model_dir}/config.json: architecture {arch!r} is not a fine-tuned classification, tagging, "
             "question-answering or multiple-choice model"
         )
-    kind = kinds[arch]
+    kind = kinds[head]
     max_seq_length = args.max_seq_length or 128
     tok = Tokenizer.from_pretrained(model_dir)
     model = model_class(kind, model_dir).from_pretrained(model_dir).eval()

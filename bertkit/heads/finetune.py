@@ -15,6 +15,12 @@ directory loads in transformers' ``BertFor…`` classes and code written for one
 - ``BertForMultipleChoice``: input [B, C, T]; one score per choice from the pooled ``[CLS]``; softmax over C.
 Dropout is ``classifier_dropout`` when set, else ``hidden_dropout_prob`` (0.1).
 
+On a checkpoint of BERT's family (:mod:`bertkit.bert_family`) the sequence head is the one transformers gives
+that family, so classifiers fine-tuned there (sentiment models, NLI, rerankers such as bge-reranker) load
+whole and bertkit's load in transformers: no pooler, the first token's vector -> ``classifier.dense`` ->
+tanh (RoBERTa, XLM-RoBERTa) or GELU (ELECTRA) -> ``classifier.out_proj``; DistilBERT's ``pre_classifier`` ->
+ReLU -> ``classifier``.
+
 Two config keys serve the paper's left-to-right ablation (Table 5), read from ``config.json``:
 
 - ``"causal": true`` keeps the causal mask at fine-tuning time (each token sees only itself and what is to
@@ -143,6 +149,8 @@ def _sequence_vector(model: nn.Module, out, attention_mask: Tensor | None) -> Te
     if model.causal:
         last = (mask.sum(-1).long() - 1).clamp(min=0)
         return model.bert.pooler(seq[torch.arange(seq.size(0), device=seq.device), last].unsqueeze(1))
+    if model.bert.pooler is None:  # BERT's family without a pooler: the first token's vector itself
+        return seq[:, 0]
     return out.pooler_output
 
 
@@ -199,6 +207,31 @@ _PRETRAINING_KEYS = BertPreTrainedModel._ignored_keys + (r"^cls\.",)
 _POOLER_KEYS = (r"(^|\.)pooler\.",)
 
 
+# model_type -> the activation of the two-layer sequence classifier transformers gives that family member
+FAMILY_CLASSIFIER_ACTIVATION = {
+    "roberta": "tanh",
+    "xlm-roberta": "tanh",
+    "electra": "gelu",
+    "distilbert": "relu",
+}
+
+
+class FamilyClassificationHead(nn.Module):
+    """RoBERTa's and ELECTRA's sequence classifier, on the first token's vector: dropout -> dense ->
+    activation -> dropout -> out_proj."""
+
+    def __init__(self, config: BertConfig, activation: str) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = _dropout(config)
+        self.activation = {"tanh": torch.tanh, "gelu": F.gelu}[activation]
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """[B, H] -> [B, num_labels]"""
+        return self.out_proj(self.dropout(self.activation(self.dense(self.dropout(x)))))
+
+
 class BertForSequenceClassification(BertPreTrainedModel):
     _tied_weights: dict[str, str] = {}
     _ignored_keys = _PRETRAINING_KEYS
@@ -206,11 +239,25 @@ class BertForSequenceClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.bert = BertModel(config)
+        family = FAMILY_CLASSIFIER_ACTIVATION.get(config.model_type)  # None: BERT's pooled [CLS] -> linear
+        self.bert = BertModel(config, add_pooling_layer=family is None)
         self.dropout = _dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        # DistilBERT's classifier has a layer before it (pre_classifier); RoBERTa's and ELECTRA's are modules
+        self.pre_classifier = nn.Linear(config.hidden_size, config.hidden_size) if family == "relu" else None
+        if family in ("tanh", "gelu"):
+            self.classifier: nn.Module = FamilyClassificationHead(config, family)
+        else:
+            self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         _head_settings(self, config)
         self.post_init()
+
+    def classify(self, x: Tensor) -> Tensor:
+        """The sequence vector [B, H] -> logits [B, num_labels]."""
+        if self.pre_classifier is not None:
+            x = F.relu(self.pre_classifier(x))
+        if isinstance(self.classifier, FamilyClassificationHead):
+            return self.classifier(x)
+        return self.classifier(self.dropout(x))
 
     def forward(
         self,
@@ -225,7 +272,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         out = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states, causal=self.causal
         )
-        logits = self.classifier(self.dropout(_sequence_vector(self, out, attention_mask)))
+        logits = self.classify(_sequence_vector(self, out, attention_mask))
         loss = classification_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 

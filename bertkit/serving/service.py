@@ -479,14 +479,16 @@ def _model_class(architecture: str, model_dir: str | os.PathLike | None = None) 
     """The class a config's ``architectures[0]`` names, in the folder's architecture (BERT without a folder):
     a task head of ``architectures.HEADS`` (and BERT's pre-training head), else the bare encoder."""
     from .. import heads, modernbert
-    from ..architectures import HEADS, is_modernbert
+    from ..architectures import HEADS, head_of, is_modernbert
     from ..model import BertModel
 
     if model_dir is not None and is_modernbert(model_dir):
         known = {"ModernBert" + suffix for suffix in HEADS.values()}
         return getattr(modernbert, architecture) if architecture in known else modernbert.ModernBertModel
+    # BERT's, or a family member's head (RobertaForSequenceClassification runs as BERT's, bert_family.py)
+    name = "Bert" + head_of(architecture)
     known = {"Bert" + suffix for suffix in HEADS.values()} | {"BertForPreTraining"}
-    return getattr(heads, architecture) if architecture in known else BertModel
+    return getattr(heads, name) if name in known else BertModel
 
 
 __all__ = ["LONG_TEXT", "InferenceService"]

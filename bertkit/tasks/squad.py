@@ -43,6 +43,7 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import open_text
+from bertkit.pair_layout import PairLayout, pair_layout
 
 log = logging.getLogger("bertkit")
 
@@ -407,10 +408,10 @@ def convert_examples_to_features(
     if (
         bpe
     ):  # the tokenizer's own layout: BERT's [CLS] q [SEP] c [SEP], or e.g. RoBERTa's <s> q </s></s> c </s>
-        layout = squad_bpe.pair_layout(tokenizer)
+        layout = pair_layout(tokenizer, user="SQuAD features")
     else:
         cls_tok, sep_tok = getattr(tokenizer, "cls_token", "[CLS]"), getattr(tokenizer, "sep_token", "[SEP]")
-        layout = squad_bpe.PairLayout.bert(*tokenizer.convert_tokens_to_ids([cls_tok, sep_tok]))
+        layout = PairLayout.bert(*tokenizer.convert_tokens_to_ids([cls_tok, sep_tok]))
     prefix, middle, suffix = (
         list(tokenizer.convert_ids_to_tokens(list(part)))
         for part in (layout.prefix, layout.middle, layout.suffix)
