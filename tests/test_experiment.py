@@ -1134,6 +1134,23 @@ def test_the_study_matrix_has_a_modernbert_arm_of_bert_minis_size():
     assert abs(n_mb - n_bert) / n_bert < 0.02
 
 
+def test_the_study_headline_chain_continues_the_electra_modernbert_arm_link_by_link():
+    """The chain the four-GLUE-task rule picked: the ELECTRA-with-ModernBERT arm's recipe, each link continued
+    from the one before in whole steps of 32 x 128 tokens, one CPU-hour apart at the start and twenty at the
+    end, and the [curve] drawn through exactly these links."""
+    study = load_matrix(Path(__file__).resolve().parents[1] / "experiments" / "pretrain-study.toml")
+    arm = study.cell("pretrain/electra-modernbert-mini-3h").spec
+    links = study.raw["curve"]["models"]
+    specs = [study.cell(f"pretrain/{name}").spec for name in links]
+    assert all(s["objective"] == arm["objective"] == "electra" for s in specs)
+    assert all(s["model_config"] == arm["model_config"] for s in specs)
+    by_name = {m["name"]: m for m in study.raw["model"]}
+    assert [by_name[n].get("continue_from") for n in links] == [None, *links[:-1]]
+    tokens = [by_name[n]["tokens"] for n in links]
+    assert all(t % (32 * 128) == 0 for t in tokens)
+    assert sum(tokens) == 20 * tokens[0]  # 1 + 1 + 3 + 5 + 10 CPU-hours at the first link's rate
+
+
 def test_a_random_arm_takes_the_shape_of_its_model_config(tmp_path, tiny_data):
     """A random-init baseline for a ModernBERT arm is a ModernBERT at its initialisation, scored held-out by
     its own masked-LM head; without ``model_config`` it stays BERT's preset."""
