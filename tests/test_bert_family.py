@@ -556,3 +556,23 @@ def test_a_roberta_reranker_scores_pairs_in_robertas_layout_over_http(tmp_path):
     with torch.no_grad():
         want = theirs.eval()(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[:, 0]
     assert [scores[0], scores[1]] == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_glue_pairs_are_encoded_in_robertas_layout_as_transformers_does(tmp_path):
+    """Fine-tuning's pair encoding (GLUE, classify, SWAG) follows the tokenizer: RoBERTa's
+    ``<s> a </s></s> b </s>``, cut longest-first to the limit, equal to transformers' ids; single texts and a
+    WordPiece tokenizer keep BERT's ``[CLS] a [SEP] b [SEP]``."""
+    from bertkit.tasks.encoding import encode_pairs
+    from bertkit.tokenizer import Tokenizer
+
+    _roberta_tokenizer(tmp_path / "tok")
+    ours, theirs = (
+        Tokenizer.from_pretrained(tmp_path / "tok"),
+        transformers.AutoTokenizer.from_pretrained(tmp_path / "tok"),
+    )
+    a = ["the river flows", "a quick brown fox jumps over the lazy dog", "rivers"]
+    b = ["to the sea", "the sea", None]
+    got = encode_pairs(ours, a, b, max_seq_length=12)
+    for (ids, _types), x, y in zip(got, a, b):
+        assert ids == theirs(x, y, truncation="longest_first", max_length=12)["input_ids"]
+    assert got[0][0].count(2) == 3 and len(got[1][0]) == 12  # </s></s> between; the long pair cut

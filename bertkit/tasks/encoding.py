@@ -1,7 +1,7 @@
-"""Task examples to model inputs: WordPiece ids with ``[CLS]``/``[SEP]``, labels, batches.
+"""Task examples to model inputs: ids with ``[CLS]``/``[SEP]``, labels, batches.
 
-Pairs are ``[CLS] a [SEP] b [SEP]`` truncated longest-first (as the original ``run_classifier.py``); for
-tagging, each word's pieces carry the word's label on the first sub-token and -100 on the rest, and long
+Pairs are ``[CLS] a [SEP] b [SEP]`` (or the tokenizer's own layout, e.g. RoBERTa's ``<s> a </s></s> b </s>``)
+truncated longest-first (as the original ``run_classifier.py``); for tagging, each word's pieces carry the word's label on the first sub-token and -100 on the rest, and long
 sentences are split into windows of whole words; multiple choice packs (context, ending) for each ending.
 """
 
@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
+from bertkit.pair_layout import PairLayout, pair_layout
 from bertkit.sentence.batching import pad
 from bertkit.tasks.spec import TaskData
-from bertkit.tokenizer import Tokenizer
+from bertkit.tokenizer import BPETokenizer, Tokenizer
 
 
 @dataclass
@@ -46,20 +47,23 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[l
 
 
 def _pack(
-    tok: Tokenizer, a: list[int], b: list[int] | None, max_seq_length: int
+    tok: Tokenizer, layout: PairLayout, a: list[int], b: list[int] | None, max_seq_length: int
 ) -> tuple[list[int], list[int]]:
-    a, b = truncate_pair(a, b, max_seq_length - (3 if b is not None else 2))
-    ids = [tok.cls_token_id, *a, tok.sep_token_id]
-    types = [0] * len(ids)
-    if b is not None:
-        ids += [*b, tok.sep_token_id]
-        types += [1] * (len(b) + 1)
-    return ids, types
+    if b is None:
+        a, _ = truncate_pair(a, None, max_seq_length - 2)
+        return [tok.cls_token_id, *a, tok.sep_token_id], [0] * (len(a) + 2)
+    a, b = truncate_pair(a, b, max_seq_length - layout.specials)
+    return layout.window(a, b)
 
 
 def encode_pairs(
     tok: Tokenizer, a: Sequence[str], b: Sequence[str | None], max_seq_length: int
 ) -> list[tuple]:
+    """(input ids, segment ids) of each text, or pair of texts in the tokenizer's own layout (BERT's
+    ``[CLS] a [SEP] b [SEP]``; RoBERTa's ``<s> a </s></s> b </s>``: :mod:`bertkit.pair_layout`)."""
+    # a tokenizer.json that runs its own template may lay pairs out otherwise; WordPiece's is BERT's
+    bert = PairLayout.bert(tok.cls_token_id, tok.sep_token_id)
+    layout = pair_layout(tok) if isinstance(tok, BPETokenizer) and any(x is not None for x in b) else bert
     ids_a = tok.encode_batch_ids(list(a), add_special_tokens=False)
     has_b = [x is not None for x in b]
     ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)
@@ -67,7 +71,8 @@ def encode_pairs(
     # A second segment without tokens is no second segment, as run_classifier.py (`if tokens_b:`) and
     # transformers' tok(a, "") encode it: [CLS] a [SEP], not [CLS] a [SEP] [SEP].
     return [
-        _pack(tok, ia, (next(it) or None) if hb else None, max_seq_length) for ia, hb in zip(ids_a, has_b)
+        _pack(tok, layout, ia, (next(it) or None) if hb else None, max_seq_length)
+        for ia, hb in zip(ids_a, has_b)
     ]
 
 
