@@ -74,6 +74,8 @@ FAMILY_NAMES: dict[str, Names] = {
     )),
 }  # fmt: skip
 FAMILY_NAMES[XLM_ROBERTA] = FAMILY_NAMES[ROBERTA]  # the same network and names, a multilingual vocabulary
+# model_type -> transformers' class-name prefix ("RobertaForSequenceClassification" for BERT's head on RoBERTa)
+CLASS_PREFIX = {ROBERTA: "Roberta", XLM_ROBERTA: "XLMRoberta", ELECTRA: "Electra", DISTILBERT: "DistilBert"}
 # bertkit tensors a member does not have, which must then be zero: DistilBERT has no segment embeddings
 ABSENT_AS_ZERO: dict[str, tuple[str, ...]] = {DISTILBERT: ("embeddings.token_type_embeddings.weight",)}
 _BERT = "bert."

@@ -31,12 +31,15 @@ INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 
 
 def model_class_for(architecture: str | None):
-    """The bertkit class for a config's ``architectures[0]`` (BertModel when unknown or absent)."""
+    """The bertkit class for a config's ``architectures[0]`` (BertModel when unknown or absent); a BERT-family
+    member's head ("RobertaForSequenceClassification") is BERT's (bertkit/bert_family.py)."""
     from . import heads  # noqa: F401  (package exists; classes imported lazily below)
+    from .architectures import head_of
     from .model import BertModel
 
     if not architecture:
         return BertModel
+    architecture = "Bert" + head_of(architecture)
     if architecture in ("BertForPreTraining", "BertForMaskedLM"):
         from .heads import pretraining
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from .bert_family import ABSENT_AS_ZERO, FAMILY_NAMES, to_bertkit_key, to_family_key
+from .bert_family import ABSENT_AS_ZERO, CLASS_PREFIX, FAMILY_NAMES, to_bertkit_key, to_family_key
 from .checkpoint import SAFETENSORS, load_state_dict, save_state_dict
 from .config import BertConfig, HFConfig
 from .errors import UserError
@@ -227,7 +227,10 @@ class BertPreTrainedModel(nn.Module):
                 if not k.endswith(absent)
             }
         # a model that saves another class's layout (plus tensors that class ignores) names that class
-        self.config.architectures = [getattr(self, "saved_architecture", type(self).__name__)]
+        architecture = getattr(self, "saved_architecture", type(self).__name__)
+        if self.config.model_type in CLASS_PREFIX and architecture.startswith("Bert"):  # transformers' name
+            architecture = CLASS_PREFIX[self.config.model_type] + architecture[len("Bert") :]
+        self.config.architectures = [architecture]
         with atomic_dir(model_dir) as tmp:
             self.config.save_pretrained(tmp)
             save_state_dict(state, tmp / SAFETENSORS)

@@ -520,6 +520,10 @@ def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_b
         want = theirs(input_ids=ids, attention_mask=mask).logits
         torch.testing.assert_close(ours(ids, mask).logits, want, atol=1e-5, rtol=1e-5)
     ours.save_pretrained(tmp_path / "ours")
+    saved = json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"]
+    assert (
+        saved == [cls.__name__] and _model_class(saved[0], tmp_path / "ours") is BertForSequenceClassification
+    )
     back, loading = transformers.AutoModelForSequenceClassification.from_pretrained(
         tmp_path / "ours", output_loading_info=True
     )
@@ -576,3 +580,17 @@ def test_glue_pairs_are_encoded_in_robertas_layout_as_transformers_does(tmp_path
     for (ids, _types), x, y in zip(got, a, b):
         assert ids == theirs(x, y, truncation="longest_first", max_length=12)["input_ids"]
     assert got[0][0].count(2) == 3 and len(got[1][0]) == 12  # </s></s> between; the long pair cut
+
+
+def test_onnx_export_of_a_fine_tuned_family_classifier_exports_its_head(tmp_path):
+    """A folder saved as RobertaForSequenceClassification exports the classifier's logits, not the bare
+    encoder."""
+    pytest.importorskip("onnxruntime")
+    from bertkit.export import export_onnx
+
+    config = transformers.RobertaConfig(**SHAPE)
+    config.num_labels = 2
+    _random(transformers.RobertaForSequenceClassification, config, seed=14).save_pretrained(tmp_path / "clf")
+    result = export_onnx(tmp_path / "clf", tmp_path / "clf.onnx")
+    assert list(result["verify"]["max_abs_diff"]) == ["logits"]
+    assert result["verify"]["max_abs_diff"]["logits"] < 1e-4
