@@ -25,20 +25,15 @@ def is_modernbert(model_dir: str | os.PathLike) -> bool:
     return model_type_of(model_dir) == MODERNBERT
 
 
-# model_type -> the name people write, for model cards (BERT's family: bertkit/bert_family.py)
-DISPLAY_NAMES = {
-    MODERNBERT: "ModernBERT",
-    "roberta": "RoBERTa",
-    "xlm-roberta": "XLM-RoBERTa",
-    "electra": "ELECTRA",
-    "distilbert": "DistilBERT",
-}
-
-
 def display_name(model_dir: str | os.PathLike) -> str:
     """The architecture's name as people write it, for model cards: "ModernBERT", "RoBERTa", ..., else
     "BERT"."""
-    return DISPLAY_NAMES.get(model_type_of(model_dir), "BERT")
+    from .bert_family import FAMILY
+
+    model_type = model_type_of(model_dir)
+    if model_type == MODERNBERT:
+        return "ModernBERT"
+    return FAMILY[model_type].display if model_type in FAMILY else "BERT"
 
 
 def load_config(model_dir: str | os.PathLike) -> HFConfig:
@@ -115,7 +110,7 @@ def encoder_of(model: Any) -> Any:
 
 
 # class-name prefixes of the architectures bertkit runs (BERT's family: bertkit/bert_family.py), longest first
-CLASS_PREFIXES = ("ModernBert", "XLMRoberta", "DistilBert", "Roberta", "Electra", "Bert")
+CLASS_PREFIXES = ("ModernBert", "XLMRoberta", "DistilBert", "Camembert", "Roberta", "Electra", "Bert")
 
 
 def head_of(architecture: str) -> str:

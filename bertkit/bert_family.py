@@ -1,21 +1,23 @@
-"""Checkpoints of BERT's family in transformers' layouts, read as BERT: RoBERTa (Liu et al., 2019), its
-multilingual XLM-RoBERTa (Conneau et al., 2020), ELECTRA (Clark et al., 2020) and DistilBERT (Sanh et al.,
-2019) changed how BERT is trained, not its network.
+"""Checkpoints of BERT's family in transformers' layouts, read as BERT: RoBERTa (Liu et al., 2019) with its
+multilingual XLM-RoBERTa (Conneau et al., 2020) and French CamemBERT, ELECTRA (Clark et al., 2020) and
+DistilBERT (Sanh et al., 2019) changed how BERT is trained, not its network.
 
 A Hugging Face folder whose ``model_type`` is one of these differs from a BERT folder in the names of its
-tensors (:data:`FAMILY_NAMES`) and in little else, each held here or in the config:
+tensors and in little else, each held here (:data:`FAMILY`, one :class:`Member` per ``model_type``) or in the
+config:
 
-- RoBERTa and XLM-RoBERTa number positions after the padding id: the i-th real token sits at
+- RoBERTa, XLM-RoBERTa and CamemBERT number positions after the padding id: the i-th real token sits at
   ``pad_token_id + 1 + i`` and padding at ``pad_token_id`` (so ``max_position_embeddings`` 514 holds 512
   tokens; :attr:`bertkit.config.BertConfig.position_offset`), and have one segment type (``type_vocab_size`` 1);
 - ELECTRA's small models embed narrower than they compute (``embedding_size``; the encoder maps the
   embeddings up, ``embeddings_project``), and its encoder has no pooler;
 - DistilBERT names BERT's sizes (``dim``, ``n_layers``, ...: :data:`DISTILBERT_CONFIG_KEYS`) and layers its own
-  way, and has neither segment embeddings (bertkit's are zero: :data:`ABSENT_AS_ZERO`) nor a pooler.
+  way, and has neither segment embeddings (bertkit's are zero) nor a pooler.
 
-bertkit's BERT heads go on these encoders; a model loaded from such a folder saves back under the family's
-names, so transformers reads it. Classifiers transformers already fine-tuned (RoBERTa's and ELECTRA's
-``classifier.dense`` / ``classifier.out_proj``, DistilBERT's ``pre_classifier``) are not among bertkit's heads.
+bertkit's BERT heads go on these encoders, except the sequence head, which is each member's own
+(:attr:`Member.classifier`: ``classifier.dense`` / ``classifier.out_proj``, or DistilBERT's
+``pre_classifier``), so classifiers transformers fine-tuned load whole. A model loaded from such a folder saves
+back under the member's names and class names, so transformers reads it.
 """
 
 from __future__ import annotations
@@ -27,13 +29,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-ROBERTA = "roberta"
-XLM_ROBERTA = "xlm-roberta"  # RoBERTa trained on 100 languages (XLM-R; multilingual-e5, bge-m3 build on it)
-ELECTRA = "electra"
-DISTILBERT = "distilbert"
-# the members that number positions after the padding id
-OFFSET_POSITIONS = (ROBERTA, XLM_ROBERTA)
-
 
 @dataclass(frozen=True)
 class Names:
@@ -44,21 +39,39 @@ class Names:
     parts: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class Member:
+    """One member of BERT's family as transformers stores it."""
+
+    display: str  # as people write it, for model cards
+    class_prefix: str  # transformers' class names: class_prefix + "ForSequenceClassification"
+    names: Names
+    offset_positions: bool = False  # positions numbered after the padding id (RoBERTa's)
+    classifier: str = "pooler"  # the sequence head's activation ("tanh", "gelu", "relu"), or BERT's pooler
+    absent_as_zero: tuple[str, ...] = ()  # bertkit tensors it does not have, which must then be zero
+
+
+_ROBERTA_NAMES = Names("roberta.", (
+    ("lm_head.dense.", "cls.predictions.transform.dense."),
+    ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
+    ("lm_head.decoder.", "cls.predictions.decoder."),
+    ("lm_head.bias", "cls.predictions.bias"),
+))  # fmt: skip
 _LAYER = "transformer.layer.{n}."
-FAMILY_NAMES: dict[str, Names] = {
-    ROBERTA: Names("roberta.", (
-        ("lm_head.dense.", "cls.predictions.transform.dense."),
-        ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
-        ("lm_head.decoder.", "cls.predictions.decoder."),
-        ("lm_head.bias", "cls.predictions.bias"),
-    )),
-    ELECTRA: Names("electra.", (  # ElectraModel, ElectraForPreTraining, ElectraForMaskedLM (the generator)
+
+# model_type -> the member; "bert" and folders without a model_type are BERT itself
+FAMILY: dict[str, Member] = {
+    "roberta": Member("RoBERTa", "Roberta", _ROBERTA_NAMES, offset_positions=True, classifier="tanh"),
+    # RoBERTa trained on 100 languages (XLM-R; multilingual-e5 and bge-m3 build on it), and on French
+    "xlm-roberta": Member("XLM-RoBERTa", "XLMRoberta", _ROBERTA_NAMES, offset_positions=True, classifier="tanh"),
+    "camembert": Member("CamemBERT", "Camembert", _ROBERTA_NAMES, offset_positions=True, classifier="tanh"),
+    "electra": Member("ELECTRA", "Electra", Names("electra.", (  # ElectraModel, ...ForPreTraining, ...ForMaskedLM
         ("generator_predictions.dense.", "cls.predictions.transform.dense."),
         ("generator_predictions.LayerNorm.", "cls.predictions.transform.LayerNorm."),
         ("generator_lm_head.weight", "cls.predictions.decoder.weight"),
         ("generator_lm_head.bias", "cls.predictions.bias"),
-    )),
-    DISTILBERT: Names("distilbert.", (  # BERT's layers under other names, no segments, no pooler
+    )), classifier="gelu"),
+    "distilbert": Member("DistilBERT", "DistilBert", Names("distilbert.", (  # BERT's layers, other names
         (_LAYER + "attention.q_lin.", "encoder.layer.{n}.attention.self.query."),
         (_LAYER + "attention.k_lin.", "encoder.layer.{n}.attention.self.key."),
         (_LAYER + "attention.v_lin.", "encoder.layer.{n}.attention.self.value."),
@@ -71,13 +84,11 @@ FAMILY_NAMES: dict[str, Names] = {
         ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
         ("vocab_projector.weight", "cls.predictions.decoder.weight"),
         ("vocab_projector.bias", "cls.predictions.bias"),
-    )),
+    )), classifier="relu", absent_as_zero=("embeddings.token_type_embeddings.weight",)),  # no segments
 }  # fmt: skip
-FAMILY_NAMES[XLM_ROBERTA] = FAMILY_NAMES[ROBERTA]  # the same network and names, a multilingual vocabulary
-# model_type -> transformers' class-name prefix ("RobertaForSequenceClassification" for BERT's head on RoBERTa)
-CLASS_PREFIX = {ROBERTA: "Roberta", XLM_ROBERTA: "XLMRoberta", ELECTRA: "Electra", DISTILBERT: "DistilBert"}
-# bertkit tensors a member does not have, which must then be zero: DistilBERT has no segment embeddings
-ABSENT_AS_ZERO: dict[str, tuple[str, ...]] = {DISTILBERT: ("embeddings.token_type_embeddings.weight",)}
+DISTILBERT = "distilbert"
+# the model types bertkit runs as BERT: BERT itself and its family
+BERT_TYPES = ("bert", *FAMILY)
 _BERT = "bert."
 
 
@@ -97,9 +108,9 @@ def _rename(inner: str, pairs: tuple[tuple[str, str], ...]) -> str:
 
 def to_bertkit_key(key: str, model_type: str) -> str:
     """A tensor name of the family member's layout -> bertkit's (BERT's); other names unchanged."""
-    names = FAMILY_NAMES.get(model_type)
-    if names is None:
+    if model_type not in FAMILY:
         return key
+    names = FAMILY[model_type].names
     if key.startswith(names.prefix):  # a head model's encoder
         return _BERT + _rename(key[len(names.prefix) :], names.parts)
     return _rename(key, names.parts)  # a bare encoder's names, or a head's
@@ -107,9 +118,9 @@ def to_bertkit_key(key: str, model_type: str) -> str:
 
 def to_family_key(key: str, model_type: str) -> str:
     """bertkit's tensor name -> the family member's layout (the inverse of :func:`to_bertkit_key`)."""
-    names = FAMILY_NAMES.get(model_type)
-    if names is None:
+    if model_type not in FAMILY:
         return key
+    names = FAMILY[model_type].names
     back = tuple((ours, theirs) for theirs, ours in names.parts)
     if key.startswith(_BERT):
         return names.prefix + _rename(key[len(_BERT) :], back)

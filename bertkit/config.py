@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .bert_family import DISTILBERT, DISTILBERT_CONFIG_KEYS, OFFSET_POSITIONS
+from .bert_family import BERT_TYPES, DISTILBERT, DISTILBERT_CONFIG_KEYS, FAMILY
 from .errors import UserError
 from .io import atomic_write_json, read_json
 
@@ -197,6 +197,11 @@ class BertConfig(HFConfig):
     # ------------------------------------------------------------- validation
     def validate(self) -> None:
         """Raise ValueError naming the field and the fix for any impossible setting."""
+        if self.model_type not in BERT_TYPES:  # first: another architecture's sizes mean nothing here
+            raise ValueError(
+                f"model_type {self.model_type!r} is not an architecture bertkit runs (it runs "
+                f"{', '.join(BERT_TYPES[:-1])}, {BERT_TYPES[-1]} and modernbert)"
+            )
         for name in (
             "vocab_size",
             "hidden_size",
@@ -282,7 +287,8 @@ class BertConfig(HFConfig):
     def position_offset(self) -> int:
         """The position id of the first token: 0 for BERT, ``pad_token_id + 1`` for a RoBERTa checkpoint
         (whose positions start after the padding id; see :mod:`bertkit.bert_family`)."""
-        return self.pad_token_id + 1 if self.model_type in OFFSET_POSITIONS else 0
+        member = FAMILY.get(self.model_type)
+        return self.pad_token_id + 1 if member is not None and member.offset_positions else 0
 
     @property
     def max_tokens(self) -> int:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from .bert_family import ABSENT_AS_ZERO, CLASS_PREFIX, FAMILY_NAMES, to_bertkit_key, to_family_key
+from .bert_family import FAMILY, to_bertkit_key, to_family_key
 from .checkpoint import SAFETENSORS, load_state_dict, save_state_dict
 from .config import BertConfig, HFConfig
 from .errors import UserError
@@ -38,6 +38,12 @@ class LoadingInfo:
     missing_keys: list[str] = field(default_factory=list)
     unexpected_keys: list[str] = field(default_factory=list)
     mismatched_keys: list[str] = field(default_factory=list)
+
+
+def _absent_as_zero(model_type: str) -> tuple[str, ...]:
+    """Name endings of bertkit tensors the family member lacks and computes as zero (bert_family.py)."""
+    member = FAMILY.get(model_type)
+    return member.absent_as_zero if member is not None else ()
 
 
 class BertPreTrainedModel(nn.Module):
@@ -105,7 +111,7 @@ class BertPreTrainedModel(nn.Module):
     def _map_checkpoint_key(self, key: str, expected: set[str]) -> str | None:
         """The model key a checkpoint key belongs to, or None if it has no place in this model."""
         prefix = self.base_model_prefix + "."
-        if self.config.model_type in FAMILY_NAMES:  # RoBERTa's or ELECTRA's names (bert_family.py)
+        if self.config.model_type in FAMILY:  # RoBERTa's, ELECTRA's, ... names (bert_family.py)
             key = to_bertkit_key(key, self.config.model_type)
         if key in expected:
             return key
@@ -153,7 +159,7 @@ class BertPreTrainedModel(nn.Module):
                 )
             to_load[target] = tensor
         zero = {
-            k for k in expected - set(to_load) if k.endswith(ABSENT_AS_ZERO.get(self.config.model_type, ()))
+            k for k in expected - set(to_load) if k.endswith(_absent_as_zero(self.config.model_type))
         }  # tensors the checkpoint's family lacks and computes as zero (DistilBERT's segment embeddings)
         for name in zero:
             to_load[name] = torch.zeros_like(own[name])
@@ -219,8 +225,8 @@ class BertPreTrainedModel(nn.Module):
         """Write ``config.json`` and ``model.safetensors`` (tied copies left out, as transformers does)."""
         tied = self._tied_targets()
         state = {k: v for k, v in self.state_dict().items() if k not in tied}
-        if self.config.model_type in FAMILY_NAMES:  # saved as it came: transformers loads it back
-            absent = ABSENT_AS_ZERO.get(self.config.model_type, ())
+        if self.config.model_type in FAMILY:  # saved as it came: transformers loads it back
+            absent = _absent_as_zero(self.config.model_type)
             state = {
                 to_family_key(k, self.config.model_type): v
                 for k, v in state.items()
@@ -228,8 +234,8 @@ class BertPreTrainedModel(nn.Module):
             }
         # a model that saves another class's layout (plus tensors that class ignores) names that class
         architecture = getattr(self, "saved_architecture", type(self).__name__)
-        if self.config.model_type in CLASS_PREFIX and architecture.startswith("Bert"):  # transformers' name
-            architecture = CLASS_PREFIX[self.config.model_type] + architecture[len("Bert") :]
+        if self.config.model_type in FAMILY and architecture.startswith("Bert"):  # transformers' name
+            architecture = FAMILY[self.config.model_type].class_prefix + architecture[len("Bert") :]
         self.config.architectures = [architecture]
         with atomic_dir(model_dir) as tmp:
             self.config.save_pretrained(tmp)

@@ -489,7 +489,7 @@ def test_a_distilbert_masked_lm_fills_masks_as_transformers_and_saves_back(tmp_p
 # ------------------------------------------------------------------- the family's own sequence classifiers
 
 
-@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "electra", "distilbert"])
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "camembert", "electra", "distilbert"])
 def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_back(
     tmp_path, family, kernels_on
 ):
@@ -502,6 +502,7 @@ def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_b
     configs = {
         "roberta": (transformers.RobertaForSequenceClassification, transformers.RobertaConfig(**SHAPE)),
         "xlm-roberta": (transformers.XLMRobertaForSequenceClassification, transformers.XLMRobertaConfig(**SHAPE)),
+        "camembert": (transformers.CamembertForSequenceClassification, transformers.CamembertConfig(**SHAPE)),
         "electra": (transformers.ElectraForSequenceClassification, transformers.ElectraConfig(**ELECTRA_SHAPE)),
         "distilbert": (transformers.DistilBertForSequenceClassification, transformers.DistilBertConfig(**DISTIL_SHAPE)),
     }  # fmt: skip
@@ -594,3 +595,37 @@ def test_onnx_export_of_a_fine_tuned_family_classifier_exports_its_head(tmp_path
     result = export_onnx(tmp_path / "clf", tmp_path / "clf.onnx")
     assert list(result["verify"]["max_abs_diff"]) == ["logits"]
     assert result["verify"]["max_abs_diff"]["logits"] < 1e-4
+
+
+def test_a_model_type_bertkit_does_not_run_is_refused_in_one_line_naming_the_file(tmp_path, capsys):
+    """An MPNet or DeBERTa folder is not BERT under other names: refused before any weight is read, naming the
+    file and the model types bertkit runs (CLI: exit 2, one line)."""
+    from bertkit.architectures import load_config
+    from bertkit.cli import main
+
+    (tmp_path / "mpnet").mkdir()
+    (tmp_path / "mpnet" / "config.json").write_text(json.dumps({"model_type": "mpnet", "hidden_size": 64}))
+    with pytest.raises(
+        UserError, match=r"mpnet/config.json: model_type 'mpnet' is not an architecture bertkit runs"
+    ):
+        load_config(tmp_path / "mpnet")
+    assert main(["info", str(tmp_path / "mpnet")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "roberta, xlm-roberta, camembert, electra, distilbert and modernbert" in err[0]
+
+
+@pytest.mark.parametrize(
+    "cls, config, name",
+    [("ElectraModel", "ElectraConfig", "ELECTRA"), ("DistilBertModel", "DistilBertConfig", "DistilBERT"),
+     ("CamembertModel", "CamembertConfig", "CamemBERT")],
+)  # fmt: skip
+def test_model_cards_name_each_family_member(tmp_path, cls, config, name):
+    from bertkit.architectures import display_name
+
+    shape = {"electra": ELECTRA_SHAPE, "distilbert": DISTIL_SHAPE}.get(
+        getattr(transformers, config).model_type, SHAPE
+    )
+    _random(getattr(transformers, cls), getattr(transformers, config)(**shape), seed=0).save_pretrained(
+        tmp_path
+    )
+    assert display_name(tmp_path) == name

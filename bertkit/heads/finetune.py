@@ -48,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bertkit.bert_family import FAMILY
 from bertkit.config import BertConfig
 from bertkit.heads.pretraining import _Output
 from bertkit.kernels.dropout import Dropout
@@ -207,15 +208,6 @@ _PRETRAINING_KEYS = BertPreTrainedModel._ignored_keys + (r"^cls\.",)
 _POOLER_KEYS = (r"(^|\.)pooler\.",)
 
 
-# model_type -> the activation of the two-layer sequence classifier transformers gives that family member
-FAMILY_CLASSIFIER_ACTIVATION = {
-    "roberta": "tanh",
-    "xlm-roberta": "tanh",
-    "electra": "gelu",
-    "distilbert": "relu",
-}
-
-
 class FamilyClassificationHead(nn.Module):
     """RoBERTa's and ELECTRA's sequence classifier, on the first token's vector: dropout -> dense ->
     activation -> dropout -> out_proj."""
@@ -239,8 +231,9 @@ class BertForSequenceClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        family = FAMILY_CLASSIFIER_ACTIVATION.get(config.model_type)  # None: BERT's pooled [CLS] -> linear
-        self.bert = BertModel(config, add_pooling_layer=family is None)
+        member = FAMILY.get(config.model_type)
+        family = member.classifier if member is not None else "pooler"  # BERT's: pooled [CLS] -> linear
+        self.bert = BertModel(config, add_pooling_layer=family == "pooler")
         self.dropout = _dropout(config)
         # DistilBERT's classifier has a layer before it (pre_classifier); RoBERTa's and ELECTRA's are modules
         self.pre_classifier = nn.Linear(config.hidden_size, config.hidden_size) if family == "relu" else None
