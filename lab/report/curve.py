@@ -83,10 +83,13 @@ def _plot(points: dict[str, list], anchors: dict[str, dict[str, float]], path: P
                 ax.annotate(
                     f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8
                 )
-        for label, value in (anchors.get(task) or {}).items():
+        # anchors close together (BERT-Tiny's and BERT-Mini's STS-B) label one line above it, the next below
+        for i, (label, value) in enumerate(sorted((anchors.get(task) or {}).items(), key=lambda kv: kv[1])):
             ax.axhline(value, ls="--", lw=1, color="grey")
             ax.annotate(f"{label}: {value}", (0, value), xycoords=("axes fraction", "data"), fontsize=8,
-                        xytext=(4, 3), textcoords="offset points")  # fmt: skip
+                        xytext=(4, 3 if i % 2 else -3), textcoords="offset points",
+                        va="bottom" if i % 2 else "top")  # fmt: skip
+        ax.set_xlim(left=0)  # the curve reads from no pre-training at all
         ax.set_xlabel("pre-training CPU-hours")
         ax.set_title(task)
         ax.grid(alpha=0.3)
