@@ -629,3 +629,26 @@ def test_model_cards_name_each_family_member(tmp_path, cls, config, name):
         tmp_path
     )
     assert display_name(tmp_path) == name
+
+
+def test_predict_scores_pairs_with_a_one_output_classifier_transformers_saved(tmp_path):
+    """``bertkit predict`` on a reranker transformers saved (one output, no problem_type): each pair's raw
+    score, equal to transformers' logit on the tokenizer's own pair encoding (it printed label 0, prob 1)."""
+    from bertkit.cli import main
+
+    config = transformers.RobertaConfig(**SHAPE)
+    config.num_labels = 1
+    theirs = _random(transformers.RobertaForSequenceClassification, config, seed=15)
+    theirs.save_pretrained(tmp_path / "reranker")
+    _roberta_tokenizer(tmp_path / "reranker")
+    rows = [{"text": "the river", "pair": "flows to the sea"}, {"text": "a fox", "pair": "jumps"}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["predict", str(tmp_path / "reranker"), "--input", str(tmp_path / "in.jsonl"),
+            "--out", str(tmp_path / "out.jsonl"), "--pair-field", "pair"]  # fmt: skip
+    assert main(argv) == 0
+    got = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "reranker")
+    for row, r in zip(got, rows):
+        with torch.no_grad():
+            want = theirs.eval()(**tok(r["text"], r["pair"], return_tensors="pt")).logits[0, 0]
+        assert row["text_pair"] == r["pair"] and row["score"] == pytest.approx(float(want), abs=1e-5)

@@ -164,6 +164,8 @@ def run_predict(args: argparse.Namespace) -> dict:
         for e, r in zip(examples, raw):
             if regression:
                 row = {"text": e.text_a, "score": r}
+                if e.text_b is not None:
+                    row["text_pair"] = e.text_b
             elif kind == "choice":
                 row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
             elif multi_label:

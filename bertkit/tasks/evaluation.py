@@ -26,7 +26,10 @@ def predict_features(
     device = next(model.parameters()).device
     out: list = [None] * len(feats)
     lengths = [len(f) for f in feats]
-    regression = getattr(model.config, "problem_type", None) == "regression"
+    # one output and no problem_type (a cross-encoder or reranker saved by transformers) is a score too
+    regression = getattr(model.config, "problem_type", None) == "regression" or (
+        kind == "seq" and getattr(model.config, "num_labels", 2) == 1
+    )
     multi_label = getattr(model.config, "problem_type", None) == "multi_label_classification"
     for idx in tqdm(length_batches(lengths, batch_size), desc="eval", unit="batch", disable=not progress):
         fs = [feats[i] for i in idx]
