@@ -6,10 +6,14 @@ windows, the server's cut of long pairs) asks the tokenizer's own layout here ra
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from bertkit.errors import UserError
+
+# a tokenizer's layout never changes once loaded; the server asks per request, so probe each file once
+_PROBED: weakref.WeakKeyDictionary[Any, PairLayout] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,21 @@ class PairLayout:
 
 
 def pair_layout(tokenizer: Any, user: str = "text pairs") -> PairLayout:
-    """The tokenizer's own layout of a pair, read from how it encodes ``("a", "b")``; UserError (naming the
-    ``user`` that needs it) unless each text stands whole between runs of special tokens."""
+    """The tokenizer's own layout of a pair: BERT's for a WordPiece vocabulary; for a ``tokenizer.json`` that
+    runs its own template (:class:`~bertkit.tokenizer.BPETokenizer`), read from how it encodes ``("a", "b")``
+    once and remembered. UserError (naming the ``user`` that needs it) unless each text stands whole between
+    runs of special tokens."""
+    from bertkit.tokenizer import BPETokenizer
+
+    if not isinstance(tokenizer, BPETokenizer):
+        cls_tok, sep_tok = getattr(tokenizer, "cls_token", "[CLS]"), getattr(tokenizer, "sep_token", "[SEP]")
+        return PairLayout.bert(*tokenizer.convert_tokens_to_ids([cls_tok, sep_tok]))
+    if tokenizer not in _PROBED:
+        _PROBED[tokenizer] = _probe(tokenizer, user)
+    return _PROBED[tokenizer]
+
+
+def _probe(tokenizer: Any, user: str) -> PairLayout:
     a = tokenizer.encode("a", add_special_tokens=False).ids
     b = tokenizer.encode("b", add_special_tokens=False).ids
     enc = tokenizer.encode("a", "b")

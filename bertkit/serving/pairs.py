@@ -32,16 +32,12 @@ def encode_pairs(
     """(input_ids, token_type_ids) of each (text, pair) in the tokenizer's own pair layout (BERT's
     ``[CLS] a [SEP] b [SEP]``, RoBERTa's ``<s> a </s></s> b </s>``: :mod:`bertkit.pair_layout`), cut to
     ``max_seq_length`` tokens."""
-    from bertkit.pair_layout import PairLayout, pair_layout
-    from bertkit.tokenizer import BPETokenizer
+    from bertkit.pair_layout import pair_layout
 
     a_ids = tokenizer.encode_batch_ids(list(texts), add_special_tokens=False)
     b_ids = tokenizer.encode_batch_ids(list(pairs), add_special_tokens=False)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    # a tokenizer.json that runs its own template may lay pairs out otherwise; WordPiece's is BERT's
-    layout = (
-        pair_layout(tokenizer) if isinstance(tokenizer, BPETokenizer) else PairLayout.bert(cls_id, sep_id)
-    )
+    layout = pair_layout(tokenizer)
     ids, types = [], []
     for a, b, pair in zip(a_ids, b_ids, pairs):
         if pair == "":

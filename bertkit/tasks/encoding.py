@@ -16,7 +16,7 @@ import torch
 from bertkit.pair_layout import PairLayout, pair_layout
 from bertkit.sentence.batching import pad
 from bertkit.tasks.spec import TaskData
-from bertkit.tokenizer import BPETokenizer, Tokenizer
+from bertkit.tokenizer import Tokenizer
 
 
 @dataclass
@@ -47,9 +47,9 @@ def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[l
 
 
 def _pack(
-    tok: Tokenizer, layout: PairLayout, a: list[int], b: list[int] | None, max_seq_length: int
+    tok: Tokenizer, layout: PairLayout | None, a: list[int], b: list[int] | None, max_seq_length: int
 ) -> tuple[list[int], list[int]]:
-    if b is None:
+    if b is None or layout is None:
         a, _ = truncate_pair(a, None, max_seq_length - 2)
         return [tok.cls_token_id, *a, tok.sep_token_id], [0] * (len(a) + 2)
     a, b = truncate_pair(a, b, max_seq_length - layout.specials)
@@ -61,9 +61,8 @@ def encode_pairs(
 ) -> list[tuple]:
     """(input ids, segment ids) of each text, or pair of texts in the tokenizer's own layout (BERT's
     ``[CLS] a [SEP] b [SEP]``; RoBERTa's ``<s> a </s></s> b </s>``: :mod:`bertkit.pair_layout`)."""
-    # a tokenizer.json that runs its own template may lay pairs out otherwise; WordPiece's is BERT's
-    bert = PairLayout.bert(tok.cls_token_id, tok.sep_token_id)
-    layout = pair_layout(tok) if isinstance(tok, BPETokenizer) and any(x is not None for x in b) else bert
+    # asked only when there are pairs: a one-text task never needs the tokenizer's pair template
+    layout = pair_layout(tok) if any(x is not None for x in b) else None
     ids_a = tok.encode_batch_ids(list(a), add_special_tokens=False)
     has_b = [x is not None for x in b]
     ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)

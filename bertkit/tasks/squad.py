@@ -43,7 +43,7 @@ from typing import Any
 
 from bertkit.errors import UserError
 from bertkit.io import open_text
-from bertkit.pair_layout import PairLayout, pair_layout
+from bertkit.pair_layout import pair_layout
 
 log = logging.getLogger("bertkit")
 
@@ -405,13 +405,7 @@ def convert_examples_to_features(
             seen_docs.add(id(ex.doc_tokens))
             texts.extend(ex.doc_tokens)
     wp.prefill(texts)
-    if (
-        bpe
-    ):  # the tokenizer's own layout: BERT's [CLS] q [SEP] c [SEP], or e.g. RoBERTa's <s> q </s></s> c </s>
-        layout = pair_layout(tokenizer, user="SQuAD features")
-    else:
-        cls_tok, sep_tok = getattr(tokenizer, "cls_token", "[CLS]"), getattr(tokenizer, "sep_token", "[SEP]")
-        layout = PairLayout.bert(*tokenizer.convert_tokens_to_ids([cls_tok, sep_tok]))
+    layout = pair_layout(tokenizer, user="SQuAD features")  # BERT's, or e.g. RoBERTa's <s> q </s></s> c </s>
     prefix, middle, suffix = (
         list(tokenizer.convert_ids_to_tokens(list(part)))
         for part in (layout.prefix, layout.middle, layout.suffix)
