@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .bert_family import FAMILY
 from .config import HFConfig, read_config_json
 
 MODERNBERT = "modernbert"
@@ -28,8 +29,6 @@ def is_modernbert(model_dir: str | os.PathLike) -> bool:
 def display_name(model_dir: str | os.PathLike) -> str:
     """The architecture's name as people write it, for model cards: "ModernBERT", "RoBERTa", ..., else
     "BERT"."""
-    from .bert_family import FAMILY
-
     model_type = model_type_of(model_dir)
     if model_type == MODERNBERT:
         return "ModernBERT"
@@ -110,7 +109,10 @@ def encoder_of(model: Any) -> Any:
 
 
 # class-name prefixes of the architectures bertkit runs (BERT's family: bertkit/bert_family.py), longest first
-CLASS_PREFIXES = ("ModernBert", "XLMRoberta", "DistilBert", "Camembert", "Roberta", "Electra", "Bert")
+# so that "XLMRoberta" is tried before "Roberta"
+CLASS_PREFIXES = tuple(
+    sorted({"ModernBert", "Bert", *(m.class_prefix for m in FAMILY.values())}, key=len, reverse=True)
+)
 
 
 def head_of(architecture: str) -> str:
@@ -121,3 +123,13 @@ def head_of(architecture: str) -> str:
         if architecture.startswith(prefix):
             return architecture[len(prefix) :]
     return architecture
+
+
+def model_class(architecture: str | None, model_dir: str | os.PathLike | None = None) -> Any:
+    """The bertkit class a config's ``architectures[0]`` names, in the folder's architecture (BERT's without
+    a folder): a task head of :data:`HEADS` or the pre-training model, else the bare encoder. A BERT-family
+    member's head ("RobertaForSequenceClassification") runs as BERT's (bertkit/bert_family.py)."""
+    modernbert = model_dir is not None and is_modernbert(model_dir)
+    head = head_of(architecture or "")
+    known = head in HEADS.values() or head == "ForPreTraining"
+    return class_of(head if known else "Model", modernbert)

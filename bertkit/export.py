@@ -30,50 +30,14 @@ logger = logging.getLogger("bertkit")
 INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 
 
-def model_class_for(architecture: str | None):
-    """The bertkit class for a config's ``architectures[0]`` (BertModel when unknown or absent); a BERT-family
-    member's head ("RobertaForSequenceClassification") is BERT's (bertkit/bert_family.py)."""
-    from . import heads  # noqa: F401  (package exists; classes imported lazily below)
-    from .architectures import head_of
-    from .model import BertModel
-
-    if not architecture:
-        return BertModel
-    architecture = "Bert" + head_of(architecture)
-    if architecture in ("BertForPreTraining", "BertForMaskedLM"):
-        from .heads import pretraining
-
-        return getattr(pretraining, architecture)
-    if architecture in (
-        "BertForSequenceClassification",
-        "BertForTokenClassification",
-        "BertForQuestionAnswering",
-        "BertForMultipleChoice",
-    ):
-        from .heads import finetune
-
-        return getattr(finetune, architecture)
-    return BertModel
-
-
 def load_model(model_dir: str | os.PathLike, encoder_only: bool = False) -> nn.Module:
     """Load a directory as the class its config names (or just the encoder)."""
-    from .architectures import is_modernbert, load_encoder
-    from .config import BertConfig
-    from .model import BertModel
+    from .architectures import load_config, load_encoder, model_class
 
-    if is_modernbert(model_dir):
-        from . import modernbert
-
-        arch = (modernbert.ModernBertConfig.from_pretrained(model_dir).architectures or [""])[0]
-        cls = getattr(modernbert, arch, None) if arch.startswith("ModernBertFor") else None
-        return (
-            load_encoder(model_dir) if encoder_only or cls is None else cls.from_pretrained(model_dir).eval()
-        )
-    config = BertConfig.from_pretrained(model_dir)
-    arch = (config.architectures or [None])[0]
-    cls = BertModel if encoder_only else model_class_for(arch)
-    return cls.from_pretrained(model_dir).eval()
+    if encoder_only:
+        return load_encoder(model_dir).eval()
+    arch = (load_config(model_dir).architectures or [None])[0]
+    return model_class(arch, model_dir).from_pretrained(model_dir).eval()
 
 
 def export_graph(model: nn.Module) -> nn.Module:
@@ -350,7 +314,6 @@ __all__ = [
     "BertGraph",
     "export_onnx",
     "load_model",
-    "model_class_for",
     "export_graph",
     "quantize_onnx_int8",
     "verify_onnx",

@@ -496,8 +496,8 @@ def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_b
     """transformers' XForSequenceClassification (sentiment models, NLI, rerankers): bertkit's sequence head
     loads every tensor, gives its logits with padding, saves a folder transformers' AutoModel reads back
     whole, and the server and ``predict`` take the transformers-saved folder as a sequence classifier."""
+    from bertkit.architectures import model_class
     from bertkit.heads import BertForSequenceClassification
-    from bertkit.serving.service import _model_class
 
     configs = {
         "roberta": (transformers.RobertaForSequenceClassification, transformers.RobertaConfig(**SHAPE)),
@@ -511,7 +511,7 @@ def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_b
     theirs = _random(cls, config, seed=11)
     theirs.save_pretrained(tmp_path / "theirs")
     arch = json.loads((tmp_path / "theirs" / "config.json").read_text())["architectures"][0]
-    assert _model_class(arch, tmp_path / "theirs") is BertForSequenceClassification
+    assert model_class(arch, tmp_path / "theirs") is BertForSequenceClassification
     ours, info = BertForSequenceClassification.from_pretrained(tmp_path / "theirs", output_loading_info=True)
     assert info.missing_keys == [] and info.unexpected_keys == []
     pad = config.pad_token_id
@@ -523,7 +523,7 @@ def test_a_sequence_classifier_fine_tuned_by_transformers_loads_whole_and_goes_b
     ours.save_pretrained(tmp_path / "ours")
     saved = json.loads((tmp_path / "ours" / "config.json").read_text())["architectures"]
     assert (
-        saved == [cls.__name__] and _model_class(saved[0], tmp_path / "ours") is BertForSequenceClassification
+        saved == [cls.__name__] and model_class(saved[0], tmp_path / "ours") is BertForSequenceClassification
     )
     back, loading = transformers.AutoModelForSequenceClassification.from_pretrained(
         tmp_path / "ours", output_loading_info=True

@@ -190,8 +190,8 @@ def test_fine_tuning_cli_trains_on_the_gpu_in_mixed_precision(tmp_path, gpu_mode
     scaler, learns a separable toy task and saves a model the CPU loads."""
     import json
 
+    from bertkit.architectures import model_class
     from bertkit.cli import main
-    from bertkit.export import model_class_for
 
     rows = [
         ("good fine great film", "1"),
@@ -211,7 +211,7 @@ def test_fine_tuning_cli_trains_on_the_gpu_in_mixed_precision(tmp_path, gpu_mode
     assert result["device"].startswith(DEVICE) and result["metrics"]["accuracy"] >= 0.9, result
     saved = Path(result["model_dir"])
     config = BertConfig.from_pretrained(saved)
-    model = model_class_for(config.architectures[0]).from_pretrained(saved)
+    model = model_class(config.architectures[0]).from_pretrained(saved)
     assert next(model.parameters()).device.type == "cpu"
 
 

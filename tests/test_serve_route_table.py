@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from bertkit.architectures import model_class
 from bertkit.heads import finetune, pretraining
 from bertkit.model import BertModel
 from bertkit.serving.routes import ROUTES
-from bertkit.serving.service import _model_class
 from tests.serving_utils import tiny_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,4 +72,25 @@ def test_model_calls_import_without_the_serve_extra():
     ],
 )
 def test_head_classes_come_from_the_heads_registry(name, cls):
-    assert _model_class(name) is cls
+    assert model_class(name) is cls
+
+
+@pytest.mark.parametrize(
+    "name, cls_name",
+    [
+        ("ModernBertForSequenceClassification", "ModernBertForSequenceClassification"),
+        ("ModernBertForMultipleChoice", "ModernBertForMultipleChoice"),
+        ("ModernBertForPreTraining", "ModernBertForPreTraining"),  # the NSP arm's checkpoints
+        ("ModernBertForSomethingElse", "ModernBertModel"),
+        ("BertForMaskedLM", "ModernBertForMaskedLM"),  # the folder's model_type decides the architecture
+    ],
+)
+def test_a_modernbert_folder_gets_modernberts_classes(tmp_path_factory, name, cls_name):
+    from bpe_folder import modernbert_folder
+
+    from bertkit import modernbert
+
+    folder = tmp_path_factory.getbasetemp() / "modernbert-classes"
+    if not folder.exists():
+        modernbert_folder(folder)
+    assert model_class(name, folder) is getattr(modernbert, cls_name)

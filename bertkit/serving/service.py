@@ -68,7 +68,7 @@ class InferenceService:
         precision: str = "fp32",
         auto_truncate: bool = False,
     ) -> None:
-        from ..architectures import encoder_of, load_config
+        from ..architectures import encoder_of, load_config, model_class
         from ..sentence.encoder import SentenceEncoder
         from ..tokenizer import Tokenizer
 
@@ -98,7 +98,7 @@ class InferenceService:
             self.architecture = "SentenceTransformer"
         else:
             config = load_config(self.model_dir)  # BERT's or ModernBERT's, by the folder's model_type
-            cls = _model_class((config.architectures or [""])[0], self.model_dir)
+            cls = model_class((config.architectures or [""])[0], self.model_dir)
             self.model = cls.from_pretrained(self.model_dir).to(self.device).eval()
             self.tokenizer = Tokenizer.from_pretrained(self.model_dir)
             self.encoder = SentenceEncoder(
@@ -473,22 +473,6 @@ class InferenceService:
             check_texts(pairs, "pairs", self.limits)
         ids, types, owner = self.encode(texts, pairs, long_text=long_text, truncate=truncate, field=field)
         return np.stack(self._combine(self.batcher.submit("classify", ids, types), owner, len(texts)))
-
-
-def _model_class(architecture: str, model_dir: str | os.PathLike | None = None) -> Any:
-    """The class a config's ``architectures[0]`` names, in the folder's architecture (BERT without a folder):
-    a task head of ``architectures.HEADS`` (and BERT's pre-training head), else the bare encoder."""
-    from .. import heads, modernbert
-    from ..architectures import HEADS, head_of, is_modernbert
-    from ..model import BertModel
-
-    if model_dir is not None and is_modernbert(model_dir):
-        known = {"ModernBert" + suffix for suffix in HEADS.values()}
-        return getattr(modernbert, architecture) if architecture in known else modernbert.ModernBertModel
-    # BERT's, or a family member's head (RobertaForSequenceClassification runs as BERT's, bert_family.py)
-    name = "Bert" + head_of(architecture)
-    known = {"Bert" + suffix for suffix in HEADS.values()} | {"BertForPreTraining"}
-    return getattr(heads, name) if name in known else BertModel
 
 
 __all__ = ["LONG_TEXT", "InferenceService"]
