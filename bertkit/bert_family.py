@@ -11,7 +11,7 @@ config:
   tokens; :attr:`bertkit.config.BertConfig.position_offset`), and have one segment type (``type_vocab_size`` 1);
 - ELECTRA's small models embed narrower than they compute (``embedding_size``; the encoder maps the
   embeddings up, ``embeddings_project``), and its encoder has no pooler;
-- DistilBERT names BERT's sizes (``dim``, ``n_layers``, ...: :data:`DISTILBERT_CONFIG_KEYS`) and layers its own
+- DistilBERT names BERT's sizes (``dim``, ``n_layers``, ...: :attr:`Member.config_keys`) and layers its own
   way, and has neither segment embeddings (bertkit's are zero) nor a pooler.
 
 bertkit's BERT heads go on these encoders, except the sequence head, which is each member's own
@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,6 +50,10 @@ class Member:
     offset_positions: bool = False  # positions numbered after the padding id (RoBERTa's)
     classifier: str = "pooler"  # the sequence head's activation ("tanh", "gelu", "relu"), or BERT's pooler
     absent_as_zero: tuple[str, ...] = ()  # bertkit tensors it does not have, which must then be zero
+    # its config.json's names for BertConfig's fields (read, and written beside ours for transformers)
+    config_keys: tuple[tuple[str, str], ...] = ()
+    # BertConfig fields its config.json leaves out, at the values its network has
+    config_defaults: tuple[tuple[str, Any], ...] = ()
 
 
 _ROBERTA_NAMES = Names("roberta.", (
@@ -84,9 +89,15 @@ FAMILY: dict[str, Member] = {
         ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
         ("vocab_projector.weight", "cls.predictions.decoder.weight"),
         ("vocab_projector.bias", "cls.predictions.bias"),
-    )), classifier="relu", absent_as_zero=("embeddings.token_type_embeddings.weight",)),  # no segments
+    )), classifier="relu", absent_as_zero=("embeddings.token_type_embeddings.weight",),  # no segments
+        config_keys=(  # transformers' DistilBertConfig reads only these
+            ("dim", "hidden_size"), ("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads"),
+            ("hidden_dim", "intermediate_size"), ("activation", "hidden_act"),
+            ("dropout", "hidden_dropout_prob"), ("attention_dropout", "attention_probs_dropout_prob"),
+        ),
+        config_defaults=(("type_vocab_size", 1), ("layer_norm_eps", 1e-12)),
+    ),
 }  # fmt: skip
-DISTILBERT = "distilbert"
 # the model types bertkit runs as BERT: BERT itself and its family
 BERT_TYPES = ("bert", *FAMILY)
 _BERT = "bert."
@@ -125,18 +136,6 @@ def to_family_key(key: str, model_type: str) -> str:
     if key.startswith(_BERT):
         return names.prefix + _rename(key[len(_BERT) :], back)
     return _rename(key, back)
-
-
-# DistilBERT's config.json names for BertConfig's fields (transformers' DistilBertConfig reads only these)
-DISTILBERT_CONFIG_KEYS = {
-    "dim": "hidden_size",
-    "n_layers": "num_hidden_layers",
-    "n_heads": "num_attention_heads",
-    "hidden_dim": "intermediate_size",
-    "activation": "hidden_act",
-    "dropout": "hidden_dropout_prob",
-    "attention_dropout": "attention_probs_dropout_prob",
-}
 
 
 def position_ids_from_input_ids(input_ids: Tensor, padding_idx: int) -> Tensor:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .bert_family import BERT_TYPES, DISTILBERT, DISTILBERT_CONFIG_KEYS, FAMILY
+from .bert_family import BERT_TYPES, FAMILY
 from .errors import UserError
 from .io import atomic_write_json, read_json
 
@@ -258,18 +258,19 @@ class BertConfig(HFConfig):
 
     @classmethod
     def _read_keys(cls, data: dict[str, Any]) -> dict[str, Any]:
-        if data.get("model_type") == DISTILBERT:  # its own names for BERT's sizes; one segment type (none)
-            for theirs, ours in DISTILBERT_CONFIG_KEYS.items():
+        model_type = data.get("model_type")
+        member = FAMILY.get(model_type) if isinstance(model_type, str) else None
+        if member is not None:  # e.g. DistilBERT's own names for BERT's sizes (bert_family.py)
+            for theirs, ours in member.config_keys:
                 if theirs in data:
                     data.setdefault(ours, data.pop(theirs))
-            data["type_vocab_size"] = 1
-            data.setdefault("layer_norm_eps", 1e-12)
+            for key, value in member.config_defaults:
+                data.setdefault(key, value)
         return data
 
     def _written_keys(self) -> dict[str, Any]:
-        if self.model_type != DISTILBERT:
-            return {}
-        return {theirs: getattr(self, ours) for theirs, ours in DISTILBERT_CONFIG_KEYS.items()}
+        member = FAMILY.get(self.model_type)
+        return {theirs: getattr(self, ours) for theirs, ours in (member.config_keys if member else ())}
 
     @property
     def embedding_width(self) -> int:
