@@ -81,32 +81,6 @@ def test_encoder_and_pooler_equal_transformers_with_padding(tmp_path, kernels_on
     torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=1e-5, rtol=1e-5)
 
 
-def test_masked_lm_logits_equal_and_bertkit_saves_back_in_robertas_names(tmp_path, kernels_on):
-    from safetensors import safe_open
-
-    from bertkit.heads import BertForMaskedLM
-
-    theirs = _theirs(transformers.RobertaForMaskedLM, seed=1)
-    theirs.save_pretrained(tmp_path / "mlm")
-    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "mlm", output_loading_info=True)
-    assert info.missing_keys == [] and info.unexpected_keys == []
-    ids, mask = _batch(seed=4)
-    real = mask.bool()
-    with torch.no_grad():
-        want = theirs(input_ids=ids, attention_mask=mask).logits[real]
-        torch.testing.assert_close(ours(ids, mask, sparse_mlm=False).logits[real], want, atol=1e-4, rtol=1e-5)
-    ours.save_pretrained(tmp_path / "saved")
-    with safe_open(str(tmp_path / "saved" / "model.safetensors"), "pt") as f:
-        names = set(f.keys())
-    assert "roberta.embeddings.word_embeddings.weight" in names and "lm_head.dense.weight" in names
-    assert not any(n.startswith(("bert.", "cls.")) for n in names)
-    back = transformers.RobertaForMaskedLM.from_pretrained(tmp_path / "saved").eval()
-    with torch.no_grad():
-        torch.testing.assert_close(
-            back(input_ids=ids, attention_mask=mask).logits[real], want, atol=1e-4, rtol=1e-5
-        )
-
-
 def test_length_limit_is_the_tables_size_less_the_offset(tmp_path):
     from bertkit.model import BertModel
 
@@ -305,26 +279,6 @@ def test_an_electra_discriminator_with_narrow_embeddings_equals_transformers(tmp
     torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
 
 
-def test_an_electra_generator_fills_masks_as_transformers_and_saves_back(tmp_path, kernels_on):
-    from bertkit.heads import BertForMaskedLM
-
-    theirs = _electra(transformers.ElectraForMaskedLM, seed=1, hidden_size=48, num_attention_heads=3)
-    theirs.save_pretrained(tmp_path / "gen")
-    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "gen", output_loading_info=True)
-    assert info.missing_keys == [] and info.unexpected_keys == []
-    ids, mask, segments = _bert_batch(seed=7)
-    real = mask.bool()
-    with torch.no_grad():
-        want = theirs(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits[real]
-        got = ours(ids, mask, segments, sparse_mlm=False).logits[real]
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
-    ours.save_pretrained(tmp_path / "saved")
-    back = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "saved").eval()
-    with torch.no_grad():
-        again = back(input_ids=ids, attention_mask=mask, token_type_ids=segments).logits[real]
-    torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-5)
-
-
 def test_a_head_fine_tuned_on_electra_saves_under_electras_names(tmp_path):
     from safetensors import safe_open
 
@@ -455,35 +409,62 @@ def test_a_distilbert_encoder_equals_transformers_and_has_no_segments(tmp_path, 
     torch.testing.assert_close(got[real], want[real], atol=1e-5, rtol=1e-5)
 
 
-def test_a_distilbert_masked_lm_fills_masks_as_transformers_and_saves_back(tmp_path, kernels_on):
+# ------------------------------------------------------------------- masked LMs, both ways
+
+# member -> (transformers' masked LM at a seeded init, its batch: ids, mask, segments or None)
+MLM_CASES = {
+    "roberta": (lambda: _theirs(transformers.RobertaForMaskedLM, seed=1), lambda: (*_batch(seed=4), None)),
+    "electra": (  # a generator narrower than its embeddings' projection, with segments
+        lambda: _electra(transformers.ElectraForMaskedLM, seed=1, hidden_size=48, num_attention_heads=3),
+        lambda: _bert_batch(seed=7),
+    ),
+    "distilbert": (
+        lambda: _distil(transformers.DistilBertForMaskedLM, seed=1),
+        lambda: (*_bert_batch(10)[:2], None),
+    ),
+}
+
+
+@pytest.mark.parametrize("member", list(MLM_CASES))
+def test_a_family_masked_lm_fills_masks_as_transformers_and_saves_back(tmp_path, kernels_on, member):
+    """A member's masked LM loads whole and its logits equal transformers' with padding; bertkit saves it back
+    under the member's own tensor names, config keys and class, which transformers reads whole to the same
+    logits."""
     import json
+
+    from safetensors import safe_open
 
     from bertkit.heads import BertForMaskedLM
 
-    theirs = _distil(transformers.DistilBertForMaskedLM, seed=1)
-    theirs.save_pretrained(tmp_path / "mlm")
-    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "mlm", output_loading_info=True)
+    build, batch = MLM_CASES[member]
+    theirs = build()
+    theirs.save_pretrained(tmp_path / "theirs")
+    ours, info = BertForMaskedLM.from_pretrained(tmp_path / "theirs", output_loading_info=True)
     assert info.missing_keys == [] and info.unexpected_keys == []
-    ids, mask, _ = _bert_batch(seed=10)
+    ids, mask, segments = batch()
+    given = {"input_ids": ids, "attention_mask": mask}
+    if segments is not None:
+        given["token_type_ids"] = segments
     real = mask.bool()
     with torch.no_grad():
-        want = theirs(input_ids=ids, attention_mask=mask).logits[real]
-        torch.testing.assert_close(ours(ids, mask, sparse_mlm=False).logits[real], want, atol=1e-4, rtol=1e-5)
-    ours.save_pretrained(tmp_path / "saved")
-    config = json.loads((tmp_path / "saved" / "config.json").read_text())
-    assert (config["model_type"], config["dim"], config["n_layers"], config["hidden_dim"]) == (
-        "distilbert",
-        64,
-        2,
-        128,
-    )
-    back, loading = transformers.DistilBertForMaskedLM.from_pretrained(
-        tmp_path / "saved", output_loading_info=True
-    )
+        want = theirs(**given).logits[real]
+        torch.testing.assert_close(
+            ours(ids, mask, segments, sparse_mlm=False).logits[real], want, atol=1e-4, rtol=1e-5
+        )
+    ours.save_pretrained(tmp_path / "ours")
+
+    def tensor_names(folder):
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            return set(f.keys())
+
+    assert tensor_names(tmp_path / "ours") == tensor_names(tmp_path / "theirs")
+    config = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert config["model_type"] == member and config["architectures"] == [type(theirs).__name__]
+    assert set(json.loads((tmp_path / "theirs" / "config.json").read_text())) <= set(config)
+    back, loading = type(theirs).from_pretrained(tmp_path / "ours", output_loading_info=True)
     assert not loading["missing_keys"] and not loading["unexpected_keys"]
     with torch.no_grad():
-        again = back.eval()(input_ids=ids, attention_mask=mask).logits[real]
-    torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(back.eval()(**given).logits[real], want, atol=1e-4, rtol=1e-5)
 
 
 # ------------------------------------------------------------------- the family's own sequence classifiers
