@@ -125,7 +125,7 @@ TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articl
 TOP_KEYS = {"name", "description", "curve", "corpus", "corpus_format", "vocab_size", "vocab_file", "prepare_workers", "max_seq_length", "threads", "data_root", "seeds",
             "pretrain", "model", "task", "features", "finetune_models", "report", "report_kind", "report_size", "recipe_results",
             "notes", "table5", "table5_protocol", "table6", "diagnostics", "gpu_bench", "table7_paper_rows",
-            "budget_cpu_hours", "table5_more_tokens", "table5_wide"}  # fmt: skip
+            "budget_cpu_hours", "table5_more_tokens", "table5_wide", "summary"}  # fmt: skip
 
 
 def task_models(raw: dict, task: dict) -> list[str]:

@@ -8,6 +8,7 @@ from lab.experiment import Matrix, features_name, seeds_of, task_models
 from lab.report.curve import quality_curve
 from lab.report.front import notes, provenance
 from lab.report.scores import fmt, mean_std, metric_name, seed_scores
+from lab.report.summary import summary_table
 from lab.report.tables import pretrain_rows
 
 
@@ -18,7 +19,9 @@ def results_report(matrix: Matrix, results: dict[str, dict], doc: Path, config_a
         matrix, results, config_arg, folder
     )
     pretraining = pretrain_rows(matrix, results)
-    lines += notes(matrix) + pretraining + quality_curve(matrix, results, doc)
+    lines += (
+        notes(matrix) + summary_table(matrix, results) + pretraining + quality_curve(matrix, results, doc)
+    )
     lines += ["## Fine-tuning", ""] if pretraining else []
     lines += [
         "| model | task | metric | result | other metrics (last seed) | settings |",

@@ -1,0 +1,59 @@
+"""The report's [summary] table: seed means per model and task, and the average a decision rule names,
+computed from the result files (blank until each of its tasks has a score); a malformed table is refused."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from bertkit.errors import UserError
+from lab.report.summary import average_score, check_summary, summary_table
+
+TASKS = [{"name": "SST-2"}, {"name": "STS-B"}, {"name": "CoLA"}]
+
+
+def _results() -> dict[str, dict]:
+    return {
+        "finetune/a/SST-2/seed1": {"primary": 80.0},
+        "finetune/a/SST-2/seed2": {"primary": 82.0},
+        "finetune/a/STS-B/seed1": {"primary": 40.0},
+        "finetune/a/STS-B/lr0.0001/seed1": {"primary": 99.0},  # a grid cell: not a seed score
+        "finetune/b/SST-2/seed1": {"primary": 70.0},
+    }
+
+
+def test_the_average_is_of_seed_means_and_waits_for_every_task():
+    assert average_score(_results(), "a", ["SST-2", "STS-B"]) == pytest.approx((81.0 + 40.0) / 2)
+    assert average_score(_results(), "b", ["SST-2", "STS-B"]) is None
+    assert average_score(_results(), "a", []) is None
+
+
+def test_the_table_has_a_row_per_model_and_the_average_column():
+    spec = {"models": ["b", "a"], "tasks": ["SST-2", "STS-B"], "average": ["SST-2", "STS-B"]}
+    matrix = SimpleNamespace(raw={"summary": spec, "task": TASKS, "seeds": [1, 2]})
+    lines = summary_table(matrix, _results())
+    rows = [line for line in lines if line.startswith("| a |") or line.startswith("| b |")]
+    assert rows[0].startswith("| b |") and rows[0].endswith("|  |")  # no STS-B yet: no average
+    assert rows[1] == "| a | 81.0 ± 1.4 | 40.0 (1/2 seeds) | 60.5 (seeds missing) |"
+    whole = {**_results(), "finetune/a/STS-B/seed2": {"primary": 42.0}}
+    assert "| a | 81.0 ± 1.4 | 41.0 ± 1.4 | 61.0 |" in summary_table(matrix, whole)
+    assert "average of SST-2, STS-B" in lines[lines.index(rows[0]) - 2]
+    assert summary_table(SimpleNamespace(raw={}), _results()) == []
+
+
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ([1, 2], "must be a table"),
+        ({"models": ["a"], "tasks": ["SST-2"], "mean": ["SST-2"]}, "unknown keys ['mean']"),
+        ({"models": ["a"], "tasks": ["QNLI"]}, "tasks names ['QNLI']"),
+        ({"models": ["z"], "tasks": ["SST-2"]}, "models names ['z']"),
+        ({"models": ["a"], "tasks": ["SST-2"], "average": "SST-2"}, "average must be a list"),
+        ({"models": ["a"]}, "needs models and tasks"),
+    ],
+)
+def test_a_malformed_summary_is_refused_naming_the_config(spec, says):
+    with pytest.raises(UserError, match=r"study\.toml: \[summary\] .*") as err:
+        check_summary(spec, {"SST-2", "STS-B"}, {"a", "b"}, "study.toml")
+    assert says in str(err.value)
