@@ -68,7 +68,8 @@ class BertGraph(nn.Module):
 
     Traced under the reference ops (:func:`bertkit.kernels.reference_ops`), the forward is the padded,
     masked computation, with no branch on the inputs' values, so the graph holds for any batch and length
-    (ModernBERT's local layers attend through a dense [T, T] band there).
+    (ModernBERT's local layers attend block by block there too, in memory linear in T; its global layers'
+    scores are [T, T] in ONNX Runtime, as in any opset-17 attention).
     """
 
     def __init__(self, model: nn.Module) -> None:

@@ -534,3 +534,58 @@ def test_sliding_window_blocks_equal_the_dense_band(t, padded):
     for a, b in zip(got_grads, want_grads):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+class _Window(torch.nn.Module):
+    """The sliding-window kernel alone, for the exporter: q, k, v [1, 1, T, 8], key mask [1, T]."""
+
+    def forward(self, q, k, v, key_mask):
+        from bertkit.kernels.local_attention import sliding_window_attention
+
+        return sliding_window_attention(q, k, v, 8, key_mask.bool(), block=32)
+
+
+_ORT_PEAK = """
+import resource, sys
+import numpy as np, onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+t = int(sys.argv[2])
+x = np.random.default_rng(0).standard_normal((1, 1, t, 8)).astype(np.float32)
+feed = {"q": x, "k": x, "v": x, "key_mask": np.ones((1, t), dtype=np.int64)}
+session.run(None, {**feed, "key_mask": np.ones((1, 40), dtype=np.int64), "q": x[:, :, :40], "k": x[:, :, :40], "v": x[:, :, :40]})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+session.run(None, feed)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_an_exported_sliding_window_takes_any_length_in_blocks(tmp_path):
+    """Traced on 20 tokens, the ONNX graph of the local layers' attention equals the dense band on lengths of
+    one block to several, padded, and on 8,192 tokens adds far less memory than one [T, T] score matrix
+    (256 MiB in fp32): it attends block by block, as the eager kernel does."""
+    import subprocess
+    import sys
+
+    ort = pytest.importorskip("onnxruntime")
+    g = torch.Generator().manual_seed(0)
+
+    def inputs(t):
+        q, k, v = (torch.randn(1, 1, t, 8, generator=g) for _ in range(3))
+        key_mask = torch.ones(1, t, dtype=torch.long)
+        key_mask[0, t - t // 4 :] = 0
+        return q, k, v, key_mask
+
+    path = tmp_path / "window.onnx"
+    axes = {"q": {2: "t"}, "k": {2: "t"}, "v": {2: "t"}, "key_mask": {1: "t"}, "out": {2: "t"}}
+    torch.onnx.export(_Window(), inputs(20), str(path), input_names=["q", "k", "v", "key_mask"],
+                      output_names=["out"], dynamic_axes=axes, opset_version=17, dynamo=False)  # fmt: skip
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for t in (5, 33, 81, 300):
+        q, k, v, key_mask = inputs(t)
+        band = window_mask(t, 8) & (key_mask.bool()[:, None, None, :] | torch.eye(t, dtype=torch.bool))
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
+        feed = {"q": q.numpy(), "k": k.numpy(), "v": v.numpy(), "key_mask": key_mask.numpy()}
+        torch.testing.assert_close(torch.from_numpy(session.run(None, feed)[0]), want, atol=1e-5, rtol=1e-5)
+    peak = subprocess.run([sys.executable, "-c", _ORT_PEAK, str(path), "8192"], capture_output=True, text=True,
+                          check=True)  # fmt: skip
+    assert int(peak.stdout.strip()) < 64, f"8,192 tokens added {peak.stdout.strip()} MiB"

@@ -204,7 +204,8 @@ def test_embed_and_tokenize_commands(tmp_path, capsys):
     ],
 )
 def test_export_onnx(tmp_path, head, outputs):
-    """The exported graph equals bertkit's model on a padded batch longer than the window (dynamic axes)."""
+    """The exported graph equals bertkit's model on padded batches longer than the window, within one block of
+    the local layers and across several (dynamic axes)."""
     ort = pytest.importorskip("onnxruntime")
     from bertkit.export import export_onnx, load_model
 
@@ -213,17 +214,18 @@ def test_export_onnx(tmp_path, head, outputs):
     assert result["inputs"] == ["input_ids", "attention_mask"] and result["outputs"] == outputs
     model = load_model(tmp_path / "m")
     g = torch.Generator().manual_seed(3)
-    ids = torch.randint(5, model.config.vocab_size, (3, 50), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 30:] = 0
-    mask[2, 7:] = 0
     session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
-    got = session.run(outputs, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
-    with torch.no_grad():
-        out = model(ids, attention_mask=mask)
-    want = [getattr(out, name) for name in outputs]
-    for g_, w in zip(got, want):
-        w = w.numpy()
-        if w.shape[:2] == tuple(mask.shape):
-            g_, w = g_[mask.bool().numpy()], w[mask.bool().numpy()]
-        np.testing.assert_allclose(g_, w, atol=1e-4, rtol=1e-4)
+    for length in (50, 300):  # within one block of the local layers, and several
+        ids = torch.randint(5, model.config.vocab_size, (3, length), generator=g)
+        mask = torch.ones_like(ids)
+        mask[1, 30:] = 0
+        mask[2, 7:] = 0
+        got = session.run(outputs, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        with torch.no_grad():
+            out = model(ids, attention_mask=mask)
+        want = [getattr(out, name) for name in outputs]
+        for g_, w in zip(got, want):
+            w = w.numpy()
+            if w.shape[:2] == tuple(mask.shape):
+                g_, w = g_[mask.bool().numpy()], w[mask.bool().numpy()]
+            np.testing.assert_allclose(g_, w, atol=1e-4, rtol=1e-4)

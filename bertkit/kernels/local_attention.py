@@ -47,30 +47,35 @@ def sliding_window_attention(
     than one block and its reach run block by block (``block`` queries each, :func:`default_block` by default)."""
     b, a, t, d = q.shape
     block = block or default_block(window)
-    if (
-        t <= window + 1 and key_mask is None
-    ):  # every key within reach, no padding: no mask (SDPA's fastest path)
+    tracing = torch.jit.is_tracing()  # then t is a traced size: branch on it nowhere
+    if key_mask is None and not tracing and t <= window + 1:  # every key in reach, no padding: SDPA unmasked
         return scaled_dot_product_attention(q, k, v, None, False, dropout_p)
-    # One block would see every key: the dense band is no larger. A trace (the ONNX export) keeps the dense
-    # band whatever its example's length: block by block would freeze that length's block count.
-    if torch.jit.is_tracing() or t <= block + 2 * window:
+    # One block would see every key: the dense band is no larger. A trace (the ONNX export) takes the blocks
+    # whatever its example's length, so that the graph's memory stays linear in the length it is given.
+    if not tracing and t <= block + 2 * window:
         mask = window_mask(t, window, q.device)
-        if key_mask is not None:  # the diagonal from positions: ONNX Runtime has no boolean EyeLike
-            idx = torch.arange(t, device=q.device)
-            mask = mask & (key_mask.bool()[:, None, None, :] | (idx[:, None] == idx[None, :]))
+        if key_mask is not None:
+            mask = mask & (
+                key_mask.bool()[:, None, None, :] | torch.eye(t, dtype=torch.bool, device=q.device)
+            )
         return scaled_dot_product_attention(q, k, v, mask, False, dropout_p)
-    n = -(-t // block)
-    extra = n * block - t  # queries padded up to whole blocks
+    if block < window:
+        raise ValueError(f"block {block} is shorter than the window's reach {window}")
+    # Whole blocks only, sizes taken from the tensors (a trace records them, so one graph takes any length):
+    # queries padded up to n blocks; block i's keys are the last `window` of block i - 1, block i and the first
+    # `window` of block i + 1, from K and V padded by one block of zeros on each side.
+    extra = (block - t % block) % block
     width = block + 2 * window
 
     def key_blocks(x: Tensor) -> Tensor:
         """[B, A, T, d] -> [B, A, n, width, d]: block i's keys, positions i*block - window .. + width - 1."""
-        x = F.pad(x, (0, 0, window, window + extra))
-        return x.unfold(2, width, block).transpose(-1, -2)
+        x = F.pad(x, (0, 0, block, block + extra)).reshape(b, a, -1, block, d)  # n + 2 blocks
+        return torch.cat([x[:, :, :-2, block - window :], x[:, :, 1:-1], x[:, :, 2:, :window]], dim=3)
 
-    qb = F.pad(q, (0, 0, 0, extra)).view(b, a, n, block, d)
+    qb = F.pad(q, (0, 0, 0, extra)).reshape(b, a, -1, block, d)
     valid = torch.ones(b, t, dtype=torch.bool, device=q.device) if key_mask is None else key_mask.bool()
-    valid = F.pad(valid, (window, window + extra)).unfold(1, width, block)  # [B, n, width]; outside: False
+    valid = F.pad(valid, (block, block + extra)).reshape(b, -1, block)  # outside the sequence: False
+    valid = torch.cat([valid[:, :-2, block - window :], valid[:, 1:-1], valid[:, 2:, :window]], dim=2)
     i = torch.arange(block, device=q.device)[:, None]
     j = torch.arange(width, device=q.device)[None, :]
     band = (j >= i) & (
@@ -78,4 +83,4 @@ def sliding_window_attention(
     )  # query i of a block, key j of its keys: |i + window - j| <= window
     mask = band & (valid[:, :, None, :] | (j == i + window))  # [B, n, block, width]
     ctx = scaled_dot_product_attention(qb, key_blocks(k), key_blocks(v), mask[:, None], False, dropout_p)
-    return ctx.reshape(b, a, n * block, d)[:, :, :t]
+    return ctx.reshape(b, a, -1, d)[:, :, :t]
