@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from bertkit.errors import UserError
-from lab.report.summary import average_score, check_summary, summary_table
+from lab.report.summary import average_score, check_summary, pair_line, summary_table
 
 TASKS = [{"name": "SST-2"}, {"name": "STS-B"}, {"name": "CoLA"}]
 
@@ -51,9 +51,35 @@ def test_the_table_has_a_row_per_model_and_the_average_column():
         ({"models": ["z"], "tasks": ["SST-2"]}, "models names ['z']"),
         ({"models": ["a"], "tasks": ["SST-2"], "average": "SST-2"}, "average must be a list"),
         ({"models": ["a"]}, "needs models and tasks"),
+        (
+            {"models": ["a"], "tasks": ["SST-2"], "pairs": [["a", "z"]]},
+            "pairs must be a list of [model, model]",
+        ),
+        (
+            {"models": ["a"], "tasks": ["SST-2"], "pairs": ["a", "b"]},
+            "pairs must be a list of [model, model]",
+        ),
     ],
 )
 def test_a_malformed_summary_is_refused_naming_the_config(spec, says):
     with pytest.raises(UserError, match=r"study\.toml: \[summary\] .*") as err:
         check_summary(spec, {"SST-2", "STS-B"}, {"a", "b"}, "study.toml")
     assert says in str(err.value)
+
+
+def test_a_pair_line_counts_tasks_beyond_the_spread_and_names_the_missing():
+    res = {
+        **{f"finetune/a/SST-2/seed{k}": {"primary": x} for k, x in ((1, 80.0), (2, 81.0))},
+        **{f"finetune/b/SST-2/seed{k}": {"primary": x} for k, x in ((1, 70.0), (2, 71.0))},
+        **{f"finetune/a/STS-B/seed{k}": {"primary": x} for k, x in ((1, 40.0), (2, 50.0))},
+        **{
+            f"finetune/b/STS-B/seed{k}": {"primary": x} for k, x in ((1, 44.0), (2, 45.0))
+        },  # within a's spread
+        **{f"finetune/a/CoLA/seed{k}": {"primary": x} for k, x in ((1, 1.0), (2, 2.0))},
+        **{f"finetune/b/CoLA/seed{k}": {"primary": x} for k, x in ((1, 9.0), (2, 10.0))},
+    }
+    line = pair_line(res, "a", "b", ["SST-2", "STS-B", "CoLA", "MRPC"])
+    assert line.startswith("- a against b, on the 3 of 4 tasks both have: +0.8 points on average;")
+    assert "ahead beyond the seeds' spread on 1 (SST-2)" in line and "behind beyond it on 1 (CoLA)" in line
+    assert line.endswith("not both run yet: MRPC.")
+    assert pair_line({}, "a", "b", ["SST-2"]) == "- a against b: no task has scores for both yet."

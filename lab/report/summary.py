@@ -5,6 +5,7 @@ average of the tasks a decision rule names, computed here rather than by hand in
     models = ["a", "b"]                           # the rows, in this order
     tasks = ["SST-2", "STS-B", "MRPC", "CoLA"]    # the columns
     average = ["SST-2", "STS-B", "MRPC", "CoLA"]  # averaged per model; blank until all of them have seeds in
+    pairs = [["a", "b"]]                          # a line each: a against b on every task of the table
 """
 
 from __future__ import annotations
@@ -14,18 +15,23 @@ from typing import Any
 
 from bertkit.errors import UserError
 from lab.experiment import seeds_of
-from lab.report.scores import fmt, mean_std, metric_name, seed_scores
+from lab.report.scores import beats, beyond_spread, fmt, mean_std, metric_name, seed_scores
 
 
 def check_summary(spec: Any, tasks: set[str], models: set[str], where: str) -> None:
     """UserError naming ``where`` (the config) unless ``spec`` is a table of known models and tasks."""
     if not isinstance(spec, dict):
         raise UserError(f"{where}: [summary] must be a table with models, tasks and average")
-    unknown = set(spec) - {"models", "tasks", "average"}
+    unknown = set(spec) - {"models", "tasks", "average", "pairs"}
     if unknown:
         raise UserError(
-            f"{where}: [summary] has unknown keys {sorted(unknown)} (it takes models, tasks, average)"
+            f"{where}: [summary] has unknown keys {sorted(unknown)} (it takes models, tasks, average, pairs)"
         )
+    pairs = spec.get("pairs", [])
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and all(m in models for m in p) for p in pairs
+    ):
+        raise UserError(f"{where}: [summary] pairs must be a list of [model, model] of the config's models")
     for key, known in (("models", models), ("tasks", tasks), ("average", tasks)):
         names = spec.get(key, [])
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -72,7 +78,27 @@ def summary_table(matrix: Any, results: dict[str, dict]) -> list[str]:
             )
             cells.append("" if avg is None else f"{avg:.1f}" + (" (seeds missing)" if partial else ""))
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    pairs = [pair_line(results, a, b, spec["tasks"]) for a, b in spec.get("pairs", [])]
+    return lines + [""] + (pairs + [""] if pairs else [])
 
 
-__all__ = ["average_score", "check_summary", "summary_table"]
+def pair_line(results: dict[str, dict], a: str, b: str, tasks: list[str]) -> str:
+    """One line: ``a`` against ``b`` on the tasks where both have scores: the difference of their averages, and
+    on which tasks ``a`` is ahead (or behind) by more than the seeds' spread."""
+    both = [(t, ma, mb) for t in tasks
+            if (ma := mean_std(seed_scores(results, a, t))) and (mb := mean_std(seed_scores(results, b, t)))]  # fmt: skip
+    if not both:
+        return f"- {a} against {b}: no task has scores for both yet."
+    gap = statistics.fmean(ma[0] - mb[0] for _, ma, mb in both)
+    ahead = [t for t, ma, mb in both if beats(ma, mb)]
+    behind = [t for t, ma, mb in both if beyond_spread(ma, mb) and not beats(ma, mb)]
+    missing = [t for t in tasks if t not in {x[0] for x in both}]
+    return (
+        f"- {a} against {b}, on the {len(both)} of {len(tasks)} tasks both have: {gap:+.1f} points on average; "
+        f"ahead beyond the seeds' spread on {len(ahead)} ({', '.join(ahead) or 'none'}), behind beyond it on "
+        f"{len(behind)} ({', '.join(behind) or 'none'})"
+        + (f"; not both run yet: {', '.join(missing)}." if missing else ".")
+    )
+
+
+__all__ = ["average_score", "check_summary", "pair_line", "summary_table"]
