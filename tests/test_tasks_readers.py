@@ -6,7 +6,7 @@ import pytest
 
 from bertkit.errors import UserError
 from bertkit.tasks.classify import classify_task_data, read_classify
-from bertkit.tasks.encoding import encode_tokens, truncate_pair
+from bertkit.tasks.encoding import encode_tokens, truncate_pair_as_original
 from bertkit.tasks.finetune import check_labels, finetune
 from bertkit.tasks.glue import get_task, read_glue
 from bertkit.tasks.ner import Sentence, label_list, read_conll, to_iob2
@@ -158,5 +158,25 @@ def test_token_labels_on_first_subtoken_and_windows():
     # 5 pieces of room: the sentence is split at word boundaries into windows
     fs = encode_tokens(_Tok(), [s], {"O": 0, "B-PER": 1, "B-LOC": 2}, max_seq_length=5)
     assert [(x.word_start, x.n_words) for x in fs] == [(0, 2), (2, 1)]
-    assert truncate_pair([1, 2, 3, 4], [5, 6], 4) == ([1, 2], [5, 6])
-    assert truncate_pair([1, 2], [5, 6, 7, 8, 9], 4) == ([1, 2], [5, 6])
+    assert truncate_pair_as_original([1, 2, 3, 4], [5, 6], 4) == ([1, 2], [5, 6])
+    assert truncate_pair_as_original([1, 2], [5, 6, 7, 8, 9], 4) == ([1, 2], [5, 6])
+
+
+def test_the_two_pair_cuts_differ_only_where_the_original_and_the_tokenizers_library_do():
+    """Fine-tuning cuts pairs as run_classifier.py, the server as the tokenizers library: equal on every
+    small case except an odd budget with the first text longer, where the library keeps one more of it."""
+    from bertkit.serving.pairs import truncate_pair_as_tokenizers
+
+    differ = []
+    for la in range(8):
+        for lb in range(8):
+            for budget in range(1, 12):
+                a, b = list(range(la)), list(range(100, 100 + lb))
+                ours = truncate_pair_as_original(a, b, budget)
+                theirs = truncate_pair_as_tokenizers(a, b, budget)
+                assert sum(map(len, ours)) == sum(map(len, theirs)) == min(la + lb, budget)
+                if ours != theirs:
+                    differ.append((la, lb, budget))
+    assert differ and all(la > lb and budget % 2 == 1 for la, lb, budget in differ)
+    assert truncate_pair_as_original(list(range(6)), list(range(5)), 7) == ([0, 1, 2], [0, 1, 2, 3])
+    assert truncate_pair_as_tokenizers(list(range(6)), list(range(5)), 7) == ([0, 1, 2, 3], [0, 1, 2])

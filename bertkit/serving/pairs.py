@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def truncate_pair(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
+def truncate_pair_as_tokenizers(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
     """``longest_first`` as the tokenizers library does it, so that ``len(a) + len(b) <= budget``: the
-    shorter side (the first on a tie) keeps at most ``budget // 2`` tokens, the longer side the rest."""
+    shorter side (the first on a tie) keeps at most ``budget // 2`` tokens, the longer side the rest. The server
+    answers as transformers and TEI do; fine-tuning cuts as the original release
+    (:func:`bertkit.tasks.encoding.truncate_pair_as_original`)."""
     if len(a) + len(b) <= budget:
         return a, b
     if len(a) > len(b):
@@ -45,10 +47,12 @@ def encode_pairs(
             ids.append([cls_id, *a, sep_id])
             types.append([0] * (len(a) + 2))
             continue
-        window_ids, window_types = layout.window(*truncate_pair(a, b, max_seq_length - layout.specials))
+        window_ids, window_types = layout.window(
+            *truncate_pair_as_tokenizers(a, b, max_seq_length - layout.specials)
+        )
         ids.append(window_ids)
         types.append(window_types)
     return ids, types
 
 
-__all__ = ["encode_pairs", "truncate_pair"]
+__all__ = ["encode_pairs", "truncate_pair_as_tokenizers"]

@@ -34,8 +34,13 @@ class Feature:
         return len(self.input_ids)
 
 
-def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[list[int], list[int] | None]:
-    """Longest-first truncation (a token off the end of the longer segment at a time), as the original."""
+def truncate_pair_as_original(
+    a: list[int], b: list[int] | None, max_tokens: int
+) -> tuple[list[int], list[int] | None]:
+    """Longest-first truncation (a token off the end of the longer segment at a time, the first on a tie), as
+    the original ``run_classifier.py``, which fine-tuning follows. The server cuts as the tokenizers library
+    (:func:`bertkit.serving.pairs.truncate_pair_as_tokenizers`), which keeps one more token of the first text
+    where the budget is odd and the first text is longer."""
     a = list(a)
     b = list(b) if b is not None else None
     while len(a) + (len(b) if b is not None else 0) > max_tokens:
@@ -50,9 +55,9 @@ def _pack(
     tok: Tokenizer, layout: PairLayout | None, a: list[int], b: list[int] | None, max_seq_length: int
 ) -> tuple[list[int], list[int]]:
     if b is None or layout is None:
-        a, _ = truncate_pair(a, None, max_seq_length - 2)
+        a, _ = truncate_pair_as_original(a, None, max_seq_length - 2)
         return [tok.cls_token_id, *a, tok.sep_token_id], [0] * (len(a) + 2)
-    a, b = truncate_pair(a, b, max_seq_length - layout.specials)
+    a, b = truncate_pair_as_original(a, b, max_seq_length - layout.specials)
     return layout.window(a, b)
 
 
