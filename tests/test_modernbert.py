@@ -515,7 +515,8 @@ def test_long_inputs_run_local_layers_in_blocks(kernels_on, monkeypatch):
 
 @pytest.mark.parametrize("t", [5, 9, 81, 128, 200, 257])
 @pytest.mark.parametrize("padded", [True, False])
-def test_sliding_window_blocks_equal_the_dense_band(t, padded):
+@pytest.mark.parametrize("block", [32, 8, 3])  # blocks wider than the window's reach, as wide, narrower
+def test_sliding_window_blocks_equal_the_dense_band(t, padded, block):
     """Outputs and gradients of the blocked computation (and of the short cuts for short sequences) equal one
     SDPA call with the dense band mask."""
     from bertkit.kernels.local_attention import sliding_window_attention
@@ -526,7 +527,7 @@ def test_sliding_window_blocks_equal_the_dense_band(t, padded):
     key_mask[1, t // 2 :] = not padded
     band = window_mask(t, 8) & (key_mask[:, None, None, :] | torch.eye(t, dtype=torch.bool))
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band)
-    got = sliding_window_attention(q, k, v, 8, key_mask if padded else None, block=32)
+    got = sliding_window_attention(q, k, v, 8, key_mask if padded else None, block=block)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     grad = torch.randn(want.shape, generator=g)
     want_grads = torch.autograd.grad(want, (q, k, v), grad)
@@ -539,10 +540,14 @@ def test_sliding_window_blocks_equal_the_dense_band(t, padded):
 class _Window(torch.nn.Module):
     """The sliding-window kernel alone, for the exporter: q, k, v [1, 1, T, 8], key mask [1, T]."""
 
+    def __init__(self, block: int | None) -> None:
+        super().__init__()
+        self.block = block
+
     def forward(self, q, k, v, key_mask):
         from bertkit.kernels.local_attention import sliding_window_attention
 
-        return sliding_window_attention(q, k, v, 8, key_mask.bool(), block=32)
+        return sliding_window_attention(q, k, v, 8, key_mask.bool(), block=self.block)
 
 
 _ORT_PEAK = """
@@ -559,7 +564,8 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
 
 
-def test_an_exported_sliding_window_takes_any_length_in_blocks(tmp_path):
+@pytest.mark.parametrize("block", [32, 3, None])  # wider than the reach, narrower, the traced default
+def test_an_exported_sliding_window_takes_any_length_in_blocks(tmp_path, block):
     """Traced on 20 tokens, the ONNX graph of the local layers' attention equals the dense band on lengths of
     one block to several, padded, and on 8,192 tokens adds far less memory than one [T, T] score matrix
     (256 MiB in fp32): it attends block by block, as the eager kernel does."""
@@ -577,7 +583,7 @@ def test_an_exported_sliding_window_takes_any_length_in_blocks(tmp_path):
 
     path = tmp_path / "window.onnx"
     axes = {"q": {2: "t"}, "k": {2: "t"}, "v": {2: "t"}, "key_mask": {1: "t"}, "out": {2: "t"}}
-    torch.onnx.export(_Window(), inputs(20), str(path), input_names=["q", "k", "v", "key_mask"],
+    torch.onnx.export(_Window(block), inputs(20), str(path), input_names=["q", "k", "v", "key_mask"],
                       output_names=["out"], dynamic_axes=axes, opset_version=17, dynamo=False)  # fmt: skip
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     for t in (5, 33, 81, 300):

@@ -27,6 +27,9 @@ def window_mask(length: int, window: int, device: torch.device | None = None) ->
     return (idx[:, None] - idx[None, :]).abs() <= window
 
 
+TRACED_BLOCK = 32  # queries per block in a traced graph (the ONNX export)
+
+
 def default_block(window: int) -> int:
     """Queries per block: twice the window (at least 64), so half of each block's keys are in reach."""
     return max(64, 2 * window)
@@ -46,7 +49,9 @@ def sliding_window_attention(
     ``key_mask`` [B, T] (True = a real token) or None; ``dropout_p`` on the probabilities. Sequences longer
     than one block and its reach run block by block (``block`` queries each, :func:`default_block` by default)."""
     b, a, t, d = q.shape
-    block = block or default_block(window)
+    # A trace takes the blocks at every length, so there small blocks keep short inputs cheap (fewer padded
+    # queries, fewer keys per query); eager runs take blocks only on long inputs, where larger ones pay.
+    block = block or (min(window, TRACED_BLOCK) if torch.jit.is_tracing() else default_block(window))
     tracing = torch.jit.is_tracing()  # then t is a traced size: branch on it nowhere
     if key_mask is None and not tracing and t <= window + 1:  # every key in reach, no padding: SDPA unmasked
         return scaled_dot_product_attention(q, k, v, None, False, dropout_p)
@@ -59,23 +64,25 @@ def sliding_window_attention(
                 key_mask.bool()[:, None, None, :] | torch.eye(t, dtype=torch.bool, device=q.device)
             )
         return scaled_dot_product_attention(q, k, v, mask, False, dropout_p)
-    if block < window:
-        raise ValueError(f"block {block} is shorter than the window's reach {window}")
     # Whole blocks only, sizes taken from the tensors (a trace records them, so one graph takes any length):
-    # queries padded up to n blocks; block i's keys are the last `window` of block i - 1, block i and the first
-    # `window` of block i + 1, from K and V padded by one block of zeros on each side.
+    # queries padded up to n blocks; block i's keys are the `window` positions before it, the block and the
+    # `window` after, cut from the 2 halo + 1 blocks around it (K and V padded by `halo` blocks of zeros).
+    halo = -(-window // block)  # blocks on each side that the window reaches into
     extra = (block - t % block) % block
     width = block + 2 * window
+    first = halo * block - window  # the first of the (2 halo + 1) blocks' keys in reach of the block
 
     def key_blocks(x: Tensor) -> Tensor:
         """[B, A, T, d] -> [B, A, n, width, d]: block i's keys, positions i*block - window .. + width - 1."""
-        x = F.pad(x, (0, 0, block, block + extra)).reshape(b, a, -1, block, d)  # n + 2 blocks
-        return torch.cat([x[:, :, :-2, block - window :], x[:, :, 1:-1], x[:, :, 2:, :window]], dim=3)
+        x = F.pad(x, (0, 0, halo * block, halo * block + extra))
+        x = x.reshape(x.shape[0], x.shape[1], -1, block, x.shape[-1])  # n + 2 halo blocks
+        n = x.shape[2] - 2 * halo
+        near = torch.cat([x[:, :, s : s + n] for s in range(2 * halo + 1)], dim=3)
+        return near[:, :, :, first : first + width]
 
     qb = F.pad(q, (0, 0, 0, extra)).reshape(b, a, -1, block, d)
     valid = torch.ones(b, t, dtype=torch.bool, device=q.device) if key_mask is None else key_mask.bool()
-    valid = F.pad(valid, (block, block + extra)).reshape(b, -1, block)  # outside the sequence: False
-    valid = torch.cat([valid[:, :-2, block - window :], valid[:, 1:-1], valid[:, 2:, :window]], dim=2)
+    valid = key_blocks(valid[:, None, :, None])[:, 0, :, :, 0]  # [B, n, width]; outside the sequence: False
     i = torch.arange(block, device=q.device)[:, None]
     j = torch.arange(width, device=q.device)[None, :]
     band = (j >= i) & (
