@@ -1182,3 +1182,11 @@ def test_a_random_arm_takes_the_shape_of_its_model_config(tmp_path, tiny_data):
     assert 0 < mb["metrics"]["mlm_loss"] and mb["metrics"]["distinct_predictions"] > 1
     bert = run_random(m, m.cell("pretrain/rb"), out, {}, False)
     assert json.loads((Path(bert["model_dir"]) / "config.json").read_text())["model_type"] == "bert"
+
+
+def test_a_summary_naming_an_unknown_task_is_refused_when_the_matrix_loads(tmp_path):
+    """[summary] is checked with the rest of the config, before any cell runs, not when the report is written."""
+    good = load_matrix(_write(tmp_path, MINIMAL + '[summary]\nmodels = ["a"]\ntasks = ["SST-2"]\n'))
+    assert good.raw["summary"]["tasks"] == ["SST-2"]
+    with pytest.raises(UserError, match=r"m\.toml: \[summary\] tasks names \['QNLI'\]"):
+        load_matrix(_write(tmp_path, MINIMAL + '[summary]\nmodels = ["a"]\ntasks = ["QNLI"]\n'))

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from bertkit.errors import UserError
-from lab.report.summary import average_score, check_summary, pair_line, summary_table
+from lab.experiment.lists import check_summary
+from lab.report.summary import average_score, pair_line, summary_table
 
 TASKS = [{"name": "SST-2"}, {"name": "STS-B"}, {"name": "CoLA"}]
 

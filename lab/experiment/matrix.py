@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import UserError
-from lab.experiment.lists import check_lists
+from lab.experiment.lists import check_lists, check_summary
 
 logger = logging.getLogger("bertkit")
 
@@ -219,6 +219,11 @@ def load_matrix(path: str | os.PathLike) -> Matrix:
     models = raw.get("model") or []
     if not isinstance(models, list) or not models:
         raise UserError(f"{path}: needs at least one [[model]] table")
+    if "summary" in raw:  # checked here, not when the report is written: a typo shows before any cell runs
+        tasks = {t.get("name") for t in raw.get("task") or [] if isinstance(t, dict)}
+        check_summary(
+            raw["summary"], tasks, {m.get("name") for m in models if isinstance(m, dict)}, str(path)
+        )
     cells: list[Cell] = []
     corpus: list[str] = []
     uses_corpus = any(not (m.get("pretrained") or m.get("package")) for m in models)

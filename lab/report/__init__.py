@@ -20,7 +20,6 @@ from lab.experiment import load_matrix, read_results, results_dir
 from lab.report.paper import paper_report
 from lab.report.results import results_report
 from lab.report.scores import protocols
-from lab.report.summary import check_summary
 
 __all__ = ["write_report"]
 
@@ -39,9 +38,6 @@ def write_report(
     kind = matrix.raw.get("report_kind", "paper")
     if kind not in ("paper", "results"):
         raise UserError(f"{config}: report_kind must be 'paper' or 'results', not {kind!r}")
-    if "summary" in matrix.raw:
-        tasks = {t["name"] for t in matrix.raw.get("task", [])}
-        check_summary(matrix.raw["summary"], tasks, {m["name"] for m in matrix.raw["model"]}, str(config))
     path.parent.mkdir(parents=True, exist_ok=True)
     config_arg = os.path.relpath(Path(config).resolve(), matrix.base.parent)
     text = (paper_report if kind == "paper" else results_report)(matrix, res, path, config_arg, folder)

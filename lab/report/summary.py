@@ -13,34 +13,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bertkit.errors import UserError
 from lab.experiment import seeds_of
 from lab.report.scores import beats, beyond_spread, fmt, mean_std, metric_name, seed_scores
-
-
-def check_summary(spec: Any, tasks: set[str], models: set[str], where: str) -> None:
-    """UserError naming ``where`` (the config) unless ``spec`` is a table of known models and tasks."""
-    if not isinstance(spec, dict):
-        raise UserError(f"{where}: [summary] must be a table with models, tasks and average")
-    unknown = set(spec) - {"models", "tasks", "average", "pairs"}
-    if unknown:
-        raise UserError(
-            f"{where}: [summary] has unknown keys {sorted(unknown)} (it takes models, tasks, average, pairs)"
-        )
-    pairs = spec.get("pairs", [])
-    if not isinstance(pairs, list) or not all(
-        isinstance(p, list) and len(p) == 2 and all(m in models for m in p) for p in pairs
-    ):
-        raise UserError(f"{where}: [summary] pairs must be a list of [model, model] of the config's models")
-    for key, known in (("models", models), ("tasks", tasks), ("average", tasks)):
-        names = spec.get(key, [])
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise UserError(f"{where}: [summary] {key} must be a list of names")
-        missing = [n for n in names if n not in known]
-        if missing:
-            raise UserError(f"{where}: [summary] {key} names {missing}, which the config does not define")
-    if not spec.get("models") or not spec.get("tasks"):
-        raise UserError(f"{where}: [summary] needs models and tasks")
 
 
 def average_score(results: dict[str, dict], model: str, tasks: list[str]) -> float | None:
@@ -101,4 +75,4 @@ def pair_line(results: dict[str, dict], a: str, b: str, tasks: list[str]) -> str
     )
 
 
-__all__ = ["average_score", "check_summary", "pair_line", "summary_table"]
+__all__ = ["average_score", "pair_line", "summary_table"]
