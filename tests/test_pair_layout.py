@@ -32,5 +32,7 @@ def test_a_tokenizer_json_is_probed_once_and_its_layout_kept(tmp_path, monkeypat
     cls_id, sep_id = tok.cls_token_id, tok.sep_token_id
     assert first == PairLayout.bert(cls_id, sep_id)  # ModernBERT's template is BERT's
     other = Tokenizer.from_pretrained(tmp_path / "m")  # a second load is a second tokenizer: probed anew
-    pair_layout(other)
-    assert pair_layout(other) == first
+    other_calls = []
+    other_encode = other.encode
+    monkeypatch.setattr(other, "encode", lambda *a, **k: other_calls.append(a) or other_encode(*a, **k))
+    assert pair_layout(other) == first and len(other_calls) == probes

@@ -75,6 +75,16 @@ def test_head_classes_come_from_the_heads_registry(name, cls):
     assert model_class(name) is cls
 
 
+@pytest.fixture(scope="module")
+def modernbert_dir(tmp_path_factory):
+    """A transformers-saved ModernBERT folder, built once for the class-lookup cases."""
+    from bpe_folder import modernbert_folder
+
+    folder = tmp_path_factory.mktemp("modernbert-classes")
+    modernbert_folder(folder)
+    return folder
+
+
 @pytest.mark.parametrize(
     "name, cls_name",
     [
@@ -85,12 +95,7 @@ def test_head_classes_come_from_the_heads_registry(name, cls):
         ("BertForMaskedLM", "ModernBertForMaskedLM"),  # the folder's model_type decides the architecture
     ],
 )
-def test_a_modernbert_folder_gets_modernberts_classes(tmp_path_factory, name, cls_name):
-    from bpe_folder import modernbert_folder
-
+def test_a_modernbert_folder_gets_modernberts_classes(modernbert_dir, name, cls_name):
     from bertkit import modernbert
 
-    folder = tmp_path_factory.getbasetemp() / "modernbert-classes"
-    if not folder.exists():
-        modernbert_folder(folder)
-    assert model_class(name, folder) is getattr(modernbert, cls_name)
+    assert model_class(name, modernbert_dir) is getattr(modernbert, cls_name)
