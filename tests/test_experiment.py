@@ -670,6 +670,11 @@ def test_smoke_matrix_end_to_end(shared_data, tmp_path):
     best = max(s1["grid"], key=lambda k: s1["grid"][k])
     assert s1["hyperparameters"]["lr"] == s2["hyperparameters"]["lr"] == float(best)
     assert s1["from_cell"].startswith("finetune/mlm+nsp-tiny/SST-2/lr")
+    # what each run predicted on dev, kept after its folder is removed; a reused rate cell keeps its digest
+    assert s1["predictions_sha256"] == results[s1["from_cell"]]["predictions_sha256"]
+    assert re.fullmatch(
+        r"[0-9a-f]{64}", results["finetune/ltr+bilstm-tiny/SQuAD-v1.1/seed1"]["predictions_sha256"]
+    )
     assert results["finetune/ltr+bilstm-tiny/SQuAD-v1.1/seed1"]["metrics"]["f1"] >= 0
     assert results["features/mlm+nsp-tiny/all-layers-weighted-sum/seed1"]["hyperparameters"]["layers"] == [
         0,

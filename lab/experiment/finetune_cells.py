@@ -5,6 +5,8 @@ Table 7's feature-based cells.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -31,7 +33,8 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
         common["grid"] = rate["grid"]
     if rate.get("from_cell"):  # a rate cell already ran this seed at this rate: reuse it
         r = done[rate["from_cell"]]
-        keep = ("primary", "metrics", "hyperparameters", "examples", "train_examples", "wall_s", "cpu_s")
+        keep = ("primary", "metrics", "hyperparameters", "examples", "train_examples", "wall_s", "cpu_s",
+                "predictions_sha256")  # fmt: skip
         return {**common, **{k: r[k] for k in keep if k in r}, "from_cell": rate["from_cell"]}
     work = out / cell.name
     shutil.rmtree(work, ignore_errors=True)  # a killed fine-tuning run starts again (minutes)
@@ -58,6 +61,9 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
               "train_examples": r.get("train_examples"), "steps": r.get("steps"),
               "hyperparameters": {"lr": lr, **{k: t[k] for k in ("epochs", "batch_size", "max_seq_length",
                                   "max_train_examples", "warmup_ratio", "doc_stride", "freeze_encoder", "version") if k in t}}}  # fmt: skip
+    digest = predictions_digest(work, kind)
+    if digest:
+        result["predictions_sha256"] = digest
     for extra in ("test",):
         if extra in r:
             result[extra] = {
@@ -65,6 +71,26 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
             }
     shutil.rmtree(work, ignore_errors=True)  # scores kept in the result; the fine-tuned weights are not
     return result
+
+
+def predictions_digest(work: Path, kind: str) -> str | None:
+    """sha256 of what a fine-tuned model predicted on dev, in dev order (the labels or tags of
+    ``predictions.jsonl``, SQuAD's ``predictions.json`` by question id): two runs with the same score may still
+    have got different examples right, and only this tells them apart once the run folder is gone. None when
+    the run wrote no predictions."""
+    if kind == "squad":
+        path = work / "predictions.json"
+        if not path.is_file():
+            return None
+        predicted = json.loads(path.read_text(encoding="utf-8"))
+    else:
+        path = work / "predictions.jsonl"
+        if not path.is_file():
+            return None
+        lines = path.read_text(encoding="utf-8").splitlines()
+        predicted = [json.loads(line)["pred"] for line in lines if line.strip()]
+    canonical = json.dumps(predicted, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _task_data(matrix: Matrix, t: dict):
