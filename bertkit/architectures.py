@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .bert_family import FAMILY
+from .bert_family import FAMILY, member_of
 from .config import HFConfig, read_config_json
 
 MODERNBERT = "modernbert"
@@ -32,7 +32,7 @@ def display_name(model_dir: str | os.PathLike) -> str:
     model_type = model_type_of(model_dir)
     if model_type == MODERNBERT:
         return "ModernBERT"
-    return FAMILY[model_type].display if model_type in FAMILY else "BERT"
+    return member_of(model_type).display
 
 
 def load_config(model_dir: str | os.PathLike) -> HFConfig:

@@ -100,6 +100,16 @@ FAMILY: dict[str, Member] = {
 }  # fmt: skip
 # the model types bertkit runs as BERT: BERT itself and its family
 BERT_TYPES = ("bert", *FAMILY)
+# BERT itself, as a member: what a folder of model_type "bert", or none, or one outside the family reads as
+BERT = Member("BERT", "Bert", Names("bert."))
+
+
+def member_of(model_type: str | None) -> Member:
+    """The family member a config's ``model_type`` names; BERT itself for "bert", for none, and for a type
+    outside the family (e.g. "modernbert", whose own classes never ask)."""
+    return FAMILY.get(model_type, BERT) if isinstance(model_type, str) else BERT
+
+
 _BERT = "bert."
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from .bert_family import BERT_TYPES, FAMILY
+from .bert_family import BERT_TYPES, member_of
 from .errors import UserError
 from .io import atomic_write_json, read_json
 
@@ -258,19 +258,19 @@ class BertConfig(HFConfig):
 
     @classmethod
     def _read_keys(cls, data: dict[str, Any]) -> dict[str, Any]:
-        model_type = data.get("model_type")
-        member = FAMILY.get(model_type) if isinstance(model_type, str) else None
-        if member is not None:  # e.g. DistilBERT's own names for BERT's sizes (bert_family.py)
-            for theirs, ours in member.config_keys:
-                if theirs in data:
-                    data.setdefault(ours, data.pop(theirs))
-            for key, value in member.config_defaults:
-                data.setdefault(key, value)
+        member = member_of(data.get("model_type"))
+        for (
+            theirs,
+            ours,
+        ) in member.config_keys:  # e.g. DistilBERT's own names for BERT's sizes (bert_family.py)
+            if theirs in data:
+                data.setdefault(ours, data.pop(theirs))
+        for key, value in member.config_defaults:
+            data.setdefault(key, value)
         return data
 
     def _written_keys(self) -> dict[str, Any]:
-        member = FAMILY.get(self.model_type)
-        return {theirs: getattr(self, ours) for theirs, ours in (member.config_keys if member else ())}
+        return {theirs: getattr(self, ours) for theirs, ours in member_of(self.model_type).config_keys}
 
     @property
     def embedding_width(self) -> int:
@@ -288,8 +288,7 @@ class BertConfig(HFConfig):
     def position_offset(self) -> int:
         """The position id of the first token: 0 for BERT, ``pad_token_id + 1`` for a RoBERTa checkpoint
         (whose positions start after the padding id; see :mod:`bertkit.bert_family`)."""
-        member = FAMILY.get(self.model_type)
-        return self.pad_token_id + 1 if member is not None and member.offset_positions else 0
+        return self.pad_token_id + 1 if member_of(self.model_type).offset_positions else 0
 
     @property
     def max_tokens(self) -> int:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from .bert_family import FAMILY, to_bertkit_key, to_family_key
+from .bert_family import FAMILY, member_of, to_bertkit_key, to_family_key
 from .checkpoint import SAFETENSORS, load_state_dict, save_state_dict
 from .config import BertConfig, HFConfig
 from .errors import UserError
@@ -42,8 +42,7 @@ class LoadingInfo:
 
 def _absent_as_zero(model_type: str) -> tuple[str, ...]:
     """Name endings of bertkit tensors the family member lacks and computes as zero (bert_family.py)."""
-    member = FAMILY.get(model_type)
-    return member.absent_as_zero if member is not None else ()
+    return member_of(model_type).absent_as_zero
 
 
 class BertPreTrainedModel(nn.Module):
@@ -234,8 +233,8 @@ class BertPreTrainedModel(nn.Module):
             }
         # a model that saves another class's layout (plus tensors that class ignores) names that class
         architecture = getattr(self, "saved_architecture", type(self).__name__)
-        if self.config.model_type in FAMILY and architecture.startswith("Bert"):  # transformers' name
-            architecture = FAMILY[self.config.model_type].class_prefix + architecture[len("Bert") :]
+        if architecture.startswith("Bert"):  # transformers' name for the member's class
+            architecture = member_of(self.config.model_type).class_prefix + architecture[len("Bert") :]
         self.config.architectures = [architecture]
         with atomic_dir(model_dir) as tmp:
             self.config.save_pretrained(tmp)

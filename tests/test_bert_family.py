@@ -56,6 +56,25 @@ def kernels_on(request):
     kernels.set_enabled(previous)
 
 
+def test_bert_itself_is_the_member_of_bert_of_no_type_and_of_types_outside_the_family():
+    from bertkit.bert_family import BERT, FAMILY, member_of
+    from bertkit.config import BertConfig
+
+    assert member_of("roberta") is FAMILY["roberta"] and member_of("distilbert").classifier == "relu"
+    assert member_of("bert") is member_of(None) is member_of("modernbert") is BERT
+    assert (BERT.classifier, BERT.offset_positions, BERT.config_keys, BERT.absent_as_zero) == (
+        "pooler",
+        False,
+        (),
+        (),
+    )
+    # positions: BERT counts from 0, RoBERTa after its padding id (1)
+    assert (
+        BertConfig(model_type="bert").position_offset == 0
+        and BertConfig(model_type="roberta", pad_token_id=1).position_offset == 2
+    )
+
+
 def test_positions_start_after_the_padding_id():
     from bertkit.bert_family import position_ids_from_input_ids
 

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bertkit.bert_family import FAMILY
+from bertkit.bert_family import member_of
 from bertkit.config import BertConfig
 from bertkit.heads.pretraining import _Output
 from bertkit.kernels.dropout import Dropout
@@ -231,8 +231,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        member = FAMILY.get(config.model_type)
-        family = member.classifier if member is not None else "pooler"  # BERT's: pooled [CLS] -> linear
+        family = member_of(config.model_type).classifier  # BERT's "pooler": pooled [CLS] -> linear
         self.bert = BertModel(config, add_pooling_layer=family == "pooler")
         self.dropout = _dropout(config)
         # DistilBERT's classifier has a layer before it (pre_classifier); RoBERTa's and ELECTRA's are modules
