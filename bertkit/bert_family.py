@@ -15,9 +15,9 @@ config:
   way, and has neither segment embeddings (bertkit's are zero) nor a pooler.
 
 bertkit's BERT heads go on these encoders, except the sequence head, which is each member's own
-(:attr:`Member.classifier`: ``classifier.dense`` / ``classifier.out_proj``, or DistilBERT's
-``pre_classifier``), so classifiers transformers fine-tuned load whole. A model loaded from such a folder saves
-back under the member's names and class names, so transformers reads it.
+(:attr:`Member.classifier`: ``classifier.dense`` / ``classifier.out_proj``; DistilBERT's ``pre_classifier``,
+:attr:`Member.pre_classifier`), so classifiers transformers fine-tuned load whole. A model loaded from such a
+folder saves back under the member's names and class names, so transformers reads it.
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ class Member:
     class_prefix: str  # transformers' class names: class_prefix + "ForSequenceClassification"
     names: Names
     offset_positions: bool = False  # positions numbered after the padding id (RoBERTa's)
-    classifier: str = "pooler"  # the sequence head's activation ("tanh", "gelu", "relu"), or BERT's pooler
+    # the sequence head: BERT's "pooler" (pooled [CLS] -> linear), a module head with this activation ("tanh",
+    # "gelu": classifier.dense / classifier.out_proj), or a "linear" layer on the [CLS] vector
+    classifier: str = "pooler"
+    pre_classifier: bool = False  # a dense + ReLU layer before that linear one (DistilBERT's pre_classifier)
     absent_as_zero: tuple[str, ...] = ()  # bertkit tensors it does not have, which must then be zero
     # its config.json's names for BertConfig's fields (read, and written beside ours for transformers)
     config_keys: tuple[tuple[str, str], ...] = ()
@@ -89,7 +92,7 @@ FAMILY: dict[str, Member] = {
         ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
         ("vocab_projector.weight", "cls.predictions.decoder.weight"),
         ("vocab_projector.bias", "cls.predictions.bias"),
-    )), classifier="relu", absent_as_zero=("embeddings.token_type_embeddings.weight",),  # no segments
+    )), classifier="linear", pre_classifier=True, absent_as_zero=("embeddings.token_type_embeddings.weight",),  # no segments
         config_keys=(  # transformers' DistilBertConfig reads only these
             ("dim", "hidden_size"), ("n_layers", "num_hidden_layers"), ("n_heads", "num_attention_heads"),
             ("hidden_dim", "intermediate_size"), ("activation", "hidden_act"),

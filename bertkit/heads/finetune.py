@@ -231,11 +231,14 @@ class BertForSequenceClassification(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.num_labels = config.num_labels
-        family = member_of(config.model_type).classifier  # BERT's "pooler": pooled [CLS] -> linear
+        member = member_of(config.model_type)
+        family = member.classifier  # BERT's "pooler": pooled [CLS] -> linear
         self.bert = BertModel(config, add_pooling_layer=family == "pooler")
         self.dropout = _dropout(config)
         # DistilBERT's classifier has a layer before it (pre_classifier); RoBERTa's and ELECTRA's are modules
-        self.pre_classifier = nn.Linear(config.hidden_size, config.hidden_size) if family == "relu" else None
+        self.pre_classifier = (
+            nn.Linear(config.hidden_size, config.hidden_size) if member.pre_classifier else None
+        )
         if family in ("tanh", "gelu"):
             self.classifier: nn.Module = FamilyClassificationHead(config, family)
         else:
