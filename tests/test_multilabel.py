@@ -100,6 +100,13 @@ def test_multi_label_end_to_end_and_predict(tmp_path, capsys, minilm_dir):
         if rows[0]["probs"][lab] >= config["label_thresholds"][lab]
     ]
     assert "finance" in rows[0]["labels"] and "film" not in rows[0]["labels"]
+    # a pair is scored as a pair and echoed beside its labels, as single-label rows do
+    (tmp_path / "pairs.jsonl").write_text('{"text": "the bank price", "text_pair": "and the goal"}\n')
+    assert main(["predict", str(tmp_path / "out" / "model"), "--input", str(tmp_path / "pairs.jsonl"),
+                 "--out", str(tmp_path / "pairs-out.jsonl")]) == 0  # fmt: skip
+    capsys.readouterr()
+    (pair,) = [json.loads(x) for x in (tmp_path / "pairs-out.jsonl").read_text().splitlines()]
+    assert (pair["text"], pair["text_pair"]) == ("the bank price", "and the goal") and "labels" in pair
 
 
 def test_multi_label_errors(tmp_path, capsys):

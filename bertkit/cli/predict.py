@@ -164,8 +164,6 @@ def run_predict(args: argparse.Namespace) -> dict:
         for e, r in zip(examples, raw):
             if regression:
                 row = {"text": e.text_a, "score": r}
-                if e.text_b is not None:
-                    row["text_pair"] = e.text_b
             elif kind == "choice":
                 row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
             elif multi_label:
@@ -180,7 +178,7 @@ def run_predict(args: argparse.Namespace) -> dict:
                     "label": labels[r[0]],
                     "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
                 }
-                if e.text_b is not None:
-                    row["text_pair"] = e.text_b
+            if kind != "choice" and e.text_b is not None:  # every text row echoes the pair it scored
+                row["text_pair"] = e.text_b
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return {"out": args.out, "architecture": arch, "examples": len(examples)}
