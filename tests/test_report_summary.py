@@ -84,3 +84,15 @@ def test_a_pair_line_counts_tasks_beyond_the_spread_and_names_the_missing():
     assert "ahead beyond the seeds' spread on 1 (SST-2)" in line and "behind beyond it on 1 (CoLA)" in line
     assert line.endswith("not both run yet: MRPC.")
     assert pair_line({}, "a", "b", ["SST-2"]) == "- a against b: no task has scores for both yet."
+
+
+def test_a_cell_outside_the_plan_is_a_dash_and_pair_lines_leave_it_out():
+    tasks = [{"name": "SST-2", "models": ["a", "b"]}, {"name": "STS-B", "models": ["a"]}]
+    spec = {"models": ["a", "b"], "tasks": ["SST-2", "STS-B"], "pairs": [["a", "b"]]}
+    matrix = SimpleNamespace(raw={"summary": spec, "task": tasks, "seeds": [1, 2]})
+    lines = summary_table(matrix, _results())
+    assert "| b | 70.0 (1/2 seeds) | — |" in lines  # b is never fine-tuned on STS-B: not "not yet run"
+    assert "| a | 81.0 ± 1.4 | 40.0 (1/2 seeds) |" in lines
+    (pair,) = [line for line in lines if line.startswith("- a against b")]
+    assert pair.startswith("- a against b, on the 1 of 1 tasks both have:") and "not both run yet" not in pair
+    assert pair.endswith("(not planned for both: STS-B).")

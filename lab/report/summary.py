@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from lab.experiment import seeds_of
+from lab.experiment import seeds_of, task_models
 from lab.report.scores import beats, beyond_spread, fmt, mean_std, metric_name, seed_scores
 
 
@@ -23,6 +23,13 @@ def average_score(results: dict[str, dict], model: str, tasks: list[str]) -> flo
     if not tasks or any(m is None for m in means):
         return None
     return statistics.fmean(m[0] for m in means if m is not None)
+
+
+def planned(raw: dict, task: dict | None, model: str) -> bool:
+    """Whether the study fine-tunes ``model`` on ``task`` (its [[task]] entry) at all: a cell outside the plan
+    is not "not yet run"."""
+    names = task_models(raw, task) if task else []
+    return not names or model in names
 
 
 def summary_table(matrix: Any, results: dict[str, dict]) -> list[str]:
@@ -36,12 +43,16 @@ def summary_table(matrix: Any, results: dict[str, dict]) -> list[str]:
         head.append(f"average of {', '.join(average)}")
     lines = ["## Summary", "",
              "Dev-set scores, mean ± std over seeds; the average is of the seed means, blank until each of its "
-             "tasks has a score, and marked while some of their seeds are missing.", "",
+             "tasks has a score, and marked while some of their seeds are missing; — where the study does not "
+             "fine-tune the model on the task.", "",
              "| model | " + " | ".join(head) + " |", "| --- |" + " --- |" * len(head)]  # fmt: skip
     by_name = {t["name"]: t for t in matrix.raw.get("task", [])}
     for model in spec["models"]:
         cells = []
         for task in spec["tasks"]:
+            if not planned(matrix.raw, by_name.get(task), model):
+                cells.append("—")
+                continue
             xs = seed_scores(results, model, task)
             cells.append(fmt(mean_std(xs), len(xs), len(seeds_of(matrix.raw, by_name.get(task)))))
         if average:
@@ -52,17 +63,24 @@ def summary_table(matrix: Any, results: dict[str, dict]) -> list[str]:
             )
             cells.append("" if avg is None else f"{avg:.1f}" + (" (seeds missing)" if partial else ""))
         lines.append(f"| {model} | " + " | ".join(cells) + " |")
-    pairs = [pair_line(results, a, b, spec["tasks"]) for a, b in spec.get("pairs", [])]
+    pairs = []
+    for a, b in spec.get("pairs", []):
+        both = [t for t in spec["tasks"] if all(planned(matrix.raw, by_name.get(t), m) for m in (a, b))]
+        pairs.append(pair_line(results, a, b, both, [t for t in spec["tasks"] if t not in both]))
     return lines + [""] + (pairs + [""] if pairs else [])
 
 
-def pair_line(results: dict[str, dict], a: str, b: str, tasks: list[str]) -> str:
+def pair_line(
+    results: dict[str, dict], a: str, b: str, tasks: list[str], unplanned: list[str] | tuple = ()
+) -> str:
     """One line: ``a`` against ``b`` on the tasks where both have scores: the difference of their averages, and
-    on which tasks ``a`` is ahead (or behind) by more than the seeds' spread."""
+    on which tasks ``a`` is ahead (or behind) by more than the seeds' spread. ``unplanned``: the table's tasks
+    the study does not fine-tune both on, named at the end."""
+    outside = f" (not planned for both: {', '.join(unplanned)})" if unplanned else ""
     both = [(t, ma, mb) for t in tasks
             if (ma := mean_std(seed_scores(results, a, t))) and (mb := mean_std(seed_scores(results, b, t)))]  # fmt: skip
     if not both:
-        return f"- {a} against {b}: no task has scores for both yet."
+        return f"- {a} against {b}: no task has scores for both yet{outside}."
     gap = statistics.fmean(ma[0] - mb[0] for _, ma, mb in both)
     ahead = [t for t, ma, mb in both if beats(ma, mb)]
     behind = [t for t, ma, mb in both if beyond_spread(ma, mb) and not beats(ma, mb)]
@@ -71,7 +89,8 @@ def pair_line(results: dict[str, dict], a: str, b: str, tasks: list[str]) -> str
         f"- {a} against {b}, on the {len(both)} of {len(tasks)} tasks both have: {gap:+.1f} points on average; "
         f"ahead beyond the seeds' spread on {len(ahead)} ({', '.join(ahead) or 'none'}), behind beyond it on "
         f"{len(behind)} ({', '.join(behind) or 'none'})"
-        + (f"; not both run yet: {', '.join(missing)}." if missing else ".")
+        + (f"; not both run yet: {', '.join(missing)}" if missing else "")
+        + f"{outside}."
     )
 
 
