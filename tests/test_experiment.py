@@ -1156,6 +1156,25 @@ def test_the_study_headline_chain_continues_the_electra_modernbert_arm_link_by_l
     assert sum(tokens) == 20 * tokens[0]  # 1 + 1 + 3 + 5 + 10 CPU-hours at the first link's rate
 
 
+def test_the_studys_bf16_copy_is_the_committed_model_and_is_fine_tuned_only_on_squad():
+    """electra-modernbert-mini-3h-bf16 fine-tunes the published copy under models/ (the one that survives a
+    change of machine), on the task the fp32 arm has no result for, and is kept apart from the fp32 arm."""
+    from lab.experiment import task_models
+    from lab.experiment.paths import external_model_dir
+
+    root = Path(__file__).resolve().parents[1]
+    study = load_matrix(root / "experiments" / "pretrain-study.toml")
+    spec = next(m for m in study.raw["model"] if m["name"] == "electra-modernbert-mini-3h-bf16")
+    folder = external_model_dir(study, spec).resolve()
+    assert folder == (root / "models" / "bertkit-electra-modernbert-mini").resolve()
+    assert (folder / "model.safetensors").is_file() and "electra-modernbert-mini-3h" in (
+        folder / "README.md"
+    ).read_text()
+    tuned_on = [t["name"] for t in study.raw["task"] if spec["name"] in task_models(study.raw, t)]
+    assert tuned_on == ["SQuAD-v1.1"]
+    assert "pretrain/electra-modernbert-mini-3h-bf16" in {c.name for c in study.cells}
+
+
 def test_a_random_arm_takes_the_shape_of_its_model_config(tmp_path, tiny_data):
     """A random-init baseline for a ModernBERT arm is a ModernBERT at its initialisation, scored held-out by
     its own masked-LM head; without ``model_config`` it stays BERT's preset."""
