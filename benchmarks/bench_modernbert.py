@@ -34,6 +34,7 @@ from .common import Mismatch, check_close, compare, suite_main
 ATOL = 1e-4
 GOAL = 2.0  # the issue's goal for variable-length inference
 DOCUMENTS = (4096, 8192)
+ROWS = ("batches", "documents", "step")  # the kinds of row, in the order they run
 MASK_RATE = 0.3  # ModernBERT's pre-training masking rate
 
 
@@ -272,18 +273,26 @@ def bench_pretrain_step(config: Any, batch_size: int, seq: int, repeats: int) ->
 def run(args: Any = None) -> Iterator[dict[str, Any]]:
     """The rows, each as soon as it is measured. ``args``: ``quick``, ``repeats``; ``layers`` (default 22, 3
     with ``quick``), ``batches`` (batches of 32 per variable-length row), ``documents`` (lengths),
-    ``step`` ([batch, seq] of the pre-training step)."""
+    ``step`` ([batch, seq] of the pre-training step), ``rows`` (which kinds to run, of :data:`ROWS`; default
+    all, e.g. ``--set 'modernbert.rows=["documents","step"]'`` to finish a run cut short)."""
     quick = bool(getattr(args, "quick", False))
     repeats = getattr(args, "repeats", None) or (3 if quick else 5)
     layers = getattr(args, "layers", None) or (3 if quick else 22)
     n_batches = getattr(args, "batches", None) or (2 if quick else 4)
     step = getattr(args, "step", None) or ([4, 128] if quick else [16, 128])
+    kinds = getattr(args, "rows", None) or ROWS
+    unknown = sorted(set(kinds) - set(ROWS))
+    if unknown:
+        raise ValueError(f"modernbert.rows: unknown {unknown}; choose from {list(ROWS)}")
     config = base_config(layers)
-    for dataset in ("sst2", "conll"):
-        yield bench_batches(config, dataset, n_batches, repeats)
-    for length in getattr(args, "documents", None) or DOCUMENTS:
-        yield bench_document(config, int(length), repeats)
-    yield bench_pretrain_step(config, int(step[0]), int(step[1]), repeats)
+    if "batches" in kinds:
+        for dataset in ("sst2", "conll"):
+            yield bench_batches(config, dataset, n_batches, repeats)
+    if "documents" in kinds:
+        for length in getattr(args, "documents", None) or DOCUMENTS:
+            yield bench_document(config, int(length), repeats)
+    if "step" in kinds:
+        yield bench_pretrain_step(config, int(step[0]), int(step[1]), repeats)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -310,6 +310,32 @@ def test_modernbert_bench_pairs_agree_and_a_difference_is_caught():
         check_hidden(ours, ref, batches[:1], "changed")
 
 
+def test_the_modernbert_suite_runs_only_the_kinds_of_row_asked_for(monkeypatch):
+    """``modernbert.rows`` picks the kinds of row (to finish a run that stopped at its time limit); an unknown
+    kind is refused before anything is measured."""
+    from types import SimpleNamespace
+
+    from benchmarks import bench_modernbert as bm
+
+    if not hasattr(transformers, "ModernBertModel"):
+        pytest.skip("this transformers has no ModernBERT")
+    ran = []
+    monkeypatch.setattr(bm, "bench_batches", lambda c, d, *a: ran.append(d) or {"name": d})
+    monkeypatch.setattr(bm, "bench_document", lambda c, n, *a: ran.append(n) or {"name": n})
+    monkeypatch.setattr(bm, "bench_pretrain_step", lambda c, b, s, *a: ran.append("step") or {"name": "step"})
+    rows = list(bm.run(SimpleNamespace(rows=["documents", "step"], documents=[8192], layers=1)))
+    assert [r["name"] for r in rows] == ran == [8192, "step"]
+    ran.clear()
+    assert [r["name"] for r in bm.run(SimpleNamespace(layers=1, documents=[64]))] == [
+        "sst2",
+        "conll",
+        64,
+        "step",
+    ]
+    with pytest.raises(ValueError, match=r"modernbert.rows: unknown \['doc'\]"):
+        list(bm.run(SimpleNamespace(rows=["doc"])))
+
+
 def test_modernbert_flops_formula_matches_torch_flop_counter():
     """``modernbert_flops`` (the suite's model FLOPs) equals torch's FLOP counter over transformers' forward
     of a sequence inside the window (there local attention is dense; eager attention: matmuls the counter
