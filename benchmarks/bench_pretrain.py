@@ -27,7 +27,7 @@ import torch
 from bertkit.flops import training_flops
 
 from .below_peak import largest_gemm
-from .common import child_json, compare
+from .common import child_json, compare, suite_settings
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -290,20 +290,11 @@ def run(args=None) -> Iterator[dict]:
     the rows it finished. ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq,
     ours_only_sizes and ``mixed``: which rows a CPU with native bf16 adds per size, "auto"
     (ours ``--precision auto`` vs transformers fp32) and "bf16" (both sides bf16), in that order."""
-    ns = argparse.Namespace(
-        sizes=["mini", "small"],
-        repeats=5,
-        warmup=2,
-        threads=None,
-        batch_size=32,
-        seq=128,
-        ours_only_sizes=["base"],
-        mixed=["auto", "bf16"],
-    )
-    if args is not None:
-        for k, v in (vars(args) if not isinstance(args, dict) else args).items():
-            if v is not None:
-                setattr(ns, k, v)
+    ns = suite_settings(
+        dict(sizes=["mini", "small"], repeats=5, warmup=2, threads=None, batch_size=32, seq=128,
+             ours_only_sizes=["base"], mixed=["auto", "bf16"]),
+        args,
+    )  # fmt: skip
     try:
         import transformers  # noqa: F401
     except ImportError:

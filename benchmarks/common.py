@@ -99,6 +99,16 @@ def _commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+def suite_settings(defaults: dict[str, Any], args: Any = None) -> argparse.Namespace:
+    """A suite's settings: ``defaults`` with every value of ``args`` (a namespace or dict; None = unset) over it."""
+    ns = argparse.Namespace(**defaults)
+    if args is not None:
+        for k, v in (vars(args) if not isinstance(args, dict) else args).items():
+            if v is not None:
+                setattr(ns, k, v)
+    return ns
+
+
 def bf16_supported() -> bool:
     """Whether this CPU has native bf16 GEMMs (AVX512-BF16 or AMX) that oneDNN uses."""
     flags = set(cpu_info()["flags"])

@@ -16,6 +16,8 @@ measured; a row has at least ``name`` and ``ratio``, or ``skipped``/``error`` wi
 - ``tokenizer`` benchmarks.bench_tokenizer batch encoding vs BertTokenizerFast and raw ``tokenizers``
 - ``finetune``  benchmarks.bench_finetune  SQuAD-shaped 8x384 QA step and SST-2 classification step
 - ``pretrain``  benchmarks.bench_pretrain  pre-training step, BERT-mini/small, 32x128 (pretraining engineer)
+- ``electra``   benchmarks.bench_electra   ELECTRA step (generator + discriminator), BERT-mini/small, 32x128, vs
+                                           transformers' ElectraForMaskedLM + ElectraForPreTraining
 - ``data``      benchmarks.bench_data      prepare + instances vs the original algorithm (data engineer)
 - ``gpu``       benchmarks.bench_gpu       BERT-base bf16 pre-training step on CUDA: tokens/s and MFU
                                            (a skipped row on a machine without a CUDA device)
@@ -61,6 +63,7 @@ SUITES = (
     "tokenizer",
     "finetune",
     "pretrain",
+    "electra",
     "data",
     "gpu",
     "serve",
@@ -172,6 +175,13 @@ def _suite_args(name: str, args: argparse.Namespace) -> Any:
         elif args.repeats:
             d["repeats"] = args.repeats
         return argparse.Namespace(**d)
+    if name == "electra":
+        d = {"threads": args.threads}
+        if args.quick:
+            d.update(sizes=["mini"], repeats=args.repeats or 3, warmup=1, mixed=[])
+        elif args.repeats:
+            d["repeats"] = args.repeats
+        return d
     if name == "gpu":
         return {"repeats": args.repeats or (3 if args.quick else 10), "warmup": 1 if args.quick else 3}
     if name == "data":

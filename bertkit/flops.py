@@ -49,3 +49,20 @@ def training_flops(config: Any, lengths: Sequence[int], masked: int) -> float:
     heads = len(lengths) * (2 * h * h + 2 * h * 2)  # pooler and the NSP classifier
     mlm = masked * (2 * h * h + 2 * h * config.vocab_size)  # transform and decoder, masked rows only
     return 3.0 * (encoder_flops(config, lengths) + heads + mlm)
+
+
+def electra_training_flops(config: Any, generator: Any, lengths: Sequence[int], masked: int) -> float:
+    """FLOPs of one ELECTRA pre-training step (forward + backward = 3 x forward): the discriminator's encoder and
+    its per-token head (dense h x h, then one logit) on every real token, the generator's encoder on every real
+    token after the shared embeddings are projected to its width g, and the generator's head (dense g -> h) and
+    tied decoder (h -> vocabulary) on the ``masked`` positions only.
+
+    config: the discriminator's BertConfig; generator: the generator's; lengths: the real length of each
+    sequence, shape (sequences,). Sampling the replacements is not counted (no GEMM). Tested against torch's
+    FLOP counter (tests/test_bench_equality.py)."""
+    h, g = config.hidden_size, generator.hidden_size
+    tokens = int(np.asarray(lengths, dtype=np.int64).sum())
+    discriminator = encoder_flops(config, lengths) + tokens * (2 * h * h + 2 * h)
+    generator_side = encoder_flops(generator, lengths) + tokens * 2 * h * g
+    generator_side += masked * (2 * g * h + 2 * h * config.vocab_size)
+    return 3.0 * (discriminator + generator_side)

@@ -349,3 +349,77 @@ def test_modernbert_flops_formula_matches_torch_flop_counter():
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         ref(**document(16))
     assert counter.get_total_flops() == pytest.approx(modernbert_flops(cfg, [16]), rel=1e-9)
+
+
+def test_electra_flops_formula_matches_torch_flop_counter(monkeypatch):
+    """The ELECTRA rows' numerator (bertkit.flops.electra_training_flops) equals what torch's FLOP counter sees
+    in one forward + backward of our ELECTRA pair: both encoders, the projection to the generator's width, the
+    discriminator's head on every token, the generator's head and decoder on the masked rows only."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import bertkit.kernels.gemm as linear_module
+    from benchmarks.bench_electra import STEP_KEYS
+    from benchmarks.bench_pretrain import make_batch
+    from bertkit.electra import ElectraPretrainingModel
+    from bertkit.flops import electra_training_flops
+
+    monkeypatch.setattr(linear_module, "_op", None)  # F.linear: GEMMs the counter knows, no padded rows
+    cfg = BertConfig.preset("tiny", vocab_size=1100)
+    torch.manual_seed(0)
+    model = ElectraPretrainingModel(cfg, generator_fraction=0.5)
+    batch = {k: v for k, v in make_batch(cfg.vocab_size, batch=4, seq=24, seed=3).items() if k in STEP_KEYS}
+    batch["attention_mask"][:] = 1  # every sequence full length: rows are exactly the real tokens
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    masked = int((batch["labels"] != -100).sum())
+    expected = electra_training_flops(cfg, model.generator_config, [24] * 4, masked)
+    # the discriminator's BERT pooler runs forward (the saved encoder keeps it) but no loss reads it: not model work
+    pooler = sum(counter.get_flop_counts()["ElectraPretrainingModel.discriminator.pooler"].values())
+    assert pooler == 4 * 2 * cfg.hidden_size**2
+    assert counter.get_total_flops() - pooler == pytest.approx(expected, rel=1e-9)
+
+
+def test_electra_bench_pair_agrees_steps_and_a_difference_is_caught():
+    """The ELECTRA suite's two sides start from the same weights (transformers loads our ELECTRA folders) and
+    give the same generator and discriminator logits; each side's step trains (its loss is finite and its
+    weights move, the shared embeddings included); a changed weight on either network is caught."""
+    from benchmarks.bench_electra import _step, build_pair, check_pair
+    from bertkit.train.optim import build_optimizer
+
+    ours, theirs, batch, check = build_pair("tiny", batch_size=4, seq=32, vocab_size=1100)
+    assert max(check.values()) <= 1e-4
+    shared = theirs.generator.electra.embeddings.word_embeddings.weight
+    assert shared is theirs.discriminator.electra.embeddings.word_embeddings.weight
+    assert theirs.generator.generator_lm_head.weight is shared
+    for model in (ours, theirs):
+        model.train()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        loss = _step(model, build_optimizer(model, "adamw", lr=1e-3), batch)
+        assert torch.isfinite(loss)
+        moved = [n for n, p in model.named_parameters() if not torch.equal(before[n], p)]
+        assert any("word_embeddings" in n for n in moved) and len(moved) > len(before) // 2
+    ours, theirs, batch, _ = build_pair("tiny", batch_size=4, seq=32, vocab_size=1100)
+    for network in (theirs.generator, theirs.discriminator):
+        weight = network.electra.encoder.layer[0].output.dense.weight
+        kept = weight.detach().clone()
+        with torch.no_grad():  # one output row only: a shift of every row alike would vanish in the LayerNorm
+            weight[0].add_(0.05)
+        with pytest.raises(AssertionError, match="outputs differ"):
+            check_pair(ours, theirs, batch, "changed")
+        with torch.no_grad():
+            weight.copy_(kept)
+    assert max(check_pair(ours, theirs, batch, "restored").values()) <= 1e-4
+
+
+def test_the_electra_suite_gives_a_row_with_its_work_and_the_check():
+    """One row per size as it is measured, naming the reference and carrying the FLOPs the fraction of the
+    peak is computed from (ours counts real tokens and masked rows; the reference's work is every position)."""
+    from benchmarks.bench_electra import run
+
+    rows = list(run({"sizes": ["tiny"], "repeats": 1, "warmup": 0, "batch_size": 4, "seq": 16, "mixed": []}))
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["name"].startswith("ELECTRA step BERT-tiny (4x16") and row["ratio"] > 0
+    assert "ElectraForPreTraining" in row["reference_impl"]
+    assert 0 < row["model_flops_per_call"] < row["ref_work_flops_per_call"]
+    assert row["max_generator_logit_diff"] <= 1e-4
