@@ -149,7 +149,9 @@ class ElectraPretrainingOutput(_Output):
     loss: Tensor | None = None
     generator_loss: Tensor | None = None  # mean cross-entropy at the masked positions
     discriminator_loss: Tensor | None = None  # mean binary cross-entropy over the real tokens
-    generator_logits: Tensor | None = None  # [N, vocab] at the N masked positions (row-major order)
+    # [N, vocab] at the N masked positions (row-major order), in fp32 under bf16 autocast too: the metrics' argmax
+    # over a vocabulary-wide row is several times slower in bf16, and the loss has the fp32 copy already
+    generator_logits: Tensor | None = None
     generator_labels: Tensor | None = None  # [N] the original tokens there
     discriminator_logits: Tensor | None = None  # [B, T]
     replaced: Tensor | None = None  # bool [B, T]: the discriminator's targets (False on padding)
@@ -242,7 +244,7 @@ class ElectraJointLoss:
             loss=generator_loss + self.discriminator_weight * discriminator_loss,
             generator_loss=generator_loss,
             discriminator_loss=discriminator_loss,
-            generator_logits=logits,
+            generator_logits=scores,
             generator_labels=targets,
             discriminator_logits=disc_logits,
             replaced=replaced,

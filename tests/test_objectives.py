@@ -185,6 +185,25 @@ def test_electra_loss_equals_the_paper_computed_by_hand(arch):
     assert not out.replaced[1, 5:].any()  # padding is never a target
 
 
+@pytest.mark.parametrize("arch", ["bert", "modernbert"])
+def test_under_bf16_autocast_the_generator_logits_come_back_in_fp32_with_the_same_argmax(arch):
+    """The step's generator logits are the fp32 copy the loss reads (the metrics' argmax is several times faster
+    there), equal to the bf16 logits cast up, so the masked-LM accuracy is what the bf16 logits give."""
+    torch.manual_seed(0)
+    model = electra_pair(arch, generator_fraction=0.5, mask_token_id=3, mask_token_prob=1.0).eval()
+    batch = batch_of_two()
+    masked = batch["labels"] != -100
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(**batch)
+        bf16 = model.generator_logits(batch["input_ids"], batch["attention_mask"], None, masked)
+    assert bf16.dtype == torch.bfloat16 and out.generator_logits.dtype == torch.float32
+    assert torch.equal(out.generator_logits, bf16.float())
+    correct = float((bf16.argmax(-1) == batch["labels"][masked]).sum())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _, metrics = get_objective("electra").loss(model, batch)
+    assert metrics["masked_lm_accuracy"] == (correct, float(masked.sum()))
+
+
 @pytest.mark.parametrize(
     "block", [256, 4, 3, 1]
 )  # one partial block; full blocks and a tail; full only; 1 each
