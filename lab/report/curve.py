@@ -5,9 +5,13 @@
     models = ["electra-mini-1h", "electra-mini-2h", ...]   # a chain of continue_from links, or any models
     tasks = ["SST-2", "STS-B"]
     anchors = { "SST-2" = { "BERT-Tiny (Google, test)" = 83.2 } }
+    start = "random-mini"                # optional: the chain's random init, drawn at 0 CPU-hours
+    beside = ["electra-mini-3h"]         # optional: models of one schedule each, drawn apart from the chain
 
 A model's x is the CPU-hours of its whole chain (its own ``train_cpu_s`` plus the links it continues), its y
-the mean over seeds of the task's primary score, with the seeds' spread as an error bar.
+the mean over seeds of the task's primary score, with the seeds' spread as an error bar. The ``beside`` models
+answer "what would one schedule of that many CPU-hours have given": each link of a chain warms up and decays
+its learning rate afresh.
 """
 
 from __future__ import annotations
@@ -15,8 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bertkit.errors import UserError
 from bertkit.io import atomic_write
 from lab.report.scores import mean_std, seed_scores
+
+CURVE_KEYS = {"models", "tasks", "anchors", "start", "beside"}
+KIND = {"models": "chain", "start": "random init", "beside": "one schedule"}
 
 
 def chain_cpu_hours(results: dict[str, dict], model: str) -> float | None:
@@ -31,16 +39,30 @@ def chain_cpu_hours(results: dict[str, dict], model: str) -> float | None:
     return total / 3600.0
 
 
-def curve_points(results: dict[str, dict], spec: dict[str, Any]) -> dict[str, list[tuple[str, float, tuple]]]:
-    """task -> [(model, CPU-hours, (mean, std)), ...] for the models with both a pre-training and scores."""
-    out: dict[str, list[tuple[str, float, tuple]]] = {}
+def curve_points(
+    results: dict[str, dict], spec: dict[str, Any]
+) -> dict[str, list[tuple[str, float, tuple, str]]]:
+    """task -> [(model, CPU-hours, (mean, std), kind), ...] for the models with both a pre-training and scores,
+    in CPU order; kind is "chain" (``models``), "random init" (``start``, at 0 CPU-hours) or "one schedule"
+    (``beside``)."""
+    unknown = sorted(set(spec) - CURVE_KEYS)
+    if unknown:
+        raise UserError(
+            f"[curve]: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(CURVE_KEYS))})"
+        )
+    members = [(m, "models") for m in spec.get("models", [])] + [
+        (m, "beside") for m in spec.get("beside", [])
+    ]
+    if spec.get("start"):
+        members.insert(0, (spec["start"], "start"))
+    out: dict[str, list[tuple[str, float, tuple, str]]] = {}
     for task in spec.get("tasks", []):
         pts = []
-        for model in spec.get("models", []):
-            hours = chain_cpu_hours(results, model)
+        for model, role in members:
+            hours = 0.0 if role == "start" else chain_cpu_hours(results, model)
             ms = mean_std(seed_scores(results, model, task))
             if hours is not None and ms is not None:
-                pts.append((model, hours, ms))
+                pts.append((model, hours, ms, KIND[role]))
         out[task] = sorted(pts, key=lambda p: p[1])
     return out
 
@@ -57,11 +79,11 @@ def quality_curve(matrix: Any, results: dict[str, dict], doc: Path) -> list[str]
         return lines + ["No point yet: the models of the curve have no fine-tuning results.", ""]
     png = doc.parent / f"{doc.stem}-curve.png"
     _plot(points, spec.get("anchors") or {}, png)
-    lines += [f"![quality per CPU-hour]({png.name})", "", "| model | task | pre-training CPU-hours | score |",
-              "| --- | --- | --- | --- |"]  # fmt: skip
+    lines += [f"![quality per CPU-hour]({png.name})", "", "| model | kind | task | pre-training CPU-hours | score |",
+              "| --- | --- | --- | --- | --- |"]  # fmt: skip
     for task, pts in points.items():
-        for model, hours, (mean, std) in pts:
-            lines.append(f"| {model} | {task} | {hours:.2f} | {mean:.1f} ± {std:.1f} |")
+        for model, hours, (mean, std), kind in pts:
+            lines.append(f"| {model} | {kind} | {task} | {hours:.2f} | {mean:.1f} ± {std:.1f} |")
     return lines + [""]
 
 
@@ -74,22 +96,28 @@ def _plot(points: dict[str, list], anchors: dict[str, dict[str, float]], path: P
     tasks = list(points)
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        pts = points[task]
-        if pts:
-            xs = [p[1] for p in pts]
-            ys = [p[2][0] for p in pts]
-            ax.errorbar(xs, ys, yerr=[p[2][1] for p in pts], marker="o", capsize=3, label="bertkit")
+        chain = [p for p in points[task] if p[3] != "one schedule"]  # the random init starts the chain's line
+        if chain:
+            xs = [p[1] for p in chain]
+            ys = [p[2][0] for p in chain]
+            ax.errorbar(xs, ys, yerr=[p[2][1] for p in chain], marker="o", capsize=3, label="bertkit chain")
             for x, y in zip(xs, ys):
                 ax.annotate(
                     f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8
                 )
+        for i, (model, x, (y, std), _) in enumerate(p for p in points[task] if p[3] == "one schedule"):
+            ax.errorbar([x], [y], yerr=[std], marker="s", ls="none", capsize=3, color=f"C{i + 1}",
+                        label=f"{model} (one schedule)")  # fmt: skip
+            ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(8, -3), fontsize=8)
+        if any(p[3] == "one schedule" for p in points[task]):
+            ax.legend(fontsize=7, loc="lower right")
         # anchors close together (BERT-Tiny's and BERT-Mini's STS-B) label one line above it, the next below
         for i, (label, value) in enumerate(sorted((anchors.get(task) or {}).items(), key=lambda kv: kv[1])):
             ax.axhline(value, ls="--", lw=1, color="grey")
             ax.annotate(f"{label}: {value}", (0, value), xycoords=("axes fraction", "data"), fontsize=8,
                         xytext=(4, 3 if i % 2 else -3), textcoords="offset points",
                         va="bottom" if i % 2 else "top")  # fmt: skip
-        ax.set_xlim(left=0)  # the curve reads from no pre-training at all
+        ax.set_xlim(left=-0.04 * ax.get_xlim()[1])  # from no pre-training at all, its point drawn whole
         ax.set_xlabel("pre-training CPU-hours")
         ax.set_title(task)
         ax.grid(alpha=0.3)
