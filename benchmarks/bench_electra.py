@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from bertkit.flops import electra_training_flops
 
+from .below_peak import largest_gemm
 from .bench_pretrain import make_batch
 from .common import compare, suite_settings
 
@@ -196,6 +197,8 @@ def bench_size(
             "ref_work_flops_per_call": electra_training_flops(
                 ours.config, ours.generator_config, [seq] * batch_size, batch_size * seq
             ),
+            # ours packs the batch's real tokens into one GEMM per projection; the discriminator's is the largest
+            "gemm_shape": largest_gemm(sum(lengths), ours.config.hidden_size, ours.config.intermediate_size),
             "lengths": lengths,
             "sequences": batch_size,
             "seq_len": seq,

@@ -423,3 +423,5 @@ def test_the_electra_suite_gives_a_row_with_its_work_and_the_check():
     assert "ElectraForPreTraining" in row["reference_impl"]
     assert 0 < row["model_flops_per_call"] < row["ref_work_flops_per_call"]
     assert row["max_generator_logit_diff"] <= 1e-4
+    tiny = BertConfig.preset("tiny")  # the largest GEMM, for make bench's below-half-the-peak line
+    assert row["gemm_shape"] == [sum(row["lengths"]), tiny.hidden_size, tiny.intermediate_size]
