@@ -31,7 +31,7 @@ from bertkit.flops import electra_training_flops
 
 from .below_peak import largest_gemm
 from .bench_pretrain import make_batch
-from .common import compare, suite_settings
+from .common import compare, paired_rows, suite_settings
 
 STEP_KEYS = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
@@ -145,10 +145,11 @@ def bench_size(
     batch_size: int = 32,
     seq: int = 128,
     precision: str = "fp32",
-    ref_precision: str = "fp32",
+    ref_precision: str | None = None,
 ) -> dict:
     """One ELECTRA step of each side (``precision``: fp32, bf16 autocast, or "auto": what ``--precision auto``
-    picks on this machine for ours); outputs are checked equal in fp32 eval mode first."""
+    picks on this machine for ours; ``ref_precision``: the reference's, default the same); outputs are checked
+    equal in fp32 eval mode first."""
     import transformers
 
     from bertkit.train.optim import build_optimizer
@@ -156,6 +157,7 @@ def bench_size(
     ours, theirs, batch, check = build_pair(size, batch_size, seq)
     ours.train()
     theirs.train()
+    ref_precision = ref_precision or precision
     chosen = None
     if precision == "auto":
         from bertkit.train.precision import choose_precision
@@ -210,26 +212,13 @@ def bench_size(
 
 def run(args=None) -> Iterator[dict]:
     """One row per size, then, on a CPU with native bf16, one per size with ours at ``--precision auto``
-    against the reference in fp32; each row as soon as it is measured. ``args``: namespace/dict with sizes,
-    repeats, warmup, threads, batch_size, seq, mixed (["auto"] or [])."""
+    against the reference in fp32 (:func:`benchmarks.common.paired_rows`); each row as soon as it is measured.
+    ``args``: namespace/dict with sizes, repeats, warmup, threads, batch_size, seq, mixed ("auto", "bf16")."""
     defaults = dict(
         sizes=["mini", "small"], repeats=5, warmup=2, threads=None, batch_size=32, seq=128, mixed=["auto"]
     )
     ns = suite_settings(defaults, args)
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        yield {"name": "ELECTRA step", "skipped": "transformers is not installed"}
-        return
-    if ns.threads:
-        torch.set_num_threads(ns.threads)
-    for s in ns.sizes:
-        yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq)
-    from .common import bf16_supported
-
-    if bf16_supported() and "auto" in ns.mixed:
-        for s in ns.sizes:
-            yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto")
+    yield from paired_rows(bench_size, ns, "ELECTRA step")
 
 
 def main(argv=None) -> None:
@@ -240,7 +229,7 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--mixed", nargs="*", default=["auto"], help="bf16 rows on a CPU with native bf16: auto")
+    p.add_argument("--mixed", nargs="*", default=["auto"], help="bf16 rows on a CPU with native bf16: auto, bf16")
     for row in run(p.parse_args(argv)):
         print(json.dumps(row), flush=True)
 

@@ -27,7 +27,7 @@ import torch
 from bertkit.flops import training_flops
 
 from .below_peak import largest_gemm
-from .common import child_json, compare, suite_settings
+from .common import child_json, compare, paired_rows, suite_settings
 
 
 def make_batch(vocab_size: int, batch: int = 32, seq: int = 128, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -295,25 +295,8 @@ def run(args=None) -> Iterator[dict]:
              ours_only_sizes=["base"], mixed=["auto", "bf16"]),
         args,
     )  # fmt: skip
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        yield {"name": "pretrain step", "skipped": "transformers is not installed"}
+    if not (yield from paired_rows(bench_size, ns, "pretrain step")):
         return
-    if ns.threads:
-        torch.set_num_threads(ns.threads)
-    for s in ns.sizes:
-        yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq)
-    from .common import bf16_supported
-
-    if bf16_supported():  # the CPU has native bf16: what `--precision auto` gives, and bf16 on both sides
-        for s in ns.sizes:
-            if "auto" in ns.mixed:
-                yield bench_size(
-                    s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="auto", ref_precision="fp32"
-                )
-            if "bf16" in ns.mixed:
-                yield bench_size(s, ns.repeats, ns.warmup, ns.batch_size, ns.seq, precision="bf16")
     for s in ns.ours_only_sizes:  # glibc's default (as the paired rows above) and as the Trainer runs it
         for keep in (False, True):
             yield ours_only_in_child(s, keep, ns.threads, ns.batch_size, ns.seq)

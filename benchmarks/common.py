@@ -115,6 +115,30 @@ def bf16_supported() -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"}) and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
+def paired_rows(bench: Callable[..., dict], ns: argparse.Namespace, name: str):
+    """The paired rows of a training-step suite, each yielded as soon as it is measured: ``bench(size, ...)``
+    for each of ``ns.sizes`` in fp32, then, on a CPU with native bf16, per size the kinds in ``ns.mixed``:
+    "auto" (ours ``--precision auto`` against the reference in fp32) and "bf16" (both sides in bf16).
+    Pins ``ns.threads`` first. Returns False (after one skipped row named ``name``) without transformers."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        yield {"name": name, "skipped": "transformers is not installed"}
+        return False
+    if ns.threads:
+        torch.set_num_threads(ns.threads)
+    shape = dict(repeats=ns.repeats, warmup=ns.warmup, batch_size=ns.batch_size, seq=ns.seq)
+    for size in ns.sizes:
+        yield bench(size, **shape)
+    if bf16_supported():
+        for size in ns.sizes:
+            if "auto" in ns.mixed:
+                yield bench(size, **shape, precision="auto", ref_precision="fp32")
+            if "bf16" in ns.mixed:
+                yield bench(size, **shape, precision="bf16")
+    return True
+
+
 def machine_peaks() -> dict[str, Any]:
     """fp32 (and bf16 where the CPU has it) GEMM peaks of this machine at the pinned thread count."""
     peaks = {"fp32": gemm_peak(torch.float32)}

@@ -425,3 +425,27 @@ def test_the_electra_suite_gives_a_row_with_its_work_and_the_check():
     assert row["max_generator_logit_diff"] <= 1e-4
     tiny = BertConfig.preset("tiny")  # the largest GEMM, for make bench's below-half-the-peak line
     assert row["gemm_shape"] == [sum(row["lengths"]), tiny.hidden_size, tiny.intermediate_size]
+
+
+def test_paired_rows_run_fp32_then_the_asked_bf16_kinds_per_size(monkeypatch):
+    """The pre-training and ELECTRA suites share their row order: every size in fp32, then per size "auto"
+    (ours auto against the reference in fp32) and "bf16" (both sides), only on a CPU with native bf16."""
+    import argparse
+
+    from benchmarks import common
+
+    calls = []
+
+    def bench(size, **kw):
+        calls.append((size, kw.get("precision", "fp32"), kw.get("ref_precision")))
+        return {"name": size}
+
+    ns = argparse.Namespace(sizes=["a", "b"], repeats=1, warmup=0, threads=None, batch_size=2, seq=8,
+                            mixed=["auto", "bf16"])  # fmt: skip
+    for native in (True, False):
+        monkeypatch.setattr(common, "bf16_supported", lambda native=native: native)
+        calls.clear()
+        assert len(list(common.paired_rows(bench, ns, "step"))) == (6 if native else 2)
+        assert calls[:2] == [("a", "fp32", None), ("b", "fp32", None)]
+        assert calls[2:] == ([("a", "auto", "fp32"), ("a", "bf16", None), ("b", "auto", "fp32"), ("b", "bf16", None)]
+                             if native else [])  # fmt: skip
