@@ -161,7 +161,8 @@ class ElectraPretrainingOutput(_Output):
 class ElectraJointLoss:
     """The ELECTRA step, whatever the architecture of its two networks: masking for the generator, sampling
     the replacements, and the joint loss. A subclass (an ``nn.Module``) sets ``mask_token_id``,
-    ``mask_token_prob`` and ``discriminator_weight`` and gives the two networks' logits."""
+    ``mask_token_prob`` and ``discriminator_weight``, has the encoders ``generator`` and ``discriminator`` and
+    the head ``discriminator_predictions``, and gives the generator's scores (:meth:`generator_scores`)."""
 
     mask_token_id: int
     mask_token_prob: float
@@ -176,18 +177,24 @@ class ElectraJointLoss:
         self.mask_token_id = int(mask_token_id)
         self.mask_token_prob = float(mask_token_prob)
 
+    def generator_scores(self, hidden: Tensor) -> Tensor:
+        """The generator's output layers: [N, generator hidden] -> [N, vocab]."""
+        raise NotImplementedError
+
     def generator_logits(
         self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None, masked: Tensor
     ) -> Tensor:
         """The generator's scores at the masked positions: ids [B, T], ``masked`` bool [B, T] -> [N, vocab]
         (row-major order)."""
-        raise NotImplementedError
+        hidden = self.generator(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return self.generator_scores(hidden.last_hidden_state[masked])
 
     def discriminator_logits(
         self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
     ) -> Tensor:
         """The discriminator's "replaced?" logit of every token: [B, T] -> [B, T]."""
-        raise NotImplementedError
+        hidden = self.discriminator(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return self.discriminator_predictions(hidden.last_hidden_state)
 
     def save_run(self, model_dir: str | Path) -> list[Path]:
         """A finished run's model: the discriminator as a plain encoder folder in ``model_dir`` (what
@@ -274,17 +281,8 @@ class ElectraPretrainingModel(ElectraJointLoss, BertPreTrainedModel):
         self.generator_lm_head = nn.Linear(config.hidden_size, config.vocab_size)
         self.post_init()
 
-    def generator_logits(
-        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None, masked: Tensor
-    ) -> Tensor:
-        hidden = self.generator(input_ids, attention_mask, token_type_ids).last_hidden_state
-        return self.generator_lm_head(self.generator_predictions(hidden[masked]))
-
-    def discriminator_logits(
-        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
-    ) -> Tensor:
-        hidden = self.discriminator(input_ids, attention_mask, token_type_ids).last_hidden_state
-        return self.discriminator_predictions(hidden)
+    def generator_scores(self, hidden: Tensor) -> Tensor:
+        return self.generator_lm_head(self.generator_predictions(hidden))
 
     # ------------------------------------------------------------------ saving
     def save_run(self, model_dir: str | Path) -> list[Path]:
@@ -301,26 +299,15 @@ class ElectraPretrainingModel(ElectraJointLoss, BertPreTrainedModel):
         transformers' ELECTRA layout; returns the two folders."""
         out_dir = Path(out_dir)
         state = self.state_dict()
-
-        def encoder(prefix: str) -> dict[str, Tensor]:
-            """The embedding and encoder weights of one network, renamed under "electra." (no pooler)."""
-            return {
-                "electra." + k[len(prefix) :]: v
-                for k, v in state.items()
-                if k.startswith(prefix) and not k.startswith(prefix + "pooler.")
-            }
-
-        shared = {k: v for k, v in encoder("discriminator.").items() if k.startswith("electra.embeddings.")}
-        disc = {
-            **encoder("discriminator."),
-            **{k: v for k, v in state.items() if k.startswith("discriminator_predictions.")},
-        }
+        # the encoders under "electra." (no pooler), the heads under their own names
+        disc_head = ("discriminator_predictions.", "discriminator_predictions.")
+        disc = renamed(state, [("discriminator.", "electra."), disc_head], skip=("discriminator.pooler.",))
+        gen_heads = [(h, h) for h in ("generator_predictions.", "generator_lm_head.")]
+        project = ("generator.embeddings.project.", "electra.embeddings_project.")
         gen = {
-            **shared,
-            **{k.replace("electra.embeddings.project.", "electra.embeddings_project."): v
-               for k, v in encoder("generator.").items()},
-            **{k: v for k, v in state.items() if k.startswith(("generator_predictions.", "generator_lm_head."))},
-        }  # fmt: skip
+            **renamed(state, [("discriminator.embeddings.", "electra.embeddings.")]),  # the shared layer
+            **renamed(state, [project, ("generator.", "electra."), *gen_heads]),
+        }
         folders = []
         for name, tensors, cfg, arch in (
             ("discriminator", disc, self.config, "ElectraForPreTraining"),
@@ -363,22 +350,30 @@ def load_pretrained_electra(electra_dir: str | Path, **step: Any) -> ElectraPret
         raise UserError(
             f"{electra_dir}: the generator's width {g['hidden_size']} is not one this module builds"
         )
-    state: dict[str, Tensor] = {}
-    for k, v in load_state_dict(electra_dir / "discriminator").items():
-        if k.startswith("electra."):
-            state["discriminator." + k[len("electra.") :]] = v
-        else:
-            state[k] = v
-    for k, v in load_state_dict(electra_dir / "generator").items():
-        if k.startswith("electra.embeddings."):
-            continue  # the shared layer: the discriminator's copy is the same weights
-        if k.startswith("electra.embeddings_project."):
-            state["generator.embeddings.project." + k[len("electra.embeddings_project.") :]] = v
-        elif k.startswith("electra."):
-            state["generator." + k[len("electra.") :]] = v
-        else:
-            state[k] = v
+    disc = load_state_dict(electra_dir / "discriminator")
+    state = renamed(disc, [("electra.", "discriminator."), ("", "")])
+    project = ("electra.embeddings_project.", "generator.embeddings.project.")
+    generator = [project, ("electra.", "generator."), ("", "")]
+    shared = ("electra.embeddings.",)  # left out: the discriminator's copy is the same weights
+    state.update(renamed(load_state_dict(electra_dir / "generator"), generator, skip=shared))
     return copy_weights(model, state, electra_dir, optional=("discriminator.pooler.",))
+
+
+def renamed(
+    state: dict[str, Tensor], prefixes: list[tuple[str, str]], skip: tuple[str, ...] = ()
+) -> dict[str, Tensor]:
+    """The tensors of ``state`` whose names start with an old prefix of ``prefixes`` (``(old, new)`` pairs,
+    the first that matches; ``""`` matches every name), renamed to start with its new one instead; names
+    starting with one of ``skip`` are left out, as are those no old prefix matches."""
+    out = {}
+    for k, v in state.items():
+        if k.startswith(skip):
+            continue
+        for old, new in prefixes:
+            if k.startswith(old):
+                out[new + k[len(old) :]] = v
+                break
+    return out
 
 
 def copy_weights(model: M, state: dict[str, Tensor], source: str | Path, optional: tuple[str, ...] = ()) -> M:
@@ -434,5 +429,6 @@ __all__ = [
     "electra_config_dict",
     "generator_config",
     "load_pretrained_electra",
+    "renamed",
     "scaled_widths",
 ]

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bertkit.checkpoint import SAFETENSORS, load_state_dict, save_state_dict
-from bertkit.electra import DiscriminatorHead, ElectraJointLoss, copy_weights, scaled_widths
+from bertkit.electra import DiscriminatorHead, ElectraJointLoss, copy_weights, renamed, scaled_widths
 from bertkit.errors import UserError
 from bertkit.io import atomic_dir
 from bertkit.modernbert import (
@@ -51,6 +51,7 @@ TRAINING = "training.safetensors"
 # the generator's parameters here -> their names in a ModernBertForMaskedLM checkpoint
 GENERATOR_NAMES = (("generator.", "model."), ("generator_head.", "head."), ("generator_decoder.", "decoder."))
 PROJECTION = "generator.embeddings.tok_embeddings.project."
+TABLE = "model.embeddings.tok_embeddings.weight"  # the generator's (projected) token embeddings, as saved
 
 
 def modernbert_generator_config(config: ModernBertConfig, fraction: float) -> ModernBertConfig:
@@ -148,17 +149,8 @@ class ModernBertElectraModel(ElectraJointLoss, ModernBertPreTrainedModel):
         elif not isinstance(module, ModernBertEmbeddings) or module is self.discriminator.embeddings:
             super()._init_weights(module)  # (the generator's embeddings are the shared table, set once)
 
-    def generator_logits(
-        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None, masked: Tensor
-    ) -> Tensor:
-        hidden = self.generator(input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.generator_decoder(self.generator_head(hidden[masked]))
-
-    def discriminator_logits(
-        self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None
-    ) -> Tensor:
-        hidden = self.discriminator(input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.discriminator_predictions(hidden)
+    def generator_scores(self, hidden: Tensor) -> Tensor:
+        return self.generator_decoder(self.generator_head(hidden))
 
     # ------------------------------------------------------------------ saving
     def save_run(self, model_dir: str | Path) -> list[Path]:
@@ -176,15 +168,9 @@ class ModernBertElectraModel(ElectraJointLoss, ModernBertPreTrainedModel):
         folder."""
         out_dir = Path(out_dir)
         state = self.state_dict()
-        generator: dict[str, Tensor] = {}
-        for ours, theirs in GENERATOR_NAMES:
-            for k, v in state.items():
-                if k.startswith(ours) and not k.startswith(PROJECTION):
-                    generator[theirs + k[len(ours) :]] = v
+        generator = renamed(state, list(GENERATOR_NAMES), skip=(PROJECTION,))
         with torch.no_grad():
-            generator["model.embeddings.tok_embeddings.weight"] = (
-                self.generator.embeddings.tok_embeddings.table()
-            )
+            generator[TABLE] = self.generator.embeddings.tok_embeddings.table()
         training = {
             k: v for k, v in state.items() if k.startswith(("discriminator_predictions.", PROJECTION))
         }
@@ -212,10 +198,8 @@ def load_pretrained_modernbert_electra(model_dir: str | Path, **step: Any) -> Mo
     generator = ModernBertConfig.from_pretrained(electra / "generator")
     model = ModernBertElectraModel(config, generator.hidden_size / config.hidden_size, generator, **step)
     state = {"discriminator." + k: v for k, v in load_state_dict(model_dir).items()}
-    for k, v in load_state_dict(electra / "generator").items():
-        for ours, theirs in GENERATOR_NAMES:
-            if k.startswith(theirs) and k != "model.embeddings.tok_embeddings.weight":  # the table: derived
-                state[ours + k[len(theirs) :]] = v
+    theirs = [(t, o) for o, t in GENERATOR_NAMES]  # the table is left out: derived
+    state.update(renamed(load_state_dict(electra / "generator"), theirs, skip=(TABLE,)))
     state.update(load_file(str(electra / TRAINING)))
     return copy_weights(model, state, electra)
 

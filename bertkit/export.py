@@ -40,11 +40,6 @@ def load_model(model_dir: str | os.PathLike, encoder_only: bool = False) -> nn.M
     return model_class(arch, model_dir).from_pretrained(model_dir).eval()
 
 
-def export_graph(model: nn.Module) -> nn.Module:
-    """What the exporter traces for ``model``: :class:`BertGraph`."""
-    return BertGraph(model)
-
-
 # each class's outputs, in the graph's order (attributes of its forward's output)
 OUTPUTS = {
     "BertModel": ["last_hidden_state", "pooler_output"],
@@ -102,20 +97,9 @@ class BertGraph(nn.Module):
 def reference_outputs(model: nn.Module, inputs: dict[str, Tensor]) -> list[np.ndarray]:
     """The model's own forward (packed path included), in the graph's output order."""
     with torch.no_grad():
-        kind = type(model).__name__
-        if kind in ("BertModel", "ModernBertModel"):
-            out = model(**inputs)
-            pooled = getattr(out, "pooler_output", None)
-            res = [out.last_hidden_state] + ([pooled] if pooled is not None else [])
-        elif kind.endswith("ForQuestionAnswering"):
-            out = model(**inputs)
-            res = [out.start_logits, out.end_logits]
-        elif kind == "BertForPreTraining":
-            out = model(**inputs)
-            res = [out.prediction_logits, out.seq_relationship_logits]
-        else:
-            res = [model(**inputs).logits]
-    return [r.float().numpy() for r in res]
+        out = model(**inputs)
+    res = [getattr(out, name, None) for name in OUTPUTS.get(type(model).__name__, ["logits"])]
+    return [r.float().numpy() for r in res if r is not None]  # (a BertModel without a pooler: none there)
 
 
 def _example_inputs(vocab_size: int, batch: int, seq: int, seed: int = 0) -> dict[str, Tensor]:
@@ -130,15 +114,21 @@ def _example_inputs(vocab_size: int, batch: int, seq: int, seed: int = 0) -> dic
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types * mask}
 
 
+def _real(r: np.ndarray, g: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two outputs at the real tokens only when they are per-token (padded positions carry no meaning)."""
+    if r.ndim >= 2 and r.shape[:2] == mask.shape:
+        sel = mask.astype(bool)
+        return r[sel], g[sel]
+    return r, g
+
+
 def max_abs_diff(
     ref: list[np.ndarray], got: list[np.ndarray], mask: np.ndarray, names: list[str]
 ) -> dict[str, float]:
     """Largest difference per output, over real tokens only for per-token outputs."""
     diffs = {}
     for name, r, g in zip(names, ref, got):
-        if r.ndim >= 2 and r.shape[:2] == mask.shape:  # per-token: padded positions carry no meaning
-            sel = mask.astype(bool)
-            r, g = r[sel], g[sel]
+        r, g = _real(r, g, mask)
         diffs[name] = float(np.max(np.abs(r - g))) if r.size else 0.0
     return diffs
 
@@ -149,9 +139,7 @@ def min_cosines(
     """Smallest cosine between matching output vectors (last axis), over real tokens for per-token outputs."""
     out = {}
     for name, r, g in zip(names, ref, got):
-        if r.ndim >= 2 and r.shape[:2] == mask.shape:
-            sel = mask.astype(bool)
-            r, g = r[sel], g[sel]
+        r, g = _real(r, g, mask)
         r, g = r.reshape(-1, r.shape[-1]), g.reshape(-1, g.shape[-1])
         num = (r * g).sum(-1)
         den = np.linalg.norm(r, axis=-1) * np.linalg.norm(g, axis=-1) + 1e-12
@@ -189,7 +177,7 @@ def export_onnx(
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise UserError(f"--opset {opset}: the exporter writes opsets {MIN_OPSET}..{MAX_OPSET}")
     model = load_model(model_dir, encoder_only=encoder_only)
-    wrapper = export_graph(model).eval()
+    wrapper = BertGraph(model).eval()
     names = wrapper.output_names()
     example = _example_inputs(model.config.vocab_size, 2, 8)
     dynamic = {name: {0: "batch", 1: "sequence"} for name in wrapper.input_names}
@@ -286,7 +274,7 @@ def verify_onnx(
         import onnxruntime as ort
     except ImportError:
         return {"skipped": "onnxruntime is not installed (pip install 'bertkit[export]')"}
-    wrapper = export_graph(model)
+    wrapper = BertGraph(model)
     names = wrapper.output_names()
     inputs = _example_inputs(model.config.vocab_size, 3, 13, seed=1)
     inputs = {k: inputs[k] for k in wrapper.input_names}
@@ -295,27 +283,21 @@ def verify_onnx(
     ref = reference_outputs(model, inputs)
     diffs = max_abs_diff(ref, got, inputs["attention_mask"].numpy(), names)
     worst = max(diffs.values())
+    result: dict[str, Any] = {"onnxruntime": ort.__version__, "max_abs_diff": diffs}
     if min_cosine is not None:
         cos = min_cosines(ref, got, inputs["attention_mask"].numpy(), names)
         if min(cos.values()) < min_cosine:
             raise UserError(f"{path}: int8 outputs point away from PyTorch's (cosine {cos} < {min_cosine})")
-        return {
-            "onnxruntime": ort.__version__,
-            "max_abs_diff": diffs,
-            "min_cosine": cos,
-            "batch": 3,
-            "sequence": 13,
-        }
-    if worst > atol:
+        result["min_cosine"] = cos
+    elif worst > atol:
         raise UserError(f"{path}: ONNX outputs differ from PyTorch by {worst:.2e} (> {atol}): {diffs}")
-    return {"onnxruntime": ort.__version__, "max_abs_diff": diffs, "batch": 3, "sequence": 13}
+    return result | {"batch": 3, "sequence": 13}
 
 
 __all__ = [
     "BertGraph",
     "export_onnx",
     "load_model",
-    "export_graph",
     "quantize_onnx_int8",
     "verify_onnx",
 ]

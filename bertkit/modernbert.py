@@ -93,13 +93,9 @@ class ModernBertRotaryEmbedding(nn.Module):
 
     def __init__(self, config: ModernBertConfig) -> None:
         super().__init__()
-        d = config.head_dim
-        self.register_buffer(
-            "global_inv_freq", rotary_inverse_frequencies(config.global_rope_theta, d), persistent=False
-        )
-        self.register_buffer(
-            "local_inv_freq", rotary_inverse_frequencies(config.local_rope_theta, d), persistent=False
-        )
+        for name, theta in (("global", config.global_rope_theta), ("local", config.local_rope_theta)):
+            inv_freq = rotary_inverse_frequencies(theta, config.head_dim)
+            self.register_buffer(f"{name}_inv_freq", inv_freq, persistent=False)
 
     def forward(self, position_ids: Tensor, is_global: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """position_ids [*S] -> (cos, sin), each [*S, d] in ``dtype``; angles are computed in fp32."""

@@ -355,10 +355,8 @@ def _load_dataset(
                 ds.name, ds.max_predictions_per_seq, phase["max_predictions_per_seq"],
             )  # fmt: skip
         return ds
-    try:
-        from bertkit.data import PretrainingDataset
-    except ImportError:
-        from bertkit.data.dynamic import PretrainingDataset
+    from bertkit.data.dynamic import PretrainingDataset
+
     # Every rank builds the whole split: Batches gives each rank its part of every global batch, so the
     # stream is the same whatever the number of processes.
     return PretrainingDataset(
@@ -462,16 +460,12 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
             run_config, {**dataclasses.asdict(cfg), "world_size": world, "choices": _machine_choices(device)}
         )
 
-    opt_state: dict[str, Any] = {}
-
     def make_opt(m):
-        opt_state["opt"] = build_optimizer(m, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return opt_state["opt"]
+        return build_optimizer(m, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def make_sched(o):
         return linear_schedule(o, warmup_steps_from(cfg.warmup, total_steps), total_steps)
 
-    loss_fn = objective.loss
     results: dict[str, Any] = {
         "phases": [], "world_size": world, "objective": cfg.objective, "data_format": fmt, "device": str(device),
     }  # fmt: skip
@@ -533,7 +527,7 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
                 strategy=cfg.distributed, find_unused_parameters=objective.find_unused_parameters
             ),
             device=device,
-            loss_fn=loss_fn,
+            loss_fn=objective.loss,
             eval_fn=eval_fn,
             callbacks=callbacks,
         )

@@ -361,9 +361,6 @@ class TFCheckpointReader:
     def keys(self) -> list[str]:
         return list(self.entries)
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {k: e.shape for k, e in self.entries.items()}
-
     def _shard(self, shard_id: int) -> np.memmap:
         if shard_id not in self._shards:
             path = Path(f"{self.prefix}.data-{shard_id:05d}-of-{self.num_shards:05d}")
@@ -529,8 +526,8 @@ def convert_tf_checkpoint(
     raw_cfg.setdefault("model_type", "bert")
     raw_cfg.setdefault("layer_norm_eps", 1e-12)
     raw_cfg.setdefault("pad_token_id", 0)
-    raw_cfg.pop("directionality", None)
     for key in (
+        "directionality",
         "pooler_fc_size",
         "pooler_num_attention_heads",
         "pooler_num_fc_layers",

@@ -91,3 +91,14 @@ class Objective:
         """The model card's title; ``architecture``: the saved model's, as people write it ("BERT",
         "ModernBERT")."""
         return f"A {architecture} pre-trained with bertkit ({self.name})"
+
+
+def forward_batch(model: nn.Module, batch: dict[str, Tensor], **extra: Any) -> Any:
+    """``model`` on a batch's input_ids, attention_mask, token_type_ids and labels, and ``extra`` keywords."""
+    return model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch.get("attention_mask"),
+        token_type_ids=batch.get("token_type_ids"),
+        labels=batch["labels"],
+        **extra,
+    )

@@ -9,7 +9,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.heads.pretraining import BertForPreTraining, ltr_batch, pretraining_metrics
 from bertkit.objective_names import OBJECTIVES
-from bertkit.objectives.base import Metrics, Objective
+from bertkit.objectives.base import Metrics, Objective, forward_batch
 
 
 class _BertObjective(Objective):
@@ -32,16 +32,12 @@ class _BertObjective(Objective):
             from bertkit.modernbert import ModernBertForMaskedLM, ModernBertForPreTraining
 
             cls = ModernBertForPreTraining if self.next_sentence else ModernBertForMaskedLM
-            if init_from:  # a masked-LM folder continued with NSP starts its NSP classifier fresh
-                model = cls.from_pretrained(init_from, sparse_prediction=True)
-                model.train()
-                return model
-            return cls(config)
-        if init_from:
-            model = BertForPreTraining.from_pretrained(init_from)
-            model.train()
-            return model
-        return BertForPreTraining(config)
+            loading = {"sparse_prediction": True}
+        else:
+            cls, loading = BertForPreTraining, {}
+        if init_from:  # a masked-LM folder continued with NSP starts its NSP classifier fresh
+            return cls.from_pretrained(init_from, **loading).train()
+        return cls(config)
 
 
 class MaskedLMNextSentence(_BertObjective):
@@ -53,13 +49,7 @@ class MaskedLMNextSentence(_BertObjective):
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
         nsp = batch.get("next_sentence_label")
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch.get("attention_mask"),
-            token_type_ids=batch.get("token_type_ids"),
-            labels=batch["labels"],
-            next_sentence_label=nsp,
-        )
+        out = forward_batch(model, batch, next_sentence_label=nsp)
         return out.loss, pretraining_metrics(out, next_sentence_label=nsp)
 
 
@@ -69,12 +59,7 @@ class MaskedLM(_BertObjective):
     modernbert = True
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch.get("attention_mask"),
-            token_type_ids=batch.get("token_type_ids"),
-            labels=batch["labels"],
-        )
+        out = forward_batch(model, batch)
         return out.loss, pretraining_metrics(out)
 
 
@@ -88,11 +73,5 @@ class LeftToRight(_BertObjective):
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
         batch = ltr_batch(batch, self.pad_token_id)
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch.get("attention_mask"),
-            token_type_ids=batch.get("token_type_ids"),
-            labels=batch["labels"],
-            causal=True,
-        )
+        out = forward_batch(model, batch, causal=True)
         return out.loss, pretraining_metrics(out)

@@ -12,7 +12,7 @@ from bertkit.config import BertConfig
 from bertkit.electra import ElectraPretrainingModel, load_pretrained_electra
 from bertkit.errors import UserError
 from bertkit.objective_names import OBJECTIVES
-from bertkit.objectives.base import Metrics, Objective
+from bertkit.objectives.base import Metrics, Objective, forward_batch
 
 
 class Electra(Objective):
@@ -54,12 +54,7 @@ class Electra(Objective):
         return network(config, mask_token_id=self.mask_token_id, **self.options)
 
     def loss(self, model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Metrics]:
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch.get("attention_mask"),
-            token_type_ids=batch.get("token_type_ids"),
-            labels=batch["labels"],
-        )
+        out = forward_batch(model, batch)
         with torch.no_grad():
             n = float(out.generator_labels.numel())
             tokens = float(out.real.sum())

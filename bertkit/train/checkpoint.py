@@ -97,10 +97,7 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep_
         torch.save(_plain(state), f)
     if keep_last and keep_last > 0:
         for _, old in list_checkpoints(out_dir)[:-keep_last]:
-            try:
-                old.unlink()
-            except FileNotFoundError:
-                pass
+            old.unlink(missing_ok=True)
     return path
 
 

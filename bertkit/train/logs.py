@@ -30,23 +30,18 @@ def plot_curves(
     )
     loss_keys = [k for k in keys if "loss" in k]
     other = [k for k in keys if k not in loss_keys]
-    fig, axes = plt.subplots(1, 2 if other else 1, figsize=(11 if other else 6, 4), squeeze=False)
+    # (title, training keys, the word that picks the evaluation keys) of each panel
+    panels = [("loss", loss_keys, "loss")] + ([("metrics", other, "acc")] if other else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(11 if other else 6, 4), squeeze=False)
     steps = [r["step"] for r in rows]
-    for k in loss_keys:
-        axes[0, 0].plot(steps, [r.get(k) for r in rows], label=f"train {k}")
-    for k in [k for k in (evals[-1] if evals else {}) if "loss" in k]:
-        axes[0, 0].plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
-    axes[0, 0].set_xlabel("step")
-    axes[0, 0].set_title("loss")
-    axes[0, 0].legend(fontsize=8)
-    if other:
-        for k in other:
-            axes[0, 1].plot(steps, [r.get(k) for r in rows], label=f"train {k}")
-        for k in [k for k in (evals[-1] if evals else {}) if "acc" in k]:
-            axes[0, 1].plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
-        axes[0, 1].set_xlabel("step")
-        axes[0, 1].set_title("metrics")
-        axes[0, 1].legend(fontsize=8)
+    for ax, (title, train_keys, eval_word) in zip(axes[0], panels):
+        for k in train_keys:
+            ax.plot(steps, [r.get(k) for r in rows], label=f"train {k}")
+        for k in [k for k in (evals[-1] if evals else {}) if eval_word in k]:
+            ax.plot([e["step"] for e in evals], [e.get(k) for e in evals], "o--", label=f"eval {k}")
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     with atomic_write(out_png, "wb") as f:
         fig.savefig(f, format="png", dpi=100)

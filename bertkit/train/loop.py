@@ -261,13 +261,11 @@ class Trainer:
         return full_model_state(self.model, self._fsdp)
 
     def state_dict(self) -> dict:
-        rngs = rng_state()
-        if self.world_size > 1:
+        rngs: list = [rng_state()]
+        if self.world_size > 1:  # every rank's
             gathered: list = [None] * self.world_size
-            dist.all_gather_object(gathered, rngs)
+            dist.all_gather_object(gathered, rngs[0])
             rngs = gathered
-        else:
-            rngs = [rngs]
         data_state = self.train_batches.state_dict() if hasattr(self.train_batches, "state_dict") else None
         return {
             "step": self.step,
@@ -306,11 +304,9 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])
         rngs = state["rng"]
         set_rng_state(rngs[self.rank] if self.rank < len(rngs) else rngs[0])
-        if not data:
-            pass
-        elif hasattr(self.train_batches, "load_state_dict") and state.get("data") is not None:
+        if data and hasattr(self.train_batches, "load_state_dict") and state.get("data") is not None:
             self.train_batches.load_state_dict(state["data"])
-        else:
+        elif data:
             it = iter(self.train_batches)
             for _ in range(state["consumed"]):
                 next(it)
@@ -321,12 +317,10 @@ class Trainer:
         self._window = LogWindow(state.get("window") if data else None)
 
     def _model_is_finite(self) -> bool:
-        ok = True
-        for p in self.model.parameters():
-            t = p.to_local() if hasattr(p, "to_local") else p  # an FSDP shard checks its own part
-            if not bool(torch.isfinite(t).all()):
-                ok = False
-                break
+        ok = all(  # an FSDP shard checks its own part
+            bool(torch.isfinite(p.to_local() if hasattr(p, "to_local") else p).all())
+            for p in self.model.parameters()
+        )
         return all_ranks_ok(ok, self.world_size, self.device)
 
     def save(self) -> Path | None:
@@ -358,7 +352,6 @@ class Trainer:
             return
         with open(self.out_dir / name, "a", encoding="utf-8") as f:
             f.write(json.dumps(rec) + "\n")
-            f.flush()
 
     def _tb_log(self, prefix: str, rec: dict) -> None:
         if self._tb is None:

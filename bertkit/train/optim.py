@@ -136,13 +136,9 @@ def build_optimizer(
     groups = param_groups(model, weight_decay, lr_by_prefix=lr_by_prefix)
     name = name.lower()
     if name == "adamw":
-        kwargs = {}
         if fused is None:
             fused = _fused_ok(model)
-        if fused:
-            kwargs["fused"] = True
-        else:
-            kwargs["foreach"] = True
+        kwargs = {"fused": True} if fused else {"foreach": True}
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, **kwargs)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
