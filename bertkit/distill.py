@@ -168,17 +168,14 @@ def soft_target_loss(
 
 
 @torch.no_grad()
-def speed(model: nn.Module, batches: Sequence[dict[str, Tensor]], repeats: int = 1) -> float:
-    """Examples per second of ``model`` over ``batches`` (eval mode, best of ``repeats``)."""
+def speed(model: nn.Module, batches: Sequence[dict[str, Tensor]]) -> float:
+    """Examples per second of ``model`` over ``batches`` (eval mode)."""
     model.eval()
-    best = 0.0
-    for _ in range(repeats):
-        t0, n = time.perf_counter(), 0
-        for b in batches:
-            model(**b)
-            n += b["input_ids"].shape[0]
-        best = max(best, n / (time.perf_counter() - t0))
-    return best
+    t0, n = time.perf_counter(), 0
+    for b in batches:
+        model(**b)
+        n += b["input_ids"].shape[0]
+    return n / (time.perf_counter() - t0)
 
 
 def _timing_batches(feats: list, kind: str, size: int, count: int, pad_id: int) -> list[dict[str, Tensor]]:
@@ -357,8 +354,7 @@ def distill_task(
         }
     t, st = report["teacher"], report["student"]
     report["kept"] = st["main"] / t["main"] if t["main"] else None
-    report["speedup_batch32"] = timed["speedup_batch32"]
-    report["speedup_batch1"] = timed["speedup_batch1"]
+    report.update({k: timed[k] for k in ("speedup_batch32", "speedup_batch1")})
     report["speed_load"] = {k: timed[k] for k in ("cpu_busy_before", "load_average_before")}
     report["train_seconds"] = round(train_s, 1)
     report["final_loss"] = summary.get("loss")
@@ -391,9 +387,9 @@ def distill_embeddings(
     folder. The teacher's vectors are computed once, before training."""
     from .sentence.dense import Dense
     from .sentence.encoder import SentenceEncoder
-    from .train.simple import adamw_trainer
+    from .train.simple import adamw_trainer, fit_and_save
 
-    s = settings
+    s, out_dir = settings, Path(out_dir)
     teacher = SentenceEncoder.from_pretrained(teacher_dir)
     layers, preset = parse_student(student)
     if layers:
@@ -435,9 +431,7 @@ def distill_embeddings(
         out_dir=out_dir, loss_fn=loss_fn, tokens_fn=lambda b: int(b["x"]["attention_mask"].sum()),
         log_every=s.log_every, progress=s.progress, desc="distill-embed",
     )  # fmt: skip
-    summary = trainer.fit()
-    model.eval()
-    model.save(Path(out_dir) / "model")
+    summary, _ = fit_and_save(trainer, model, out_dir / "model")
     got = model.encode(texts[:256])
     want = targets[:256].numpy()
     cos = (got * want).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1), 1e-12)
@@ -451,7 +445,7 @@ def distill_embeddings(
         "student_parameters": num_parameters(model),
         "settings": asdict(s),
     }
-    atomic_write_json(Path(out_dir) / "metrics.json", report)
-    _card(Path(out_dir) / "model", "embed", f"sentence embeddings regressing {teacher_dir}'s", teacher_dir, s,
+    atomic_write_json(out_dir / "metrics.json", report)
+    _card(out_dir / "model", "embed", f"sentence embeddings regressing {teacher_dir}'s", teacher_dir, s,
           {"texts": len(texts), "student": student}, {"mean_cosine_to_teacher": report["mean_cosine_to_teacher"]})  # fmt: skip
     return report

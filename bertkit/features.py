@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from tqdm.auto import tqdm
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json
 from bertkit.model import BertModel
+from bertkit.tasks.encoding import Feature, collate, encode_pairs, encode_tokens, length_batches
 from bertkit.tokenizer import Tokenizer
 from bertkit.train import LengthGroupedBatches, Trainer, read_jsonl
 from bertkit.train.options import Checkpointing, Numerics, Reporting, Schedule
@@ -76,21 +78,11 @@ def extract_features(
     progress: bool = False,
 ) -> list[tuple[list[str], np.ndarray]]:
     """For each text (pair): its tokens and a float32 array [n_tokens, len(layers) * hidden]."""
-    from bertkit.tasks.encoding import collate, encode_pairs, length_batches
-
     model.eval()
     packed = encode_pairs(
         tok, list(texts), list(pairs) if pairs is not None else [None] * len(texts), max_seq_length
     )
-
-    class _F:
-        def __init__(self, ids, types):
-            self.input_ids, self.token_type_ids, self.label = ids, types, None
-
-        def __len__(self):
-            return len(self.input_ids)
-
-    feats = [_F(i, t) for i, t in packed]
+    feats = [Feature(ids, types, None, n) for n, (ids, types) in enumerate(packed)]
     out: list = [None] * len(feats)
     for idx in tqdm(
         length_batches([len(f) for f in feats], batch_size), desc="features", disable=not progress
@@ -117,14 +109,11 @@ def word_features(
 ) -> list[Tensor]:
     """Per sentence (objects with ``.words``): a tensor [n_words, len(layers) * hidden] of each word's first
     sub-token; sentences longer than ``max_seq_length`` pieces are encoded in windows of whole words."""
-    from bertkit.tasks.encoding import collate, encode_tokens, length_batches
-
-    class _S:
-        def __init__(self, words):
-            self.words, self.tags = words, ["X"] * len(words)
-
     model.eval()
-    feats = encode_tokens(tok, [_S(s.words) for s in sentences], {"X": 0}, max_seq_length)
+    # no tags: every word's first sub-token is labelled 0, the positions read out below
+    feats = encode_tokens(
+        tok, [SimpleNamespace(words=s.words, tags=None) for s in sentences], {}, max_seq_length
+    )
     dim = len(layers) * model.config.hidden_size
     out = [torch.zeros(len(s.words), dim, dtype=dtype) for s in sentences]
     for idx in tqdm(
@@ -206,9 +195,7 @@ def _tag(
 ) -> list[list[str]]:
     tagger.eval()
     preds: list = [None] * len(feats)
-    order = sorted(range(len(feats)), key=lambda i: len(feats[i]))
-    for b in range(0, len(order), batch_size):
-        idx = order[b : b + batch_size]
+    for idx in length_batches([len(f) for f in feats], batch_size):
         x, lengths = _pad([feats[i] for i in idx])
         pred = tagger(x, lengths).argmax(-1)
         for r, i in enumerate(idx):

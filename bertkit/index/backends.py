@@ -43,7 +43,7 @@ class Backend:
 
     name = "?"
     needs_training = False
-    persistent = False  # True: the backend keeps its own durable copy (qdrant)
+    persistent = False  # True: it keeps its own durable copy (qdrant), never saved or loaded by the store
     wants_payloads = False  # True: add() also takes each entry's {"id", "metadata"} (qdrant's payloads)
 
     def __init__(self, dim: int, **params: Any) -> None:
@@ -164,7 +164,7 @@ class FaissBackend(Backend):
     Deletes: the flat index drops rows (``remove_ids``); an HNSW graph and a refined IVF-PQ cannot, so their
     deleted ids become *tombstones*, filtered at search time (HNSW: an ``IDSelectorNot`` inside the graph
     walk; IVF-PQ: over-fetch ``k + len(tombstones)`` and drop them). The store rebuilds the index from its log
-    when tombstones pass a tenth of the rows (``VectorStore.compact``)."""
+    when tombstones pass a tenth of the rows (``VectorStore.rebuild``)."""
 
     def __init__(self, dim: int, kind: str, **params: Any) -> None:
         super().__init__(dim, **params)
@@ -193,16 +193,11 @@ class FaissBackend(Backend):
         self.index = faiss.IndexIDMap2(inner)
         self._apply_search_params()
 
-    def _core(self):
-        """The HNSW / IVF index under the id map (and under the refine wrapper)."""
-        faiss = _faiss()
-        idx = faiss.downcast_index(self.index.index)
-        if isinstance(idx, faiss.IndexRefine):
-            idx = faiss.downcast_index(idx.base_index)
-        return idx
-
     def _apply_search_params(self) -> None:
-        core = self._core()
+        faiss = _faiss()
+        core = faiss.downcast_index(self.index.index)  # the HNSW / IVF index under the id map
+        if isinstance(core, faiss.IndexRefine):  # and under the refine wrapper
+            core = faiss.downcast_index(core.base_index)
         if self.name == "hnsw":
             core.hnsw.efSearch = int(self.params.get("ef_search", 64))
         elif self.name == "ivfpq":
@@ -239,11 +234,13 @@ class FaissBackend(Backend):
             sel = faiss.IDSelectorNot(faiss.IDSelectorBatch(np.fromiter(self.tombstones, dtype=np.int64)))
             params = faiss.SearchParametersHNSW(sel=sel, efSearch=int(self.params.get("ef_search", 64)))
             scores, ids = self.index.search(q, k, params=params)
-        elif self.tombstones:
-            fetch = min(k + len(self.tombstones), int(self.index.ntotal))
-            scores, ids = self.index.search(q, fetch)
-            dead = np.isin(ids, np.fromiter(self.tombstones, dtype=np.int64))
-            scores, ids = _first_k_alive(scores, ids, dead, k)
+        elif self.tombstones:  # over-fetch, then each row's first k alive (rows come sorted best first)
+            got_s, got_i = self.index.search(q, min(k + len(self.tombstones), int(self.index.ntotal)))
+            alive = ~np.isin(got_i, np.fromiter(self.tombstones, dtype=np.int64)) & (got_i >= 0)
+            scores, ids = np.full((len(q), k), -np.inf, np.float32), np.full((len(q), k), -1, np.int64)
+            for r in range(len(q)):
+                s, i = got_s[r][alive[r]][:k], got_i[r][alive[r]][:k]
+                scores[r, : len(s)], ids[r, : len(i)] = s, i
         else:
             scores, ids = self.index.search(q, k)
         scores = np.where(ids >= 0, scores, -np.inf).astype(np.float32)
@@ -257,19 +254,6 @@ class FaissBackend(Backend):
         self.index = _faiss().read_index(str(path))
         self.tombstones = set(np.load(str(path) + ".dead.npy", allow_pickle=False).tolist())
         self._apply_search_params()
-
-
-def _first_k_alive(
-    scores: np.ndarray, ids: np.ndarray, dead: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the first ``k`` entries not marked ``dead`` (rows already sorted best first)."""
-    out_s = np.full((len(ids), k), -np.inf, np.float32)
-    out_i = np.full((len(ids), k), -1, np.int64)
-    for r in range(len(ids)):
-        keep = ~dead[r] & (ids[r] >= 0)
-        s, i = scores[r][keep][:k], ids[r][keep][:k]
-        out_s[r, : len(s)], out_i[r, : len(i)] = s, i
-    return out_s, out_i
 
 
 class QdrantBackend(Backend):
@@ -330,12 +314,6 @@ class QdrantBackend(Backend):
             for j, h in enumerate(hits):
                 scores[row, j], ids[row, j] = h.score, int(h.id)
         return scores, ids
-
-    def save(self, path: Path) -> None:  # qdrant writes its own storage
-        pass
-
-    def load(self, path: Path) -> None:
-        pass
 
     def close(self) -> None:
         self.client.close()

@@ -27,6 +27,7 @@ index written before writers took turns) it rebuilds the backend from ``items``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ import shutil
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -82,15 +83,11 @@ def _checked_meta(text: Any, db: Path) -> dict[str, Any]:
     dim = meta.get("dim")
     if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
         raise UserError(f"{db}: the store metadata has no valid 'dim' (got {dim!r}); rebuild the index")
-    if meta.get("metric") not in METRICS:
-        raise UserError(
-            f"{db}: the store metadata names metric {meta.get('metric')!r}; expected one of {', '.join(METRICS)}"
-        )
-    if meta.get("backend") not in BACKENDS:
-        raise UserError(
-            f"{db}: the store metadata names backend {meta.get('backend')!r}; expected one of "
-            f"{', '.join(BACKENDS)}"
-        )
+    for key, allowed in (("metric", METRICS), ("backend", BACKENDS)):
+        if meta.get(key) not in allowed:
+            raise UserError(
+                f"{db}: the store metadata names {key} {meta.get(key)!r}; expected one of {', '.join(allowed)}"
+            )
     if not isinstance(meta.get("params", {}), dict):
         raise UserError(f"{db}: the store metadata's 'params' is not an object; rebuild the index")
     return meta
@@ -139,10 +136,9 @@ class VectorStore:
         ``params`` go to the backend (``M``, ``ef_construction``, ``ef_search``, ``nlist``, ``pq_m``,
         ``nprobe``, ``refine``); ``extra`` is kept in the metadata (e.g. the model that made the vectors)."""
         path = Path(path)
-        if backend not in BACKENDS:
-            raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        if metric not in METRICS:
-            raise UserError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+        for what, value, allowed in (("backend", backend, BACKENDS), ("metric", metric, METRICS)):
+            if value not in allowed:
+                raise UserError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
         if dim < 1:
             raise UserError(f"dimension must be >= 1, got {dim}")
         if (path.is_dir() and any(path.iterdir())) or path.is_file():
@@ -169,12 +165,12 @@ class VectorStore:
         ``write``: hold the writer lock (waiting up to ``lock_timeout`` seconds for another writer) so that
         :meth:`add`, :meth:`delete` and :meth:`save` are allowed; without it the store only searches."""
         path = Path(path)
-        if not (path / "store.db").is_file():
+        db = path / "store.db"
+        if not db.is_file():
             raise UserError(
                 f"{path}: no index here (store.db missing); create one with `bertkit index build`"
             )
         fd = lock.acquire(path, lock_timeout) if write else None
-        db = path / "store.db"
         con = None
         try:
             try:
@@ -250,13 +246,10 @@ class VectorStore:
     def _replay(self, after: int) -> None:
         ops = self._con.execute("SELECT seq, op, id FROM log WHERE seq > ? ORDER BY seq", (after,)).fetchall()
         never_added: set[int] = set()  # added then deleted after the snapshot: the backend never held them
-        i = 0
-        while i < len(ops):  # consecutive adds go to the backend as one batch
-            j = i
-            while j < len(ops) and ops[j][1] == ops[i][1]:
-                j += 1
-            ids = [r[2] for r in ops[i:j]]
-            if ops[i][1] == "add":
+        for op, run in itertools.groupby(ops, key=lambda r: r[1]):  # consecutive adds: one backend batch
+            run = list(run)
+            ids = [r[2] for r in run]
+            if op == "add":
                 got_ids, vecs = self._vectors_of(ids)
                 never_added.update(set(ids) - set(got_ids.tolist()))
                 if len(got_ids):
@@ -267,8 +260,7 @@ class VectorStore:
                 gone = [r for r in ids if r not in never_added]
                 if gone:
                     self.backend.remove(np.asarray(gone, dtype=np.int64))
-            self._applied = ops[j - 1][0]
-            i = j
+            self._applied = run[-1][0]
 
     def _vector(self, row: int, blob: Any) -> np.ndarray:
         """One stored vector, refused in one line when the file holds something else (a damaged store)."""
@@ -309,22 +301,33 @@ class VectorStore:
                 ) from None
         return found
 
-    def _payloads(self, rows: Sequence[int]) -> list[dict[str, Any]]:
-        """``{"id": the user's id, "metadata": ...}`` of each row, in ``rows`` order."""
-        found = self._keys_and_metadata(rows)
-        return [{"id": found[int(r)][0], "metadata": found[int(r)][1]} for r in rows]
-
     def _to_backend(self, rows: np.ndarray, vectors: np.ndarray) -> None:
-        """Hand stored entries to the backend; one that keeps payloads (qdrant) gets each entry's id and
-        metadata with it, so a user of that database sees them, not bare row numbers."""
+        """Hand stored entries to the backend; one that keeps payloads (qdrant) gets each entry's
+        ``{"id", "metadata"}`` with it, so a user of that database sees them, not bare row numbers."""
         if self.backend.wants_payloads:
-            self.backend.add(rows, vectors, payloads=self._payloads(rows))
+            found = self._keys_and_metadata(rows)
+            payloads = [{"id": found[int(r)][0], "metadata": found[int(r)][1]} for r in rows]
+            self.backend.add(rows, vectors, payloads=payloads)
         else:
             self.backend.add(rows, vectors)
 
     def _get(self, key: str, default: Any = None) -> Any:
         row = self._con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return json.loads(row[0]) if row else default
+
+    def _put(self, key: str, value: Any) -> None:
+        self._con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: committed when the block ends, rolled back when it raises."""
+        self._con.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._con
+            self._con.execute("COMMIT")
+        except BaseException:
+            self._con.execute("ROLLBACK")
+            raise
 
     # -- the backend ---------------------------------------------------------------------------------------
     def _ensure_trained(self, first: np.ndarray | None = None) -> None:
@@ -363,8 +366,6 @@ class VectorStore:
         if ids and save and self.writable:
             self.save()
 
-    compact = rebuild
-
     # -- writing ---------------------------------------------------------------------------------------------
     def _prep(self, vectors: np.ndarray) -> np.ndarray:
         x = np.asarray(vectors, dtype=np.float32)
@@ -389,10 +390,8 @@ class VectorStore:
         if len(x) == 0:
             return 0
         self._ensure_trained(first=x)
-        con = self._con
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            rows = []
+        rows = []
+        with self._transaction() as con:
             for i, key in enumerate(keys):
                 meta = None if metadata is None else json.dumps(metadata[i], ensure_ascii=False)
                 try:
@@ -404,17 +403,10 @@ class VectorStore:
                     raise UserError(f"id {key} is already in the index; delete it first") from None
                 rows.append(cur.lastrowid)
             con.executemany("INSERT INTO log (op, id) VALUES ('add', ?)", [(r,) for r in rows])
+            seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
             numbers = [i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i >= 0]
             if numbers:  # remembered past deletes: running numbers are never handed out twice
-                con.execute(
-                    "INSERT OR REPLACE INTO meta VALUES ('next_auto_id', ?)",
-                    (json.dumps(max(int(self._get("next_auto_id", 0)), max(numbers) + 1)),),
-                )
-            seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+                self._put("next_auto_id", max(int(self._get("next_auto_id", 0)), max(numbers) + 1))
         self._to_backend(np.asarray(rows, dtype=np.int64), x)
         self._applied = seq
         return len(rows)
@@ -430,11 +422,8 @@ class VectorStore:
     def delete(self, ids: Iterable[Any]) -> list[Any]:
         """Delete entries by the user's ids; returns the ids that were not in the store."""
         self._check_writable()
-        ids = list(ids)
-        con = self._con
-        con.execute("BEGIN IMMEDIATE")
         missing, rows = [], []
-        try:
+        with self._transaction() as con:
             for i in ids:
                 r = con.execute(
                     "SELECT id FROM items WHERE key=?", (json.dumps(i, sort_keys=True),)
@@ -446,10 +435,6 @@ class VectorStore:
                 con.execute("DELETE FROM items WHERE id=?", (r[0],))
             con.executemany("INSERT INTO log (op, id) VALUES ('del', ?)", [(r,) for r in rows])
             seq = con.execute("SELECT MAX(seq) FROM log").fetchone()[0]
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         if rows:
             self.backend.remove(np.asarray(rows, dtype=np.int64))
             self._applied = seq
@@ -480,13 +465,9 @@ class VectorStore:
         for seq, old in self._snapshots():
             if seq != self._applied:
                 shutil.rmtree(old, ignore_errors=True)
-        con = self._con
-        con.execute("BEGIN IMMEDIATE")
-        con.execute("DELETE FROM log WHERE seq <= ?", (self._applied,))
-        con.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('log_truncated_to', ?)", (json.dumps(self._applied),)
-        )
-        con.execute("COMMIT")
+        with self._transaction() as con:
+            con.execute("DELETE FROM log WHERE seq <= ?", (self._applied,))
+            self._put("log_truncated_to", self._applied)
         return snap
 
     def close(self) -> None:

@@ -20,12 +20,7 @@ def query_metrics(ranked: Sequence[Hashable], relevant: set) -> dict[str, float]
     if not relevant:
         raise ValueError("a query needs at least one relevant document")
     out = {f"recall@{k}": len(relevant & set(ranked[:k])) / len(relevant) for k in KS}
-    rr = 0.0
-    for rank, doc in enumerate(ranked[:10], start=1):
-        if doc in relevant:
-            rr = 1.0 / rank
-            break
-    out["mrr@10"] = rr
+    out["mrr@10"] = next((1.0 / r for r, d in enumerate(ranked[:10], start=1) if d in relevant), 0.0)
     dcg = sum(1.0 / math.log2(r + 1) for r, d in enumerate(ranked[:10], start=1) if d in relevant)
     ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(relevant), 10) + 1))
     out["ndcg@10"] = dcg / ideal

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -46,16 +47,15 @@ def evaluate_pair_retrieval(
     docs = encoder.encode(corpus, normalize=True)
     q = encoder.encode([s1 for s1, _ in queries], normalize=True)
     hits = exact_search(docs, q, min(max(max(ks), 100), len(corpus)))[1].tolist()
+    # the partner's rank among the hits (inf: not found)
+    ranks = [
+        found.index(where[s2]) + 1 if where[s2] in found else math.inf
+        for (_, s2), found in zip(queries, hits)
+    ]
     result: dict[str, float] = {"queries": len(queries), "corpus": len(corpus)}
-    rr = []
-    for (_, s2), found in zip(queries, hits):
-        target = where[s2]
-        rr.append(1.0 / (found.index(target) + 1) if target in found else 0.0)
     for k in ks:
-        result[f"recall@{k}"] = float(
-            np.mean([where[s2] in found[:k] for (_, s2), found in zip(queries, hits)])
-        )
-    result["mrr@100"] = float(np.mean(rr))
+        result[f"recall@{k}"] = float(np.mean([r <= k for r in ranks]))
+    result["mrr@100"] = float(np.mean([1.0 / r for r in ranks]))
     return result
 
 

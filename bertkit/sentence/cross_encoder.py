@@ -22,18 +22,15 @@ class CrossEncoder(nn.Module):
     """Scores (query, document) pairs jointly with a BertForSequenceClassification head.
 
     With ``num_labels == 1`` the score is the raw logit (as sentence-transformers' CrossEncoder
-    rankers); with more labels it is the logit of ``positive_label`` (default: the last).
+    rankers); with more labels it is the logit of the last label.
     Built in eval mode; a trainer switches it to train mode.
     """
 
-    def __init__(
-        self, model: nn.Module, tokenizer: Any, max_length: int = 512, positive_label: int = -1
-    ) -> None:
+    def __init__(self, model: nn.Module, tokenizer: Any, max_length: int = 512) -> None:
         super().__init__()
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = min(max_length, model.config.max_tokens)
-        self.positive_label = positive_label
         self.eval()
 
     @classmethod
@@ -67,18 +64,14 @@ class CrossEncoder(nn.Module):
         """Logits [B, num_labels] of a padded batch of pairs [B, T]."""
         return self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).logits
 
+    def _tokenize(self, pairs: Sequence[tuple[str, str]], **kwargs: Any) -> Any:
+        return self.tokenizer(
+            [a for a, _ in pairs], [b for _, b in pairs], max_length=self.max_length, **kwargs
+        )
+
     def tokenize_batch(self, pairs: Sequence[tuple[str, str]]) -> dict[str, Tensor]:
         """Padded training batch tensors (``input_ids``, ``token_type_ids``, ``attention_mask``) [B, T]."""
-        return dict(
-            self.tokenizer(
-                [a for a, _ in pairs],
-                [b for _, b in pairs],
-                max_length=self.max_length,
-                padding=True,
-                truncation=True,
-                return_tensors="pt",
-            )
-        )
+        return dict(self._tokenize(pairs, padding=True, truncation=True, return_tensors="pt"))
 
     def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
         """Score each (a, b) pair -> float32 array [N]. Batches are formed by length."""
@@ -86,14 +79,7 @@ class CrossEncoder(nn.Module):
         scores = np.zeros(len(pairs), dtype=np.float32)
         if not pairs:
             return scores
-        enc = self.tokenizer(
-            [a for a, _ in pairs],
-            [b for _, b in pairs],
-            max_length=self.max_length,
-            truncation="longest_first",
-            padding=False,
-            return_tensors=None,
-        )
+        enc = self._tokenize(pairs, truncation="longest_first", padding=False, return_tensors=None)
         ids, types = enc["input_ids"], enc["token_type_ids"]
         device = self.model.device
         with predicting(self):
@@ -102,8 +88,7 @@ class CrossEncoder(nn.Module):
                     [ids[i] for i in idx], self.tokenizer.pad_token_id, [types[i] for i in idx]
                 )
                 logits = self(t_ids.to(device), t_mask.to(device), t_types.to(device)).float()
-                col = 0 if logits.shape[1] == 1 else self.positive_label
-                scores[idx] = logits[:, col].cpu().numpy()
+                scores[idx] = logits[:, -1].cpu().numpy()  # one logit, or the last label's
         return scores
 
     def rerank(
@@ -111,7 +96,5 @@ class CrossEncoder(nn.Module):
     ) -> list[tuple[int, float]]:
         """[(doc index, score)] sorted best first (ties keep the input order)."""
         scores = self.predict([(query, d) for d in docs], batch_size=batch_size)
-        ranked = sorted(range(len(docs)), key=lambda i: -float(scores[i]))
-        if top_k is not None:
-            ranked = ranked[:top_k]
+        ranked = sorted(range(len(docs)), key=lambda i: -float(scores[i]))[:top_k]  # top_k None: all
         return [(i, float(scores[i])) for i in ranked]

@@ -36,12 +36,8 @@ class Dense(torch.nn.Module):
             raise UserError(
                 f"Dense activation {activation!r} is not supported (supported: {', '.join(DENSE_ACTIVATIONS)})"
             )
-        self.in_features, self.out_features, self.bias, self.activation = (
-            in_features,
-            out_features,
-            bias,
-            activation,
-        )
+        self.in_features, self.out_features = in_features, out_features
+        self.bias, self.activation = bias, activation
         self.linear = torch.nn.Linear(in_features, out_features, bias=bias)
         self.activation_function = DENSE_ACTIVATIONS[activation]()
 

@@ -153,35 +153,23 @@ class SentenceEncoder(nn.Module):
         vec = self.sentence_vectors(hidden.last_hidden_state, attention_mask)
         return F.normalize(vec, dim=-1) if self.normalize else vec
 
-    def _texts(self, texts: Sequence[str]) -> list[str]:
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids (with [CLS]/[SEP]) of each text, truncated to ``max_seq_length``."""
+        return self._tokenize(texts, padding=False, return_tensors=None)["input_ids"]
+
+    def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
+        """Padded training batch tensors (``input_ids``, ``attention_mask``, ``token_type_ids``) [B, T]."""
+        return self._tokenize(texts, padding=True, return_tensors="pt")
+
+    def _tokenize(self, texts: Sequence[str], **kwargs: Any) -> Any:
         if isinstance(texts, str):
             raise TypeError("texts must be a list of str, not a single str")
         texts = list(texts)
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"texts[{i}] must be a str, got {type(t).__name__}")
-        return [t.lower() for t in texts] if self.lowercase_input else texts
-
-    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids (with [CLS]/[SEP]) of each text, truncated to ``max_seq_length``."""
-        enc = self.tokenizer(
-            self._texts(texts),
-            max_length=self.max_seq_length,
-            truncation=True,
-            padding=False,
-            return_tensors=None,
-        )
-        return enc["input_ids"]
-
-    def tokenize_batch(self, texts: Sequence[str]) -> dict[str, Tensor]:
-        """Padded training batch tensors (``input_ids``, ``attention_mask``, ``token_type_ids``) [B, T]."""
-        return self.tokenizer(
-            self._texts(texts),
-            max_length=self.max_seq_length,
-            truncation=True,
-            padding=True,
-            return_tensors="pt",
-        )
+        texts = [t.lower() for t in texts] if self.lowercase_input else texts
+        return self.tokenizer(texts, max_length=self.max_seq_length, truncation=True, **kwargs)
 
     def encode(
         self,

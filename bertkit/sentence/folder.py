@@ -77,10 +77,6 @@ def read_layout(model_dir: Path) -> Layout:
         elif kind == "Normalize":
             out.normalize = True
         elif kind == "Dense":
-            if not path.resolve().is_relative_to(model_dir.resolve()):
-                raise UserError(
-                    f"{model_dir / 'modules.json'}: module path {module.get('path')!r} leaves the folder"
-                )
             out.dense.append(Dense.load(path))
         else:
             raise UserError(

@@ -10,11 +10,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _cos_matrix(a: Tensor, b: Tensor) -> Tensor:
-    """[B, H] x [N, H] -> [B, N] cosine similarities."""
-    return F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
-
-
 def mnrl(
     queries: Tensor,
     positives: Tensor,
@@ -29,7 +24,7 @@ def mnrl(
     query among the B queries) and averages the two, as MultipleNegativesSymmetricRankingLoss does.
     """
     docs = positives if negatives is None or len(negatives) == 0 else torch.cat([positives, negatives])
-    scores = scale * _cos_matrix(queries, docs)  # [B, B+M]
+    scores = scale * (F.normalize(queries, dim=-1) @ F.normalize(docs, dim=-1).T)  # [B, B+M] cosines
     labels = torch.arange(len(queries), device=queries.device)
     loss = F.cross_entropy(scores, labels)
     if symmetric:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,23 +56,18 @@ def mine_hard_negatives(
     return out
 
 
-class _Collate:
+def _collate(model: SentenceEncoder, scored: bool, items: list[Pair]) -> dict[str, Any]:
     """Examples -> a batch dict of tokenized texts (``q``, ``p``, optional ``n``) and ``scores``."""
-
-    def __init__(self, model: SentenceEncoder, scored: bool) -> None:
-        self.model, self.scored = model, scored
-
-    def __call__(self, items: list[Pair]) -> dict[str, Any]:
-        batch: dict[str, Any] = {
-            "q": dict(self.model.tokenize_batch([p.query for p in items])),
-            "p": dict(self.model.tokenize_batch([p.positive for p in items])),
-        }
-        negs = [n for p in items for n in p.negatives]
-        if negs and not self.scored:
-            batch["n"] = dict(self.model.tokenize_batch(negs))
-        if self.scored:
-            batch["scores"] = torch.tensor([p.score for p in items], dtype=torch.float32)
-        return batch
+    batch: dict[str, Any] = {
+        "q": dict(model.tokenize_batch([p.query for p in items])),
+        "p": dict(model.tokenize_batch([p.positive for p in items])),
+    }
+    negs = [n for p in items for n in p.negatives]
+    if negs and not scored:
+        batch["n"] = dict(model.tokenize_batch(negs))
+    if scored:
+        batch["scores"] = torch.tensor([p.score for p in items], dtype=torch.float32)
+    return batch
 
 
 def _tokens(batch: dict[str, Any]) -> int:
@@ -149,7 +145,7 @@ def train_embed(
         pairs = mine_hard_negatives(model, pairs, corpus or [p.positive for p in pairs], s.hard_negatives)
         mined_s = time.perf_counter() - t0
     trainer, steps = s.trainer(
-        model, pairs, _Collate(model, scored), out_dir=out_dir, loss_fn=make_loss_fn(s), tokens_fn=_tokens,
+        model, pairs, partial(_collate, model, scored), out_dir=out_dir, loss_fn=make_loss_fn(s), tokens_fn=_tokens,
         eval_fn=eval_fn, progress=progress, desc="train-embed", plot=plot,
     )  # fmt: skip
     summary, train_s = fit_and_save(trainer, model, out_dir / "model")
