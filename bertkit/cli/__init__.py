@@ -94,9 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log more detail to stderr")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
-        spec = importlib.util.find_spec(f"{__name__}.{name}")
-        if spec is None:  # a capability not built yet
-            continue
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
     return parser
 
@@ -181,17 +178,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.command,
             f"{name or 'input'}: not UTF-8 (byte {e.object[e.start]:#04x}); re-encode it as UTF-8",
         )
-    except OSError as e:
-        if e.errno is None and _write_failure(e):
-            return _fail(args.command, _write_failure(e))
-        if e.errno not in _USER_ERRNOS:
+    except (OSError, RuntimeError, sqlite3.OperationalError) as e:
+        failure = _write_failure(e) if getattr(e, "errno", None) is None else None
+        if failure is not None:
+            return _fail(args.command, failure)
+        if not isinstance(e, OSError) or e.errno not in _USER_ERRNOS:
             raise
         where = f"{e.filename}: " if e.filename else ""
         return _fail(args.command, f"{where}{e.strerror or e}")
-    except (RuntimeError, sqlite3.OperationalError) as e:
-        if _write_failure(e) is None:
-            raise
-        return _fail(args.command, _write_failure(e))
     except KeyboardInterrupt:
         print(f"bertkit {args.command}: interrupted", file=sys.stderr)
         return 130

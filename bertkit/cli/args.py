@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -73,41 +74,28 @@ def int_range(low: int, high: int) -> Callable[[str], int]:
     return _argtype(lambda v, n: validate.int_in(v, n, low, high), f"int_{low}_{high}")
 
 
-def device(text: str) -> str:
-    """An argparse type: a torch device this machine has (:func:`bertkit.validate.check_device`), checked at
-    parse time."""
-    try:
-        return validate.check_device(text)
-    except UserError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+# a torch device this machine has (:func:`bertkit.validate.check_device`), checked at parse time
+device = _argtype(lambda text, _: validate.check_device(text), "device")
 
 
-def existing_file(text: str) -> Path:
-    """An argparse type: a path that is an existing file."""
-    p = Path(text)
-    if not p.exists():
-        raise argparse.ArgumentTypeError(f"{text}: no such file")
-    if not p.is_file():
-        raise argparse.ArgumentTypeError(f"{text}: not a file")
-    return p
+def _existing(what: str, is_kind: Callable[[Path], bool] | None, name: str) -> Callable[[str], Path]:
+    """An argparse type: an existing path that ``is_kind`` accepts (None: a file or a directory)."""
+
+    def convert(text: str) -> Path:
+        p = Path(text)
+        if not p.exists():
+            raise argparse.ArgumentTypeError(f"{text}: no such {what}")
+        if is_kind is not None and not is_kind(p):
+            raise argparse.ArgumentTypeError(f"{text}: not a {what}")
+        return p
+
+    convert.__name__ = name
+    return convert
 
 
-def existing_dir(text: str) -> Path:
-    """An argparse type: a path that is an existing directory."""
-    p = Path(text)
-    if not p.exists():
-        raise argparse.ArgumentTypeError(f"{text}: no such directory")
-    if not p.is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: not a directory")
-    return p
-
-
-def existing_path(text: str) -> Path:
-    """An argparse type: an existing file or directory."""
-    p = Path(text)
-    if not p.exists():
-        raise argparse.ArgumentTypeError(f"{text}: no such file or directory")
-    return p
+existing_file = _existing("file", Path.is_file, "existing_file")
+existing_dir = _existing("directory", Path.is_dir, "existing_dir")
+existing_path = _existing("file or directory", None, "existing_path")
 
 
 # --------------------------------------------------------------------------------------------- outputs
@@ -153,6 +141,24 @@ def add_inference_precision(p: argparse.ArgumentParser) -> None:
         help="bf16: bf16 autocast; auto: bf16 where this CPU runs it faster and its outputs agree with "
         "fp32's (measured once, cached per machine), else fp32 (default: fp32, the exact path)",
     )
+
+
+def add_training_precision(p: argparse.ArgumentParser) -> None:
+    """``--precision fp32|bf16|fp16|auto`` of the training commands that take no other Trainer options."""
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "bf16", "fp16", "auto"),
+        default="fp32",
+        help="auto: bf16 autocast where it measured faster on this CPU and its loss agreed, else fp32",
+    )
+
+
+def json_or_text(text: str) -> Any:
+    """``text`` read as JSON where it parses (numbers, true/false, quoted strings), else the text itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def has_checkpoints(path: Path) -> bool:

@@ -35,12 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-seq-length", type=A.positive_int, default=128)
     p.add_argument("--max-train-examples", type=A.positive_int, default=None, help="a seeded sample")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16", "fp16", "auto"),
-        default="fp32",
-        help="auto: bf16 autocast where it measured faster on this CPU and its loss agreed, else fp32",
-    )
+    A.add_training_precision(p)
     p.set_defaults(func=distill_cmd)
 
 

@@ -119,13 +119,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     i.set_defaults(func=info)
 
 
-def _parse_id(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 class _Embedder:
     """Texts -> vectors with a SentenceEncoder loaded on first use."""
 
@@ -215,20 +208,6 @@ def _metadata(row: dict, text_field: str) -> Any:
     return meta
 
 
-def _add_all(store: Any, args: argparse.Namespace, embed: _Embedder) -> tuple[int, float]:
-    from tqdm import tqdm
-
-    t0 = time.perf_counter()
-    added = 0
-    with tqdm(desc="index add", unit="entry", file=sys.stderr, disable=None) as bar:
-        start = store.next_auto_id()
-        for x, ids, meta in _read_batches(args.input, args.batch_size, args.text_field, embed, start):
-            added += store.add(x, ids, meta)
-            bar.update(len(ids))
-    store.save()
-    return added, time.perf_counter() - t0
-
-
 def _qdrant_url(text: str) -> str:
     """An http(s)://host[:port] address, checked before anything is read or embedded."""
     from urllib.parse import urlsplit
@@ -279,16 +258,26 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add(args: argparse.Namespace) -> dict[str, Any]:
+    from tqdm import tqdm
+
     from ..index import VectorStore
 
     with VectorStore.open(args.index_dir, lock_timeout=args.lock_timeout) as store:
         model = args.model or (Path(store.meta["model"]) if store.meta.get("model") else None)
-        added, seconds = _add_all(store, args, _Embedder(model))
+        embed = _Embedder(model)
+        t0 = time.perf_counter()
+        added = 0
+        with tqdm(desc="index add", unit="entry", file=sys.stderr, disable=None) as bar:
+            start = store.next_auto_id()
+            for x, ids, meta in _read_batches(args.input, args.batch_size, args.text_field, embed, start):
+                added += store.add(x, ids, meta)
+                bar.update(len(ids))
+        store.save()
         return {
             "index": str(args.index_dir),
             "added": added,
             "entries": len(store),
-            "seconds": round(seconds, 3),
+            "seconds": round(time.perf_counter() - t0, 3),
         }
 
 
@@ -301,7 +290,7 @@ def _parse_filters(items: list[str]) -> dict[str, Any] | None:
             raise UserError(f"--filter {item!r}: expected KEY=VALUE, e.g. --filter lang=en")
         if key in where:
             raise UserError(f"--filter {key!r} is given twice; an entry holds one value per key")
-        where[key] = _parse_id(value)
+        where[key] = A.json_or_text(value)
     return where or None
 
 
@@ -341,7 +330,7 @@ def search(args: argparse.Namespace) -> dict[str, Any]:
 def delete(args: argparse.Namespace) -> dict[str, Any]:
     from ..index import VectorStore
 
-    ids = [_parse_id(i) for i in args.ids]
+    ids = [A.json_or_text(i) for i in args.ids]
     with VectorStore.open(args.index_dir, lock_timeout=args.lock_timeout) as store:
         missing = store.delete(ids)
         store.save()

@@ -166,18 +166,13 @@ def run_predict(args: argparse.Namespace) -> dict:
                 row = {"text": e.text_a, "score": r}
             elif kind == "choice":
                 row = {"guid": e.guid, "label": r[0], "probs": [round(v, 6) for v in r[1]]}
-            elif multi_label:
-                row = {
-                    "text": e.text_a,
-                    "labels": [lab for lab, p, t in zip(labels, r[1], thresholds) if p >= t],
-                    "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
-                }
             else:
-                row = {
-                    "text": e.text_a,
-                    "label": labels[r[0]],
-                    "probs": dict(zip(labels, (round(v, 6) for v in r[1]))),
-                }
+                row = {"text": e.text_a}
+                if multi_label:
+                    row["labels"] = [lab for lab, p, t in zip(labels, r[1], thresholds) if p >= t]
+                else:
+                    row["label"] = labels[r[0]]
+                row["probs"] = dict(zip(labels, (round(v, 6) for v in r[1])))
             if kind != "choice" and e.text_b is not None:  # every text row echoes the pair it scored
                 row["text_pair"] = e.text_b
             f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -120,9 +120,8 @@ def predict_windows(args: Any, texts: list[str], out: Any) -> int:
     from bertkit.serving.routes.predict import predict
 
     svc = service(args.model_dir, args.max_seq_length or 128)
-    indexed = list(enumerate(texts))
-    for chunk in _chunks(indexed, "predict"):
-        for (_, text), pred in zip(chunk, predict(svc, [t for _, t in chunk], long_text="windows")):
+    for chunk in _chunks(texts, "predict"):
+        for text, pred in zip(chunk, predict(svc, chunk, long_text="windows")):
             out.write(json.dumps({"text": text, **pred}, ensure_ascii=False) + "\n")
     svc.close()
     return len(texts)

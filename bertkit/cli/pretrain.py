@@ -119,16 +119,10 @@ def register(subparsers) -> None:
 
 def _option(text: str) -> tuple[str, object]:
     """``KEY=VALUE`` -> (key, value), the value read as JSON where it parses (numbers, true/false), else text."""
-    import json
-
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError:
-        parsed = value
-    return key.strip(), parsed
+    return key.strip(), A.json_or_text(value)
 
 
 def config_from_args(args: argparse.Namespace):

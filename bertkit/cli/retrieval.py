@@ -34,12 +34,7 @@ def _training_args(p: argparse.ArgumentParser) -> None:
         "--warmup-ratio", type=A.probability, default=0.1, help="fraction of steps of warm-up (default 0.1)"
     )
     p.add_argument("--seed", type=int, default=0, help="shuffling and initialisation (default 0)")
-    p.add_argument(
-        "--precision",
-        choices=("fp32", "bf16", "fp16", "auto"),
-        default="fp32",
-        help="auto: bf16 autocast where it measured faster on this CPU and its loss agreed, else fp32",
-    )
+    A.add_training_precision(p)
     p.add_argument("--max-pairs", type=A.positive_int, default=None, help="use a seeded sample of the pairs")
 
 

@@ -12,6 +12,25 @@ from ..serving.int8_engines import ENGINES
 from ..serving.limits import Limits
 from . import args as A
 
+# the Limits fields a flag sets (--max-body-bytes, ...), and the flags' help
+LIMIT_FLAGS = (
+    ("max_body_bytes", "largest request body (413)"),
+    ("max_text_chars", "longest text (413)"),
+    ("max_batch_size", "most texts per request (413)"),
+    (
+        "max_request_tokens",
+        "most tokens of model work one request may ask for, bounded before tokenisation (413)",
+    ),
+    (
+        "max_fill_mask_predictions",
+        "most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
+    ),
+    (
+        "max_embed_all_values",
+        "most floats (tokens x hidden size) one /embed_all answer may hold (413; default %(default)s)",
+    ),
+)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     d = Limits()
@@ -65,33 +84,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="one JSON line per request on stderr: ts, method, path, status, ms, request_id (default: off)",
     )
     g = p.add_argument_group("limits (per request)")
-    g.add_argument(
-        "--max-body-bytes", type=A.positive_int, default=d.max_body_bytes, help="largest request body (413)"
-    )
-    g.add_argument(
-        "--max-text-chars", type=A.positive_int, default=d.max_text_chars, help="longest text (413)"
-    )
-    g.add_argument(
-        "--max-batch-size", type=A.positive_int, default=d.max_batch_size, help="most texts per request (413)"
-    )
-    g.add_argument(
-        "--max-request-tokens",
-        type=A.positive_int,
-        default=d.max_request_tokens,
-        help="most tokens of model work one request may ask for, bounded before tokenisation (413)",
-    )
-    g.add_argument(
-        "--max-fill-mask-predictions",
-        type=A.positive_int,
-        default=d.max_fill_mask_predictions,
-        help="most [MASK]s x top_k one /fill-mask request may ask for (413; default %(default)s)",
-    )
-    g.add_argument(
-        "--max-embed-all-values",
-        type=A.positive_int,
-        default=d.max_embed_all_values,
-        help="most floats (tokens x hidden size) one /embed_all answer may hold (413; default %(default)s)",
-    )
+    for name, text in LIMIT_FLAGS:
+        flag = "--" + name.replace("_", "-")
+        g.add_argument(flag, type=A.positive_int, default=getattr(d, name), help=text)
     g.add_argument(
         "--max-length", type=A.positive_int, default=None, help="tokens per sequence (default: the model's)"
     )
@@ -165,14 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any] | None:
     from ..serving.cors import check_origin
 
     origins = [check_origin(o) for o in args.cors_origin]  # refused before the model loads
-    limits = Limits(
-        max_body_bytes=args.max_body_bytes,
-        max_text_chars=args.max_text_chars,
-        max_batch_size=args.max_batch_size,
-        max_request_tokens=args.max_request_tokens,
-        max_fill_mask_predictions=args.max_fill_mask_predictions,
-        max_embed_all_values=args.max_embed_all_values,
-    )
+    limits = Limits(**{name: getattr(args, name) for name, _ in LIMIT_FLAGS})
     serve(
         args.model_dir,
         host=args.host,

@@ -49,8 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.1,
         help="fraction of steps for linear warm-up (default 0.1)",
     )
-    # Left unset here so run() can apply the paper's SQuAD values (a caller's explicit default still wins).
-    parser.set_defaults(max_seq_length=None, epochs=None, lr=None, batch_size=None)  # fmt: skip
 
 
 def register_squad(sub) -> None:
@@ -58,7 +56,6 @@ def register_squad(sub) -> None:
     p = sub.add_parser(
         "squad",
         help="SQuAD v1.1 / v2.0 span extraction (writes predictions.json, null_odds.json for v2)",
-        conflict_handler="resolve",
     )
     p.add_argument("--model", required=True, help="pre-trained model directory (HF layout)")
     A.add_output(p, "--out", resumable=True, help="output directory (metrics.json, predictions.json, model/)")
@@ -67,13 +64,12 @@ def register_squad(sub) -> None:
     p.add_argument("--lr", type=A.positive_float, default=None, help="default 5e-5")
     p.add_argument("--max-seq-length", type=int, default=None, help="default 384")
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--warmup-ratio", type=A.probability, default=0.1)
     p.add_argument("--weight-decay", type=A.non_negative_float, default=0.01)
     p.add_argument("--freeze-encoder", action="store_true", help="train only qa_outputs (BERT frozen)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     add_trainer_arguments(p)
-    add_arguments(p)  # SQuAD's own options (may refine the ones above)
+    add_arguments(p)  # SQuAD's own options
 
     def run_squad(args: argparse.Namespace) -> dict:
         if getattr(args, "threads", None):

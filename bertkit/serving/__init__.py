@@ -11,27 +11,18 @@
 
 from ..lazy import lazy_getattr
 
+_EXPORTS = {
+    "INSTALL_HINT": "app",
+    "create_app": "app",
+    "require_server_deps": "app",
+    "serve": "app",
+    "Batcher": "batching",
+    "Limits": "limits",
+    "InferenceService": "service",
+}
+
 # Lazy: the CLI's parser reads constants from ``serving.connections``/``limits`` for every command, and
 # importing the app and the service here pulled torch (~1.3 CPU-s) into `bertkit prepare`.
-__getattr__ = lazy_getattr(
-    __name__,
-    {
-        "INSTALL_HINT": "app",
-        "create_app": "app",
-        "require_server_deps": "app",
-        "serve": "app",
-        "Batcher": "batching",
-        "Limits": "limits",
-        "InferenceService": "service",
-    },
-)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
 
-__all__ = [
-    "INSTALL_HINT",
-    "Batcher",
-    "InferenceService",
-    "Limits",
-    "create_app",
-    "require_server_deps",
-    "serve",
-]
+__all__ = sorted(_EXPORTS)

@@ -79,11 +79,8 @@ def create_app(
     from .routes import register
 
     metrics = Metrics()
-    if not isinstance(service, InferenceService):
-        service = InferenceService(service, on_batch=metrics.on_batch, **service_kwargs)
-    else:
-        service.batcher.on_batch = metrics.on_batch
-    svc = service
+    svc = service if isinstance(service, InferenceService) else InferenceService(service, **service_kwargs)
+    svc.batcher.on_batch = metrics.on_batch
     metrics.queue.set_function(svc.batcher.queue_depth)
 
     @asynccontextmanager
@@ -124,30 +121,21 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8080,
     log_level: str = "info",
-    docs: bool = False,
     max_connections: int | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     keep_alive: float = DEFAULT_KEEP_ALIVE,
-    api_key: str | None = None,
-    cors_origins: list[str] | None = None,
     access_log: bool = False,
-    **service_kwargs: Any,
+    **app_kwargs: Any,
 ) -> None:
-    """Build the app and run it with uvicorn until interrupted. ``max_connections``, ``read_timeout`` and
-    ``keep_alive`` bound what each client connection may hold (bertkit.serving.connections)."""
+    """Build the app (:func:`create_app` with ``access_log`` and ``app_kwargs``) and run it with uvicorn until
+    interrupted. ``max_connections``, ``read_timeout`` and ``keep_alive`` bound what each client connection
+    may hold (bertkit.serving.connections)."""
     require_server_deps()
     try:
         import uvicorn
     except ImportError:
         raise UserError(INSTALL_HINT) from None
-    app = create_app(
-        model_dir,
-        docs=docs,
-        api_key=api_key,
-        cors_origins=cors_origins,
-        access_log=access_log,
-        **service_kwargs,
-    )
+    app = create_app(model_dir, access_log=access_log, **app_kwargs)
     # h11's own limit on headers stays; the body limit is ours (BodyLimit)
     uvicorn.run(
         app,

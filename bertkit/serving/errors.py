@@ -9,6 +9,7 @@ from the library), and anything else is a bug, answered 500 with its traceback i
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any
@@ -91,6 +92,19 @@ def error_body(
         kind = "invalid_request_error" if status < 500 else "server_error"
         return {"error": {"message": message, "type": kind, "param": top_field(param), "code": error_type}}
     return {"error": message, "error_type": error_type}
+
+
+async def send_error(
+    send: Any, status: int, error_type: str, message: str, path: str, on_error: Any, *headers: tuple
+) -> None:
+    """Answer an ASGI request with the error body, from a middleware that refuses it before the app runs;
+    ``headers``: (name, value) pairs beyond the content type and length."""
+    if on_error is not None:
+        on_error(status, error_type)
+    body = json.dumps(error_body(status, error_type, message, path)).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
 
 
 def install_handlers(app: Any, on_error: Any = None) -> None:

@@ -10,13 +10,12 @@
 from __future__ import annotations
 
 import hmac
-import json
 import re
 import time
 import uuid
 from typing import Any
 
-from .errors import error_body
+from .errors import send_error
 
 CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 OPEN_PATHS = ("/health",)  # load balancers' probes carry no key
@@ -61,17 +60,9 @@ class ApiKey:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS or self._allowed(scope):
             await self.app(scope, receive, send)
             return
-        if self.on_error is not None:
-            self.on_error(401, "unauthorized")
         message = "missing or wrong api key: send the header 'Authorization: Bearer KEY' (--api-key)"
-        body = json.dumps(error_body(401, "unauthorized", message, scope.get("path", ""))).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b"Bearer"),
-        ]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        challenge = (b"www-authenticate", b"Bearer")
+        await send_error(send, 401, "unauthorized", message, scope.get("path", ""), self.on_error, challenge)
 
 
 __all__ = ["ApiKey", "RequestMeta"]

@@ -1,6 +1,6 @@
 """What one request may cost, checked before the work starts.
 
-Three gates, cheapest first:
+Four gates, cheapest first:
 
 1. the body size (``max_body_bytes``): checked by ``BodyLimit`` before the body is parsed (a
    ``Content-Length`` over the limit is refused without reading a byte; a chunked body is counted as it
@@ -17,12 +17,11 @@ Three gates, cheapest first:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import error_body, too_large, validation
+from .errors import send_error, too_large, validation
 
 
 @dataclass(frozen=True)
@@ -134,13 +133,7 @@ class BodyLimit:
         self.on_error = on_error
 
     async def _refuse(self, send: Any, status: int, error_type: str, message: str, path: str = "") -> None:
-        if self.on_error is not None:
-            self.on_error(status, error_type)
-        body = json.dumps(error_body(status, error_type, message, path)).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, status, error_type, message, path, self.on_error, (b"connection", b"close"))
 
     def _over(self, size: int | str) -> str:
         return (

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TOKEN_BUCKETS = (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -12,7 +10,7 @@ TOKEN_BUCKETS = (64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 class Metrics:
     """Requests, errors, latency, batch sizes and tokens, queue depth."""
 
-    def __init__(self, queue_depth: Any = None) -> None:
+    def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -43,8 +41,6 @@ class Metrics:
         )
         self.tokens = Counter("bertkit_tokens", "tokens run through the model", ["task"], registry=r)
         self.queue = Gauge("bertkit_queue_depth", "sequences waiting for a batch", registry=r)
-        if queue_depth is not None:
-            self.queue.set_function(queue_depth)
 
     def on_error(self, status: int, error_type: str) -> None:
         self.errors.labels(str(status), error_type).inc()

@@ -189,46 +189,32 @@ class InferenceService:
     # ------------------------------------------------------------ the model call (batcher side)
     @torch.inference_mode()
     def _run(self, task: str, ids: list[list[int]], type_ids: list[list[int]]) -> list[Any]:
-
         t_ids, mask, t_types = (t.to(self.device) for t in pad(ids, self.tokenizer.pad_token_id, type_ids))
-        if self.int8:
-            return self._run_int8(task, ids, t_ids, t_types, mask)
-        if task == "embed":
-            hidden = self.encoder.hidden_states(t_ids, mask)
-            return list(self.encoder.sentence_vectors(hidden, mask).cpu().numpy())
-        if task == "hidden":
-            hidden = self.encoder.hidden_states(t_ids, mask).cpu().numpy()
-            return [hidden[i, : len(x)] for i, x in enumerate(ids)]
-        with inference_autocast(self.precision, t_ids.device):
-            out = self.model(t_ids, attention_mask=mask, token_type_ids=t_types)
-        if task == "classify":
-            return list(out.logits.float().cpu().numpy())
-        if task == "tokens":
-            logits = out.logits.float().cpu().numpy()
-            return [logits[i, : len(x)] for i, x in enumerate(ids)]
-        if task == "span":
-            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-            return [(s[i, : len(x)], e[i, : len(x)]) for i, x in enumerate(ids)]
-        raise ValueError(f"unknown task {task!r}")
-
-    def _run_int8(self, task: str, ids: list[list[int]], t_ids: Any, t_types: Any, mask: Any) -> list[Any]:
         if task in ("embed", "hidden"):
-            # by keyword: the encoders' third positional argument differs (BERT: type ids, ModernBERT:
-            # positions)
-            hidden = self._int8_encoder(t_ids, attention_mask=mask, token_type_ids=t_types)[0]
-            if task == "hidden":
-                return [hidden[i, : len(x)].float().numpy() for i, x in enumerate(ids)]
-            return list(self.encoder.sentence_vectors(hidden, mask).numpy())
-        out = self._int8_head(t_ids, attention_mask=mask, token_type_ids=t_types)
+            if self.int8:
+                # by keyword: the encoders' third positional argument differs (BERT: type ids, ModernBERT:
+                # positions)
+                hidden = self._int8_encoder(t_ids, attention_mask=mask, token_type_ids=t_types)[0]
+            else:
+                hidden = self.encoder.hidden_states(t_ids, mask)
+            if task == "embed":
+                return list(self.encoder.sentence_vectors(hidden, mask).cpu().numpy())
+            hidden = hidden.float().cpu().numpy()
+            return [hidden[i, : len(x)] for i, x in enumerate(ids)]
+        # the int8 copy runs in fp32 (--int8 excludes --precision), where the autocast is a no-op
+        with inference_autocast(self.precision, t_ids.device):
+            model = self._int8_head if self.int8 else self.model
+            out = model(t_ids, attention_mask=mask, token_type_ids=t_types)
+        first = (
+            out[0].float().cpu().numpy()
+        )  # the logits (a span head's start logits; out[1]: its end logits)
         if task == "classify":
-            return list(out[0].float().numpy())
+            return list(first)
         if task == "tokens":
-            return [out[0][i, : len(x)].float().numpy() for i, x in enumerate(ids)]
+            return [first[i, : len(x)] for i, x in enumerate(ids)]
         if task == "span":
-            return [
-                (out[0][i, : len(x)].float().numpy(), out[1][i, : len(x)].float().numpy())
-                for i, x in enumerate(ids)
-            ]
+            end = out[1].float().cpu().numpy()
+            return [(first[i, : len(x)], end[i, : len(x)]) for i, x in enumerate(ids)]
         raise ValueError(f"unknown task {task!r}")
 
     # ------------------------------------------------------------ tokenisation

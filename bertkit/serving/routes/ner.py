@@ -1,5 +1,6 @@
 """POST /ner: entities with character offsets into a text, or word tags of a pre-split sentence."""
 
+from functools import partial
 from typing import Any
 
 from ..errors import validation
@@ -39,16 +40,12 @@ def ner(
     with svc.tok_lock:
         if words is None:
             spans = split_words(svc.tokenizer, text)
-
-    def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
-        return svc.batcher.submit("tokens", ids, types)
-
     ents, tagged = entities(
         svc.model,
         svc.tokenizer,
         text,
         spans,
-        run,
+        partial(svc.batcher.submit, "tokens"),
         svc.labels(),
         svc.max_seq_length,
         aggregation,

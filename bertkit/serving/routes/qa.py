@@ -1,5 +1,6 @@
 """POST /qa: extractive answers, one (question, context) or a list of them, with character offsets."""
 
+from functools import partial
 from typing import Any
 
 from ..errors import validation
@@ -61,12 +62,8 @@ def answer(
         fixed = min(len(q), settings.max_query_length) + 3
         budget += windowed_tokens(len(c), fixed, settings.max_seq_length, doc_stride)
     check_budget(budget, svc.limits)
-
-    def run(ids: list[list[int]], types: list[list[int]]) -> list[Any]:
-        return svc.batcher.submit("span", ids, types)
-
     qs = [(str(i), q, c) for i, (q, c) in enumerate(items)]
-    return answer_spans(svc.tokenizer, qs, run, settings, lock=svc.tok_lock)
+    return answer_spans(svc.tokenizer, qs, partial(svc.batcher.submit, "span"), settings, lock=svc.tok_lock)
 
 
 def handler(svc: InferenceService) -> Any:
