@@ -42,8 +42,8 @@ from .errors import UserError
 from .io import atomic_write, atomic_write_json, read_json, read_json_object
 from .tokenizer_fast_path import (
     PlainText,
-    choose_fast_path,
     cut_texts,
+    decide_fast_path,
     fast_normalizer,
     fast_pre_tokenizer,
     plain_text,
@@ -115,10 +115,23 @@ def _encoding_errors(
         ) from None
 
 
-def _no_empty_pairs(pairs: Sequence[Any]) -> list[Any]:
-    # An empty second segment is no second segment: transformers' tok(a, "") and the original
-    # run_classifier.py (`if example.text_b:`) both encode [CLS] a [SEP], not [CLS] a [SEP] [SEP].
-    return [None if p == "" else p for p in pairs]
+def _no_empty_pairs(pairs: Sequence[Any], n_texts: int) -> list[Any]:
+    """``pairs`` (one per text, else a ValueError) with ``""`` as None: an empty second segment is no second
+    segment. transformers' tok(a, "") and the original run_classifier.py (`if example.text_b:`) both encode
+    [CLS] a [SEP], not [CLS] a [SEP] [SEP]."""
+    pairs = [None if p == "" else p for p in pairs]
+    if len(pairs) != n_texts:
+        raise ValueError(f"got {n_texts} texts but {len(pairs)} pairs")
+    return pairs
+
+
+def _pair_inputs(texts: list[Any], pairs: list[Any] | None) -> tuple[list[Any], int]:
+    """What the library encodes (each text, or its ``(text, pair)``) and the special tokens a sequence
+    gets: 3 when some text has a pair, else 2."""
+    if pairs is None:
+        return texts, 2
+    n_special = 3 if any(b is not None for b in pairs) else 2
+    return [a if b is None else (a, b) for a, b in zip(texts, pairs)], n_special
 
 
 def _check_max_length(max_length: Any, n_special: int) -> None:
@@ -149,7 +162,7 @@ class Tokenizer:
     Attributes:
         fast_path: send texts whose characters are all plain through the cheaper pipeline (same
             output). Chosen at first use by a short measurement on this machine (cached; see
-            :func:`bertkit.tokenizer_fast_path.choose_fast_path`); set False to always use the full BERT
+            :func:`bertkit.tokenizer_fast_path.decide_fast_path`); set False to always use the full BERT
             normaliser and pre-tokenizer, True to always route plain texts the cheap way.
     """
 
@@ -158,7 +171,7 @@ class Tokenizer:
     @property
     def fast_path(self) -> bool:
         if self._fast_path is None:
-            self._fast_path = choose_fast_path(self._tok, self._fast_tok, self.ids_to_tokens)
+            self._fast_path = decide_fast_path(self._tok, self._fast_tok, self.ids_to_tokens)[0] == "on"
         return self._fast_path
 
     @fast_path.setter
@@ -174,41 +187,32 @@ class Tokenizer:
         max_input_chars_per_word: int = 100,
         model_max_length: int = 512,
     ) -> None:
-        tokens = read_vocab(vocab_file)
         self._init(
-            tokens,
+            read_vocab(vocab_file),
+            str(vocab_file),
             lowercase,
             strip_accents,
             tokenize_chinese_chars,
             max_input_chars_per_word,
             model_max_length,
-            str(vocab_file),
         )
 
     @classmethod
     def from_vocab(cls, tokens: Sequence[str], **settings: Any) -> Tokenizer:
         """Build from a list of tokens in id order instead of a file."""
         self = cls.__new__(cls)
-        opts = dict(
-            lowercase=True,
-            strip_accents=None,
-            tokenize_chinese_chars=True,
-            max_input_chars_per_word=100,
-            model_max_length=512,
-        )
-        opts.update(settings)
-        self._init(list(tokens), source="<vocab list>", **opts)
+        self._init(list(tokens), "<vocab list>", **settings)
         return self
 
     def _init(
         self,
         tokens: list[str],
-        lowercase: bool,
-        strip_accents: bool | None,
-        tokenize_chinese_chars: bool,
-        max_input_chars_per_word: int,
-        model_max_length: int,
         source: str,
+        lowercase: bool = True,
+        strip_accents: bool | None = None,
+        tokenize_chinese_chars: bool = True,
+        max_input_chars_per_word: int = 100,
+        model_max_length: int = 512,
     ) -> None:
         vocab: dict[str, int] = {}
         for i, tok in enumerate(tokens):
@@ -230,37 +234,32 @@ class Tokenizer:
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.max_input_chars_per_word = max_input_chars_per_word
         self.model_max_length = model_max_length
-        self.unk_token, self.cls_token, self.sep_token, self.pad_token, self.mask_token = (
-            SPECIAL_TOKENS[k] for k in ("unk", "cls", "sep", "pad", "mask")
-        )
-        self.unk_token_id = vocab[self.unk_token]
-        self.cls_token_id = vocab[self.cls_token]
-        self.sep_token_id = vocab[self.sep_token]
-        self.pad_token_id = vocab[self.pad_token]
-        self.mask_token_id = vocab[self.mask_token]
-        self.all_special_ids = sorted(
-            {self.unk_token_id, self.cls_token_id, self.sep_token_id, self.pad_token_id, self.mask_token_id}
-        )
+        self._set_special_tokens(SPECIAL_TOKENS)
         self._plain: PlainText = plain_text(lowercase, strip_accents, tokenize_chinese_chars)
         # One WordPiece model serves both pipelines (the library shares it; nothing mutates it): building
         # it from the 30k-entry vocabulary is most of a pipeline's cost (~12 ms).
-        model = self._wordpiece()
+        model = models.WordPiece(
+            vocab,
+            unk_token=self.unk_token,
+            max_input_chars_per_word=max_input_chars_per_word,
+            continuing_subword_prefix="##",
+        )
         self._tok = self._build_backend(fast=False, model=model)
         self._fast_tok = self._build_backend(fast=True, model=model)
         self._pad_longest = False  # whether _configure set Rust padding to the longest in the batch
 
-    def _wordpiece(self) -> models.WordPiece:
-        return models.WordPiece(
-            self.vocab,
-            unk_token=self.unk_token,
-            max_input_chars_per_word=self.max_input_chars_per_word,
-            continuing_subword_prefix="##",
-        )
+    def _set_special_tokens(self, names: dict[str, str]) -> None:
+        """``{role}_token`` and ``{role}_token_id`` for each role of ``names`` (role -> token), and
+        ``all_special_ids``."""
+        for role, name in names.items():
+            setattr(self, f"{role}_token", name)
+            setattr(self, f"{role}_token_id", self.vocab[name])
+        self.all_special_ids = sorted({self.vocab[name] for name in names.values()})
 
-    def _build_backend(self, fast: bool = False, model: models.WordPiece | None = None) -> _RustTokenizer:
-        """The Rust pipeline; ``fast=True`` builds the one for plain texts (cheap normaliser and one-pass
-        pre-tokenizer, everything else the same). ``model``: the WordPiece model to run (a new one if None)."""
-        tok = _RustTokenizer(self._wordpiece() if model is None else model)
+    def _build_backend(self, fast: bool, model: models.WordPiece) -> _RustTokenizer:
+        """The Rust pipeline running ``model``; ``fast=True`` builds the one for plain texts (cheap normaliser
+        and one-pass pre-tokenizer, everything else the same)."""
+        tok = _RustTokenizer(model)
         if fast:
             normalizer = fast_normalizer(self.lowercase)
             if normalizer is not None:
@@ -358,6 +357,7 @@ class Tokenizer:
         model_dir.mkdir(parents=True, exist_ok=True)
         with atomic_write(model_dir / VOCAB_FILE) as f:
             f.write("".join(t + "\n" for t in self.ids_to_tokens))
+        specials = self._special_tokens_map(("unk", "sep", "pad", "cls", "mask"))
         atomic_write_json(
             model_dir / TOKENIZER_CONFIG,
             {
@@ -367,25 +367,22 @@ class Tokenizer:
                 "tokenize_chinese_chars": self.tokenize_chinese_chars,
                 "max_input_chars_per_word": self.max_input_chars_per_word,
                 "model_max_length": self.model_max_length,
-                "unk_token": self.unk_token,
-                "sep_token": self.sep_token,
-                "pad_token": self.pad_token,
-                "cls_token": self.cls_token,
-                "mask_token": self.mask_token,
+                **specials,
             },
         )
-        atomic_write_json(
-            model_dir / "special_tokens_map.json",
-            {
-                "unk_token": self.unk_token,
-                "sep_token": self.sep_token,
-                "pad_token": self.pad_token,
-                "cls_token": self.cls_token,
-                "mask_token": self.mask_token,
-            },
-        )
+        atomic_write_json(model_dir / "special_tokens_map.json", specials)
         with atomic_write(model_dir / TOKENIZER_JSON) as f:
             f.write(self._tok.to_str())
+
+    def _special_tokens_map(self, roles: Sequence[str]) -> dict[str, str]:
+        """``{"{role}_token": token}`` for ``roles``, in that order (as the written files list them)."""
+        return {f"{role}_token": getattr(self, f"{role}_token") for role in roles}
+
+    def _no_truncation_or_padding(self) -> None:
+        for tok in (self._tok, self._fast_tok):
+            tok.no_truncation()
+            tok.no_padding()
+        self._pad_longest = False
 
     # ----------------------------------------------------------------- basics
     def __len__(self) -> int:
@@ -423,10 +420,7 @@ class Tokenizer:
     def encode_batch_ids(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[int]]:
         """Token ids of many texts (the fast path for data preparation: no offsets are computed)."""
         texts = list(texts)
-        for tok in (self._tok, self._fast_tok):
-            tok.no_truncation()
-            tok.no_padding()
-        self._pad_longest = False
+        self._no_truncation_or_padding()
         try:
             encodings = self._encode_routed(texts, texts, None, add_special_tokens, offsets=False)
         except TypeError:
@@ -571,16 +565,11 @@ class Tokenizer:
         """Many texts (or pairs) at once, in parallel in Rust -> list of ``tokenizers.Encoding``."""
         texts = list(texts)
         if pairs is not None:
-            pairs = _no_empty_pairs(pairs)
-            if len(pairs) != len(texts):
-                raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
-            inputs: list[Any] = [a if b is None else (a, b) for a, b in zip(texts, pairs)]
-        else:
-            inputs = texts
-        n_special = (
-            (3 if pairs is not None and any(b is not None for b in pairs) else 2) if add_special_tokens else 0
+            pairs = _no_empty_pairs(pairs, len(texts))
+        inputs, n_special = _pair_inputs(texts, pairs)
+        self._configure(
+            max_length, truncation, stride, padding, n_special=n_special if add_special_tokens else 0
         )
-        self._configure(max_length, truncation, stride, padding, n_special=n_special)
         with _encoding_errors(texts, pairs, max_length, truncation):
             return self._encode_routed(inputs, texts, pairs, add_special_tokens)
 
@@ -612,9 +601,7 @@ class Tokenizer:
         if pairs is not None:
             if isinstance(pairs, str) or not isinstance(pairs, Sequence):
                 raise TypeError(f"pairs must be a sequence of str like texts, got {type(pairs).__name__}")
-            if len(pairs) != len(texts):
-                raise ValueError(f"got {len(texts)} texts but {len(pairs)} pairs")
-            pairs = _no_empty_pairs(pairs)
+            pairs = _no_empty_pairs(pairs, len(texts))
         if return_tensors is not None and return_tensors not in ("pt", "np"):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}")
         # Tensors padded to the longest are built in numpy from the unpadded ids: cheaper than padding
@@ -631,29 +618,25 @@ class Tokenizer:
             pair_limit = self.model_max_length if max_length is None else max_length
             _check_max_length(pair_limit, 3)
             texts, pairs = self._precut_pairs(texts, pairs, pair_limit, truncation)
-        n_special = 3 if pairs is not None and any(b is not None for b in pairs) else 2
+        inputs, n_special = _pair_inputs(texts, pairs)
         self._configure(
             max_length, truncation, 0, False if pad_here else padding, pad_to_multiple_of, n_special=n_special
         )
-        inputs: Any = texts if pairs is None else [a if b is None else (a, b) for a, b in zip(texts, pairs)]
         # Offsets are not returned here, so the batch encoder that skips computing them is used (when the
         # installed tokenizers has it): this keeps the wrapper as fast as the raw library.
         limit = None
         if (
             pairs is None
+            and truncating
             and (pad_here or not padding)
             and truncation in (None, True, "longest_first", "only_first")
         ):
-            if truncation is not None or max_length is not None:
-                limit = self.model_max_length if max_length is None else max_length
+            limit = self.model_max_length if max_length is None else max_length
         cut: list[int] = []
         if limit is not None:
             inputs, cut = self._cut_texts(texts, limit)
         with _encoding_errors(texts, pairs, max_length, truncation):
-            if pairs is None:
-                encodings = self._encode_routed(inputs, inputs, None, offsets=False)
-            else:
-                encodings = self._encode_routed(inputs, texts, pairs, offsets=False)
+            encodings = self._encode_routed(inputs, inputs if pairs is None else texts, pairs, offsets=False)
             for i in cut:  # a cut text must still fill the window, else encode it whole
                 if len(encodings[i].ids) < limit:
                     encodings[i] = self._encode_routed([texts[i]], [texts[i]], None, offsets=False)[0]
@@ -699,11 +682,10 @@ class Tokenizer:
         """``texts`` cut where their tail cannot reach a ``limit``-token window, each cut text keeping at
         least ``limit - 2`` tokens (or left whole), and the indices cut. A text cut at whitespace words (not
         plain) is checked, since words may vanish in normalisation; while short, it is widened."""
-        idx = [i for i, t in enumerate(texts) if isinstance(t, str)]
-        cut_in, cut = self._cut_texts([texts[i] for i in idx], limit)
+        cut_in, cut = self._cut_texts(texts, limit)  # (it passes over the pairs that are None)
         out, done = list(texts), set()
-        for j in cut:
-            i, text, short = idx[j], texts[idx[j]], cut_in[j]
+        for i in cut:
+            text, short = texts[i], cut_in[i]
             plain_cut = self.fast_path and "[" not in text and self._plain.is_plain(text)
             while not plain_cut and short != text and self._ntokens(short) < limit - 2:
                 short = self._widen(text, short)
@@ -860,8 +842,6 @@ class BPETokenizer(Tokenizer):
             backend = _RustTokenizer.from_str(path.read_text(encoding="utf-8"))
         except Exception as e:  # the library reports a malformed file as a plain Exception
             raise UserError(f"{path}: not a tokenizer.json the tokenizers library reads ({e})") from None
-        backend.no_truncation()  # set per call, as for WordPiece
-        backend.no_padding()
         config = read_json_object(path.parent / TOKENIZER_CONFIG)
         specials = read_json_object(path.parent / "special_tokens_map.json")
         self = cls.__new__(cls)
@@ -898,15 +878,9 @@ class BPETokenizer(Tokenizer):
         self.lowercase, self.strip_accents, self.tokenize_chinese_chars = False, None, False
         self.max_input_chars_per_word = 100
         self.model_max_length = model_max_length
-        self.unk_token, self.cls_token, self.sep_token, self.pad_token, self.mask_token = (
-            names[k] for k in ("unk", "cls", "sep", "pad", "mask")
-        )
-        self.unk_token_id, self.cls_token_id, self.sep_token_id, self.pad_token_id, self.mask_token_id = (
-            vocab[names[k]] for k in ("unk", "cls", "sep", "pad", "mask")
-        )
-        self.all_special_ids = sorted({vocab[n] for n in names.values()})
+        self._set_special_tokens(names)
         self._tok = self._fast_tok = backend  # one pipeline: every text takes it
-        self._pad_longest = False
+        self._no_truncation_or_padding()  # set per call, as for WordPiece
 
     # -------------------------------------------------- cutting long texts (hooks of Tokenizer)
     def _cut_texts(self, texts: Sequence[str], limit: int) -> tuple[Sequence[str], list[int]]:
@@ -947,12 +921,8 @@ class BPETokenizer(Tokenizer):
         tokens and length updated) and ``special_tokens_map.json``: a folder transformers' AutoTokenizer reads."""
         model_dir = Path(model_dir)
         model_dir.mkdir(parents=True, exist_ok=True)
-        self._tok.no_truncation()
-        self._tok.no_padding()
-        self._pad_longest = False
-        specials = {
-            f"{role}_token": getattr(self, f"{role}_token") for role in ("unk", "cls", "sep", "pad", "mask")
-        }
+        self._no_truncation_or_padding()
+        specials = self._special_tokens_map(("unk", "cls", "sep", "pad", "mask"))
         config = dict(self._config)
         config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
         for key, name in specials.items():  # an entry naming the same token keeps its flags (lstrip, ...)

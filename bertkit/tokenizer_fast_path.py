@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tokenizers import Regex, normalizers, pre_tokenizers
@@ -45,7 +45,6 @@ class PlainText:
     """What the fast path needs for one normaliser setting.
 
     Attributes:
-        chars: every plain character (as it appears in the input, before normalisation).
         unsafe: matches any character that is not plain; a text with no match may take the fast path.
         split_pattern: Oniguruma pattern for ``pre_tokenizers.Split(..., invert=True)``: a run of word
             characters or a single punctuation character, both as they are after normalisation.
@@ -53,7 +52,6 @@ class PlainText:
             with the whitespace that may precede a piece: one match is one pre-tokenizer piece.
     """
 
-    chars: frozenset[str]
     unsafe: re.Pattern[str]
     split_pattern: str
     piece_pattern: str
@@ -85,20 +83,20 @@ def _ranges(chars: Iterable[str]) -> list[tuple[int, int]]:
     return out
 
 
-def _python_class(chars: Iterable[str], negate: bool = False) -> str:
-    """A Python ``re`` character class of ``chars`` written with \\uXXXX / \\UXXXXXXXX escapes."""
-
-    def esc(cp: int) -> str:
-        return f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}"
-
+def _char_class(chars: Iterable[str], esc: Callable[[int], str], negate: bool = False) -> str:
+    """A character class of ``chars``, each code point written by ``esc``."""
     body = "".join(esc(a) if a == b else f"{esc(a)}-{esc(b)}" for a, b in _ranges(chars))
     return f"[{'^' if negate else ''}{body}]"
 
 
+def _python_class(chars: Iterable[str], negate: bool = False) -> str:
+    """A Python ``re`` character class of ``chars`` written with \\uXXXX / \\UXXXXXXXX escapes."""
+    return _char_class(chars, lambda cp: f"\\u{cp:04x}" if cp <= 0xFFFF else f"\\U{cp:08x}", negate)
+
+
 def _onig_class(chars: Iterable[str]) -> str:
     """An Oniguruma character class of ``chars`` written with \\x{HHHH} escapes."""
-    body = "".join(f"\\x{{{a:x}}}" if a == b else f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in _ranges(chars))
-    return f"[{body}]"
+    return _char_class(chars, lambda cp: f"\\x{{{cp:x}}}")
 
 
 def fast_normalizer(lowercase: bool) -> normalizers.Normalizer | None:
@@ -117,7 +115,6 @@ def plain_text(lowercase: bool, strip_accents: bool | None, tokenize_chinese_cha
     )
     cheap = fast_normalizer(lowercase)
     pre = pre_tokenizers.BertPreTokenizer()
-    plain: set[str] = set()
     word: set[str] = set()  # normalised characters, for the Rust pre-tokenizer
     punct: set[str] = set()
     word_in: set[str] = set()  # the same classes over the input characters, for Python patterns
@@ -137,24 +134,19 @@ def plain_text(lowercase: bool, strip_accents: bool | None, tokenize_chinese_cha
             pieces = [p for p, _ in pre.pre_tokenize_str(f"a{got}a")]
             if want == got:
                 if pieces == ["a", "a"]:
-                    plain.add(c)  # whitespace: dropped by both pre-tokenizers
-                    space_in.add(c)
+                    space_in.add(c)  # whitespace: dropped by both pre-tokenizers
                 elif pieces == ["a", got, "a"]:
-                    plain.add(c)
                     punct.add(got)
                     punct_in.add(c)
                 elif pieces == [f"a{got}a"]:
-                    plain.add(c)
                     word.add(got)
                     word_in.add(c)
             elif want == " " and pieces == ["a", "a"]:
-                plain.add(c)  # whitespace the full normaliser turns into a space; dropped either way
-                space_in.add(c)
+                space_in.add(c)  # whitespace the full normaliser turns into a space; dropped either way
     if word & punct:  # cannot happen (the classification is by normalised character); guard anyway
         raise AssertionError(f"characters classed as both word and punctuation: {sorted(word & punct)}")
     return PlainText(
-        chars=frozenset(plain),
-        unsafe=re.compile(_python_class(plain, negate=True)),
+        unsafe=re.compile(_python_class(space_in | punct_in | word_in, negate=True)),
         split_pattern=f"{_onig_class(word)}+|{_onig_class(punct)}",
         piece_pattern=f"{_python_class(space_in)}*+(?:{_python_class(word_in)}++|{_python_class(punct_in)})",
     )
@@ -204,18 +196,13 @@ def cut_texts(
     return (texts if out is None else out), cut
 
 
-def choose_fast_path(full, fast, vocab: Sequence[str]) -> bool:
-    """Whether the plain-text pipeline ``fast`` beats the full one ``full`` (two ``tokenizers.Tokenizer``
-    configured alike) on this machine: measured once on ~300 plain sentences made of ``vocab``'s whole
-    words (deterministic), cached with the other per-machine choices (:mod:`bertkit.tuning`); an
-    environment variable overrides it (:mod:`bertkit.settings`). Both pipelines give the same output (tested), so
-    the choice is speed only."""
-    return decide_fast_path(full, fast, vocab, force=False)[0] == "on"
-
-
-# the words `bertkit tune` measures the two pipelines on (no model at hand: any plain words do, the choice
-# being about the pipelines, not the vocabulary)
 def decide_fast_path(full, fast, vocab: Sequence[str], force: bool = False) -> tuple[str, str]:
+    """Whether the plain-text pipeline ``fast`` beats the full one ``full`` (two ``tokenizers.Tokenizer``
+    configured alike) on this machine, ``"on"`` or ``"off"``, and where that came from
+    (:func:`bertkit.tuning.decide`; ``force``: measured again). Measured once on ~300 plain sentences made of
+    ``vocab``'s whole words (deterministic), cached with the other per-machine choices (:mod:`bertkit.tuning`);
+    an environment variable overrides it (:mod:`bertkit.settings`). Both pipelines give the same output
+    (tested), so the choice is speed only."""
     import random
 
     from .settings import TOKENIZER_FAST_PATH

@@ -36,21 +36,4 @@ _EXPORTS = {
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
 
 
-__all__ = [
-    "CorpusStats",
-    "iter_documents",
-    "read_documents",
-    "split_sentences",
-    "EpochSampler",
-    "PretrainingDataset",
-    "collate_pretraining",
-    "TrainingInstance",
-    "create_static_from_shards",
-    "create_training_instances",
-    "instances_sha256",
-    "load_static_instances",
-    "write_static_instances",
-    "ShardSet",
-    "prepare",
-    "train_vocab",
-]
+__all__ = list(_EXPORTS)

@@ -30,7 +30,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.errors import UserError
@@ -74,9 +74,6 @@ class CorpusStats:
         if len(self.skipped) < 20:
             self.skipped.append(where)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """Files named, and the files under directories named (sorted); a missing path is a UserError."""
@@ -99,6 +96,13 @@ def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     if not out:
         raise UserError("no corpus files given (pass --corpus PATH...)")
     return out
+
+
+def byte_progress(total: int, desc: str, progress: bool = True):
+    """A tqdm bar over ``total`` bytes of stored corpus files read, with an ETA (``progress=False``: silent)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=not progress, smoothing=0.1)
 
 
 def describe_files(paths: Iterable[str | os.PathLike], files: list[Path], limit: int = 8) -> str:
@@ -263,23 +267,15 @@ def _read_lines_format(
 
 
 def _read_file_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
-    doc = [s for _, line in _decoded_lines(path, on_error, stats) if (s := line.strip())]
+    """The whole file one document: its non-blank lines (the blocks of the "lines" format, joined)."""
+    doc = [line for block in _read_lines_format(path, on_error, stats) for line in block]
     if doc:
         yield doc
 
 
 def _read_prose_format(path: Path, on_error: str, stats: CorpusStats) -> Iterator[list[str]]:
-    doc: list[str] = []
-    para: list[str] = []
-    for _, line in _decoded_lines(path, on_error, stats):
-        line = line.strip()
-        if line:
-            para.append(line)
-        elif para:
-            doc.extend(split_sentences(" ".join(para)))
-            para = []
-    if para:
-        doc.extend(split_sentences(" ".join(para)))
+    """The whole file one document: each paragraph (a block of the "lines" format) split into sentences."""
+    doc = [s for para in _read_lines_format(path, on_error, stats) for s in split_sentences(" ".join(para))]
     if doc:
         yield doc
 

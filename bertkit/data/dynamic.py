@@ -147,12 +147,8 @@ class PretrainingDataset(torch.utils.data.Dataset):
             valid_documents = max(1, round(0.01 * n_docs)) if n_docs >= 2 else 0
         valid_documents = min(int(valid_documents), n_docs)
         self.valid_documents = valid_documents
-        if split == "train":
-            lo, hi = 0, n_docs - valid_documents
-        elif split == "valid":
-            lo, hi = n_docs - valid_documents, n_docs
-        else:
-            lo, hi = 0, n_docs
+        first_valid = n_docs - valid_documents
+        lo, hi = {"train": (0, first_valid), "valid": (first_valid, n_docs), "all": (0, n_docs)}[split]
         if hi <= lo:
             raise UserError(
                 f"{data_dir}: split {split!r} has no documents ({n_docs} in all, {valid_documents} valid)"

@@ -60,6 +60,13 @@ def _fast_path_is_exact() -> bool:
 _FAST_OK = _fast_path_is_exact()
 
 
+def _draws(rng: random.Random) -> tuple[Callable[[list], None], Callable[[int, int], int]]:
+    """``(shuffle, randint)`` of ``rng``: the fast helpers where they reproduce it exactly, else its own."""
+    if _FAST_OK and type(rng) is random.Random:
+        return (lambda x: _shuffle_fast(rng, x)), (lambda a, b: _randint_fast(rng, a, b))
+    return rng.shuffle, rng.randint
+
+
 __all__ = [
     "TrainingInstance",
     "create_training_instances",
@@ -112,41 +119,24 @@ def create_masked_lm_predictions(
     is_continuation: Callable[[object], bool] | None = None,
 ) -> tuple[list, list[int], list]:
     """Choose and corrupt the masked-LM positions; returns (output_tokens, positions, labels)."""
-    fast = _FAST_OK and type(rng) is random.Random
+    shuffle, randint = _draws(rng)
     rand = rng.random
     last_vocab = len(vocab_words) - 1
     output = list(tokens)
     num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
-    chosen: list[int] = []
-    if not whole_word_mask:
-        # Every candidate is a single position: the first num_to_predict of the shuffled ones are taken.
-        cands = [pos for pos, tok in enumerate(tokens) if tok != cls_token and tok != sep_token]
-        _shuffle_fast(rng, cands) if fast else rng.shuffle(cands)
-        chosen = cands[:num_to_predict]
-        for pos in chosen:
-            if rand() < 0.8:
-                output[pos] = mask_token
-            elif rand() < 0.5:
-                pass  # keep the original token
-            else:
-                output[pos] = vocab_words[
-                    _randint_fast(rng, 0, last_vocab) if fast else rng.randint(0, last_vocab)
-                ]
-        chosen.sort()
-        return output, chosen, [tokens[p] for p in chosen]
-
     if is_continuation is None:
         is_continuation = _starts_with_hashes
-    # Candidate words: lists of positions; a '##' piece joins the previous word.
+    # Candidate words: lists of positions; with whole_word_mask a '##' piece joins the previous word.
     words: list[list[int]] = []
     for pos, tok in enumerate(tokens):
         if tok == cls_token or tok == sep_token:
             continue
-        if words and is_continuation(tok):
+        if whole_word_mask and words and is_continuation(tok):
             words[-1].append(pos)
         else:
             words.append([pos])
-    _shuffle_fast(rng, words) if fast else rng.shuffle(words)
+    shuffle(words)
+    chosen: list[int] = []
     for word in words:
         if len(chosen) >= num_to_predict:
             break
@@ -157,11 +147,9 @@ def create_masked_lm_predictions(
             if rand() < 0.8:
                 output[pos] = mask_token
             elif rand() < 0.5:
-                pass
+                pass  # keep the original token
             else:
-                output[pos] = vocab_words[
-                    _randint_fast(rng, 0, last_vocab) if fast else rng.randint(0, last_vocab)
-                ]
+                output[pos] = vocab_words[randint(0, last_vocab)]
             chosen.append(pos)
     chosen.sort()
     return output, chosen, [tokens[p] for p in chosen]
@@ -189,9 +177,7 @@ def create_instances_from_document(
 ) -> list[TrainingInstance]:
     """All instances of one document (chunks of sentences up to a target length, NSP pairs, masks)."""
     document = all_documents[document_index]
-    randint = (
-        (lambda a, b: _randint_fast(rng, a, b)) if _FAST_OK and type(rng) is random.Random else rng.randint
-    )
+    randint = _draws(rng)[1]
     max_num_tokens = max_seq_length - 3
     target_seq_length = max_num_tokens
     if rng.random() < short_seq_prob:
@@ -281,7 +267,7 @@ def create_training_instances(
     """
     all_documents = [[list(s) for s in doc if len(s)] for doc in documents]
     all_documents = [d for d in all_documents if d]
-    shuffle = (lambda x: _shuffle_fast(rng, x)) if _FAST_OK and type(rng) is random.Random else rng.shuffle
+    shuffle = _draws(rng)[0]
     shuffle(all_documents)
     if isinstance(vocab_words, dict):
         vocab_words = list(vocab_words)
@@ -321,8 +307,7 @@ def instances_to_arrays(
     """
     n = len(instances)
     if isinstance(token_to_id, dict):
-        vocab = token_to_id
-        token_to_id = vocab.__getitem__
+        token_to_id = token_to_id.__getitem__
     out = {
         "input_ids": np.zeros((n, max_seq_length), dtype=np.int32),
         "input_mask": np.zeros((n, max_seq_length), dtype=np.int8),
@@ -333,10 +318,9 @@ def instances_to_arrays(
         "next_sentence_labels": np.zeros((n,), dtype=np.int8),
     }
     for k, inst in enumerate(instances):
-        ids = inst.tokens if token_to_id is None else [token_to_id(t) for t in inst.tokens]
-        labels = (
-            inst.masked_lm_labels if token_to_id is None else [token_to_id(t) for t in inst.masked_lm_labels]
-        )
+        ids, labels = inst.tokens, inst.masked_lm_labels
+        if token_to_id is not None:
+            ids, labels = [token_to_id(t) for t in ids], [token_to_id(t) for t in labels]
         length = len(ids)
         if length > max_seq_length:
             raise ValueError(f"instance {k} has {length} tokens > max_seq_length {max_seq_length}")

@@ -128,9 +128,8 @@ def _random_next(ds: Any, rs: Streams, doc: np.ndarray, target_b: np.ndarray) ->
     start = rs.integers(START, s_lo, s_hi)
     start_tok = _take(sh.arrays, "sents", shard, start)
     end = np.empty_like(start)
-    for k in _shards_in(
-        shard, len(sh.arrays)
-    ):  # sentence offsets are increasing within a shard: one searchsorted
+    # sentence offsets are increasing within a shard: one searchsorted
+    for k in _shards_in(shard, len(sh.arrays)):
         m = shard == k
         end[m] = np.searchsorted(sh.arrays[k]["sents"], start_tok[m] + target_b[m], side="left")
     end = np.clip(end, start + 1, s_hi)

@@ -74,7 +74,7 @@ def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
 
     path, kind = resolve_vocab(vocab_file)
     if kind == "bpe":
-        _read_vocab(path)  # the model's kind and the special tokens, in one line each
+        vocab_tokens(path)  # the model's kind and the special tokens, in one line each
         return BPETokenizer.from_file(path)
     tok = Tokenizer(str(path), lowercase=lowercase)
     tok.fast_path = (TOKENIZER_FAST_PATH.value() or "on") == "on"
@@ -84,14 +84,10 @@ def load_tokenizer(vocab_file: str | os.PathLike, lowercase: bool = True):
 def vocab_tokens(vocab_file: str | os.PathLike) -> list[str]:
     """The tokens of a vocab.txt or BPE tokenizer.json (or a folder holding one) in id order; the five
     special tokens must be among them."""
-    return _read_vocab(resolve_vocab(vocab_file)[0])
-
-
-def _read_vocab(vocab_file: Path) -> list[str]:
-    """The vocabulary's tokens in id order (the special tokens the data needs checked)."""
+    vocab_file, kind = resolve_vocab(vocab_file)
     if not vocab_file.is_file():
         raise UserError(f"{vocab_file}: vocabulary file not found (train one with `bertkit vocab`)")
-    if resolve_vocab(vocab_file)[1] == "bpe":
+    if kind == "bpe":
         words = _bpe_tokens(vocab_file)
         fix = "train one with `bertkit vocab --kind bpe`"
     else:
@@ -102,7 +98,7 @@ def _read_vocab(vocab_file: Path) -> list[str]:
         while words and not words[-1]:
             words.pop()
         fix = "use a BERT vocab.txt"
-    present = set(words)  # once: in the comprehension's condition it was rebuilt for each special token
+    present = set(words)
     missing = [t for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t not in present]
     if missing:
         raise UserError(f"{vocab_file}: vocabulary lacks {' '.join(missing)}; {fix}")
@@ -301,11 +297,6 @@ def encode_sentences(tok, sentences: list[str], dtype="int32", cache: ChunkCache
     return flat, lengths
 
 
-def running_text(docs: list[list[str]]) -> list[str]:
-    """The documents' sentences as they read in running text: each after a space but a document's first."""
-    return [s if k == 0 or not s else " " + s for doc in docs for k, s in enumerate(doc)]
-
-
 def _encode_running(tok, docs: list[list[str]], dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """Token ids of the documents' sentences (flat) and each one's length, for a byte-level BPE tokenizer.
 
@@ -313,7 +304,8 @@ def _encode_running(tok, docs: list[list[str]], dtype: str) -> tuple[np.ndarray,
     spaced token, as in the text the model will read, not the form a text's very first word takes. And not
     by cached space-separated chunks as :func:`encode_sentences`, since a word's ids depend on what precedes
     it."""
-    sentences = running_text(docs)
+    # the sentences as they read in running text: each after a space but a document's first
+    sentences = [s if k == 0 or not s else " " + s for doc in docs for k, s in enumerate(doc)]
     per = tok.encode_batch_ids(sentences) if sentences else []
     lengths = np.fromiter(map(len, per), dtype=np.int64, count=len(per))
     flat = np.fromiter((i for ids in per for i in ids), dtype=np.int64, count=int(lengths.sum()))

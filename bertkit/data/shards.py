@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.data.corpus import CorpusStats, expand_paths, iter_documents
+from bertkit.data.corpus import CorpusStats, byte_progress, expand_paths, iter_documents
 from bertkit.data.shard_build import (
     _ARRAYS,
     _WORKER,
@@ -43,12 +43,12 @@ from bertkit.data.shard_build import (
     ChunkCache,
     _bpe_lowercases,
     _build_shard,
-    _read_vocab,
     _shard_name,
     load_tokenizer,
     resolve_vocab,
     sha256_file,
     vocab_name,
+    vocab_tokens,
 )
 from bertkit.errors import UserError
 from bertkit.io import atomic_write, atomic_write_json, path_inside
@@ -60,11 +60,10 @@ __all__ = ["prepare", "ShardSet"]
 # --- writing -----------------------------------------------------------------------------------------
 
 
-def _init_worker(vocab_file: str, lowercase: bool, pooled: bool = False, parent: int | None = None) -> None:
-    if parent is not None:
-        die_with_parent(parent)
-    if pooled:  # one tokenizer thread per worker process: the processes are the parallelism
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+def _init_worker(vocab_file: str, lowercase: bool, parent: int) -> None:
+    die_with_parent(parent)
+    # one tokenizer thread per worker process: the processes are the parallelism
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # A forked worker inherits the parent's tokenizer (building one costs ~0.1-0.2 s per worker, on the
     # critical path of a small corpus) and the chunk cache it warmed with it; a spawned one builds its own.
     inherited = _WORKER.pop("inherited", None)
@@ -150,7 +149,7 @@ def _prepare_in_pool(
         workers,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(str(vocab_file), lowercase, True, os.getpid()),
+        initargs=(str(vocab_file), lowercase, os.getpid()),
     )
     try:
         # forked workers pick these up in _init_worker (the pool forks them at its first submit)
@@ -199,13 +198,11 @@ def prepare(
 
     ``cluster`` builds the shards on a Dask cluster instead of ``workers`` local processes: a scheduler's
     address, or ``local:N`` for N local worker processes (see :mod:`bertkit.data.cluster`)."""
-    from tqdm import tqdm
-
     t0 = time.perf_counter()
     corpus = list(corpus)
     vocab_file, kind = resolve_vocab(vocab_file)
     out_dir = Path(out_dir)
-    words = _read_vocab(vocab_file)
+    words = vocab_tokens(vocab_file)
     tokenizer = load_tokenizer(vocab_file, lowercase)  # fail early (in this process) on a bad vocabulary
     if kind == "bpe":  # the file's normaliser decides, whatever --cased says
         lowercase = _bpe_lowercases(vocab_file)
@@ -220,18 +217,15 @@ def prepare(
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = CorpusStats()
-    groups = _group_documents(
-        iter_documents(corpus, fmt, on_error=on_error, stats=stats), max(1, int(shard_size_mb * 2**20))
-    )
+    shard_bytes = max(1, int(shard_size_mb * 2**20))
+    groups = _group_documents(iter_documents(corpus, fmt, on_error=on_error, stats=stats), shard_bytes)
     records: list[dict] = []
     skipped = 0
     total_bytes = sum(p.stat().st_size for p in expand_paths(corpus))  # for the ETA
-    max_shards = -(-total_bytes // max(1, int(shard_size_mb * 2**20)))
+    max_shards = -(-total_bytes // shard_bytes)
     if workers > 1 and cluster is None:  # the pool starts every worker at once: no more than can help
         workers = clamp_workers(workers, max_shards)
-    bar = tqdm(
-        total=total_bytes, unit="B", unit_scale=True, desc="prepare", disable=not progress, smoothing=0.1
-    )
+    bar = byte_progress(total_bytes, "prepare", progress)
 
     def tasks() -> Iterator[tuple]:
         nonlocal skipped
@@ -434,4 +428,4 @@ class ShardSet:
             yield self.document(d)
 
     def vocab_words(self) -> list[str]:
-        return _read_vocab(self.vocab_file)
+        return vocab_tokens(self.vocab_file)

@@ -166,9 +166,6 @@ class StaticPretrainingDataset(torch.utils.data.Dataset):
         if nsp is not None and nsp not in (0, 1):
             raise UserError(f"{self.name}: instance {i}: next_sentence_labels must be 0 or 1, got {int(nsp)}")
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, np.ndarray]]:
-        return [self[int(i)] for i in indices]
-
     def collate(self, batch: Sequence[dict[str, np.ndarray]]) -> dict[str, torch.Tensor]:
         return collate_pretraining(batch, pad_id=self.pad_id)
 
@@ -202,8 +199,7 @@ def open_static(path: str | os.PathLike, fmt: str, no_nsp: bool, pad_id: int) ->
     p = Path(path)
     vocab = (p if p.is_dir() else p.parent) / "vocab.txt"  # the vocabulary the ids refer to, when beside them
     size = sum(1 for _ in vocab.open(encoding="utf-8", errors="replace")) if vocab.is_file() else None
+    kw = {"no_nsp": no_nsp, "pad_id": pad_id, "vocab_size": size}
     if fmt == "static":
-        return StaticPretrainingDataset.from_npz(
-            p / STATIC_FILE if p.is_dir() else p, no_nsp=no_nsp, pad_id=pad_id, vocab_size=size
-        )
-    return StaticPretrainingDataset.from_tfrecords(p, no_nsp=no_nsp, pad_id=pad_id, vocab_size=size)
+        return StaticPretrainingDataset.from_npz(p / STATIC_FILE if p.is_dir() else p, **kw)
+    return StaticPretrainingDataset.from_tfrecords(p, **kw)

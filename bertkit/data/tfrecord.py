@@ -49,14 +49,12 @@ def _int64_list(buf, start: int, end: int) -> list[int]:
         if num != 1:
             continue
         if wire == 2:  # packed
-            a, b = val  # type: ignore[misc]
-            p = a
+            p, b = val  # type: ignore[misc]
             while p < b:
                 v, p = _varint(buf, p)
                 out.append(_signed64(v))
         elif wire == 0:
-            v = int(val)  # type: ignore[arg-type]
-            out.append(_signed64(v))
+            out.append(_signed64(int(val)))  # type: ignore[arg-type]
     return out
 
 
@@ -75,6 +73,9 @@ def _float_list(buf, start: int, end: int) -> list[float]:
 
 def _bytes_list(buf, start: int, end: int) -> list[bytes]:
     return [bytes(buf[v[0] : v[1]]) for num, wire, v in _fields(buf, start, end) if num == 1 and wire == 2]  # type: ignore[index]
+
+
+_LISTS = {1: _bytes_list, 2: _float_list, 3: _int64_list}  # Feature's fields: bytes, float, int64 lists
 
 
 def parse_example(buf: bytes | memoryview) -> dict[str, list]:
@@ -98,14 +99,9 @@ def parse_example(buf: bytes | memoryview) -> dict[str, list]:
             values: list = []
             if value is not None:
                 for knum, kwire, kv in _fields(buf, *value):  # type: ignore[misc]
-                    if kwire != 2:
-                        continue
-                    if knum == 3:
-                        values = _int64_list(buf, *kv)  # type: ignore[misc]
-                    elif knum == 2:
-                        values = _float_list(buf, *kv)  # type: ignore[misc]
-                    elif knum == 1:
-                        values = _bytes_list(buf, *kv)  # type: ignore[misc]
+                    parse = _LISTS.get(knum) if kwire == 2 else None
+                    if parse is not None:
+                        values = parse(buf, *kv)  # type: ignore[misc]
             feats[key] = values
     return feats
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.chars import is_punctuation
-from bertkit.data.corpus import CorpusStats, expand_paths, iter_documents
+from bertkit.data.corpus import CorpusStats, byte_progress, expand_paths, iter_documents
 from bertkit.errors import UserError
 from bertkit.io import atomic_write
 
@@ -39,21 +39,14 @@ def train_vocab(
 ) -> dict:
     """Train a WordPiece vocabulary and write ``out`` (one token per line, specials first) atomically."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from tqdm import tqdm
 
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserError(f"--vocab-size must be larger than {len(SPECIAL_TOKENS)}, got {vocab_size}")
     t0 = time.perf_counter()
     corpus = list(corpus)
     stats = CorpusStats()
-    total = sum(p.stat().st_size for p in expand_paths(corpus))
-    bar = tqdm(
-        total=3 * total,
-        unit="B",
-        unit_scale=True,
-        desc="vocab 1/3 alphabet",
-        disable=not progress,
-        smoothing=0.1,
+    bar = byte_progress(
+        3 * sum(p.stat().st_size for p in expand_paths(corpus)), "vocab 1/3 alphabet", progress
     )
 
     def sentences() -> Iterator[str]:

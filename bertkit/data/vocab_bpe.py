@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from bertkit.data.corpus import CorpusStats, expand_paths
+from bertkit.data.corpus import CorpusStats, byte_progress, expand_paths
 from bertkit.data.vocab import SPECIAL_TOKENS, _documents, vocab_result
 from bertkit.errors import UserError
 from bertkit.io import atomic_write
@@ -55,7 +55,6 @@ def train_bpe(
         processors,
         trainers,
     )
-    from tqdm import tqdm
 
     smallest = len(SPECIAL_TOKENS) + BYTE_ALPHABET_SIZE + 1
     if vocab_size < smallest:
@@ -66,10 +65,7 @@ def train_bpe(
     t0 = time.perf_counter()
     corpus = list(corpus)
     stats = CorpusStats()
-    total = sum(p.stat().st_size for p in expand_paths(corpus))
-    bar = tqdm(
-        total=total, unit="B", unit_scale=True, desc="vocab (bpe)", disable=not progress, smoothing=0.1
-    )
+    bar = byte_progress(sum(p.stat().st_size for p in expand_paths(corpus)), "vocab (bpe)", progress)
 
     def sentences() -> Iterator[str]:
         for doc in _documents(corpus, fmt, on_error, bar, stats):
@@ -92,9 +88,7 @@ def train_bpe(
     if stats.sentences == 0:
         raise UserError(f"no text found in {', '.join(map(str, corpus))}; check --corpus and the format")
     ids = {s: tok.token_to_id(s) for s in SPECIAL_TOKENS}
-    if list(ids.values()) != list(
-        range(len(SPECIAL_TOKENS))
-    ):  # the trainer puts them first; never write otherwise
+    if list(ids.values()) != list(range(len(SPECIAL_TOKENS))):  # the trainer puts them first
         raise RuntimeError(f"trained tokenizer has its special tokens at {ids}")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS]:0 $A:0 [SEP]:0",
