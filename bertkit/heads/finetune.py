@@ -73,17 +73,22 @@ __all__ = [
 
 
 @dataclass
-class SequenceClassifierOutput(_Output):
+class _LogitsOutput(_Output):
     loss: Tensor | None = None
     logits: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
 
 
-@dataclass
-class TokenClassifierOutput(_Output):
-    loss: Tensor | None = None
-    logits: Tensor | None = None
-    hidden_states: tuple[Tensor, ...] | None = None
+class SequenceClassifierOutput(_LogitsOutput):
+    """``logits`` [B, num_labels]"""
+
+
+class TokenClassifierOutput(_LogitsOutput):
+    """``logits`` [B, T, num_labels]"""
+
+
+class MultipleChoiceOutput(_LogitsOutput):
+    """``logits`` [B, C]"""
 
 
 @dataclass
@@ -91,13 +96,6 @@ class QuestionAnsweringOutput(_Output):
     loss: Tensor | None = None
     start_logits: Tensor | None = None
     end_logits: Tensor | None = None
-    hidden_states: tuple[Tensor, ...] | None = None
-
-
-@dataclass
-class MultipleChoiceOutput(_Output):
-    loss: Tensor | None = None
-    logits: Tensor | None = None
     hidden_states: tuple[Tensor, ...] | None = None
 
 
@@ -225,7 +223,6 @@ class FamilyClassificationHead(nn.Module):
 
 
 class BertForSequenceClassification(BertPreTrainedModel):
-    _tied_weights: dict[str, str] = {}
     _ignored_keys = _PRETRAINING_KEYS
 
     def __init__(self, config: BertConfig) -> None:
@@ -351,7 +348,6 @@ class CRF(nn.Module):
 
 
 class BertForTokenClassification(BertPreTrainedModel):
-    _tied_weights: dict[str, str] = {}
     _ignored_keys = _PRETRAINING_KEYS + _POOLER_KEYS
 
     def __init__(self, config: BertConfig) -> None:
@@ -401,7 +397,6 @@ class BertForTokenClassification(BertPreTrainedModel):
 
 
 class BertForQuestionAnswering(BertPreTrainedModel):
-    _tied_weights: dict[str, str] = {}
     _ignored_keys = _PRETRAINING_KEYS + _POOLER_KEYS
 
     def __init__(self, config: BertConfig) -> None:
@@ -438,7 +433,6 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
 
 class BertForMultipleChoice(BertPreTrainedModel):
-    _tied_weights: dict[str, str] = {}
     _ignored_keys = _PRETRAINING_KEYS
 
     def __init__(self, config: BertConfig) -> None:

@@ -36,13 +36,8 @@ class QASettings:
 
 def _word_starts(context: str) -> list[int]:
     """Character offset of each whitespace word of ``context`` (as ``split_context`` splits it)."""
-    starts, prev_ws = [], True
-    for i, c in enumerate(context):
-        ws = c in S._WHITESPACE
-        if not ws and prev_ws:
-            starts.append(i)
-        prev_ws = ws
-    return starts
+    char_to_word = S.split_context(context)[1]
+    return [i for i, w in enumerate(char_to_word) if w >= 0 and (i == 0 or char_to_word[i - 1] != w)]
 
 
 def examples_for(items: Sequence[tuple[str, str, str]]) -> list[S.SquadExample]:

@@ -99,11 +99,9 @@ def classify_task_data(
 
     if multi_label and regression:
         raise UserError("--multi-label and --regression exclude each other")
-    train = read_classify(
-        train_file, text_field, pair_field, label_field, regression, True, multi_label, label_sep
-    )
-    dev = read_classify(
-        dev_file, text_field, pair_field, label_field, regression, True, multi_label, label_sep
+    train, dev = (
+        read_classify(path, text_field, pair_field, label_field, regression, True, multi_label, label_sep)
+        for path in (train_file, dev_file)
     )
     if multi_label:
         from bertkit.tasks.multilabel import multilabel_metrics

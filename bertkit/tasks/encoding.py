@@ -66,12 +66,11 @@ def encode_pairs(
 ) -> list[tuple]:
     """(input ids, segment ids) of each text, or pair of texts in the tokenizer's own layout (BERT's
     ``[CLS] a [SEP] b [SEP]``; RoBERTa's ``<s> a </s></s> b </s>``: :mod:`bertkit.pair_layout`)."""
-    # asked only when there are pairs: a one-text task never needs the tokenizer's pair template
-    layout = pair_layout(tok) if any(x is not None for x in b) else None
-    ids_a = tok.encode_batch_ids(list(a), add_special_tokens=False)
     has_b = [x is not None for x in b]
-    ids_b_list = tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False)
-    it = iter(ids_b_list)
+    # asked only when there are pairs: a one-text task never needs the tokenizer's pair template
+    layout = pair_layout(tok) if any(has_b) else None
+    ids_a = tok.encode_batch_ids(list(a), add_special_tokens=False)
+    it = iter(tok.encode_batch_ids([x for x in b if x is not None], add_special_tokens=False))
     # A second segment without tokens is no second segment, as run_classifier.py (`if tokens_b:`) and
     # transformers' tok(a, "") encode it: [CLS] a [SEP], not [CLS] a [SEP] [SEP].
     return [

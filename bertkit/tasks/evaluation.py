@@ -41,8 +41,6 @@ def predict_features(
             for r, f in enumerate(fs):
                 for c, lab in enumerate(f.label or []):
                     starts[r, c] = lab != -100
-                if f.label is None or all(v == -100 for v in f.label):
-                    pass
             paths = model.decode(logits, starts)
             for r, i in enumerate(idx):
                 out[i] = paths[r]
@@ -60,14 +58,12 @@ def predict_features(
     return out
 
 
-def predictions(
-    task: TaskData, examples: list, feats: list[Feature], raw: list, thresholds: list[float] | None = None
-) -> list:
+def predictions(task: TaskData, examples: list, feats: list[Feature], raw: list) -> list:
     """Per-example predictions from :func:`predict_features`' output: label names (seq), lists of label names
-    (multi-label, each at its threshold; default 0.5), floats (regression), ending indices (choice), tag
-    lists (token; words past every window stay "O")."""
+    (multi-label, each at 0.5), floats (regression), ending indices (choice), tag lists (token; words past
+    every window stay "O")."""
     if task.multi_label:
-        return [decide(r[1], task.labels, thresholds) for r in raw]
+        return [decide(r[1], task.labels) for r in raw]
     if task.kind == "token":
         preds: list = [["O"] * len(e.words) for e in examples]
         for f, path in zip(feats, raw):

@@ -29,7 +29,6 @@ step and evaluates; rank 0 alone writes the outputs.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -40,6 +39,7 @@ import torch
 from torch import nn
 
 from bertkit.architectures import display_name, load_config
+from bertkit.architectures import head_class as model_class  # the head of a task kind, by the folder
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
@@ -50,7 +50,7 @@ from bertkit.tasks.evaluation import evaluate, predict_features, predictions
 from bertkit.tasks.multilabel import THRESHOLDS_KEY, decide, tune_thresholds
 from bertkit.tasks.outputs import plot_losses, write_predictions
 from bertkit.tasks.spec import Settings, TaskData
-from bertkit.tasks.training import BEST_DIR, train
+from bertkit.tasks.training import read_best, train
 from bertkit.tokenizer import Tokenizer
 from bertkit.train.distributed import dist_info, init_distributed
 
@@ -60,14 +60,6 @@ SEARCH_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3
 
 
 # ------------------------------------------------------------------------------------------------ model
-
-
-def model_class(kind: str, model_dir: str | Path | None = None):
-    """The head class of task ``kind`` ("seq", "token", "choice") for the architecture of ``model_dir``
-    (BERT's without one)."""
-    from bertkit.architectures import head_class
-
-    return head_class(kind, model_dir)
 
 
 def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn.Module:
@@ -173,15 +165,8 @@ def finetune(
     dev_feats = encode(task, tok, task.dev, s.max_seq_length)
     encode_s = time.time() - t0
 
-    if search:
-        runs = [
-            replace(s, batch_size=b, lr=lr, epochs=ep)
-            for b, lr, ep in itertools.product(
-                SEARCH_GRID["batch_size"], SEARCH_GRID["lr"], SEARCH_GRID["epochs"]
-            )
-        ]
-    else:
-        runs = [s]
+    grid = itertools.product(*SEARCH_GRID.values()) if search else ()
+    runs = [replace(s, **dict(zip(SEARCH_GRID, values))) for values in grid] or [s]
     runs = [replace(r, seed=r.seed + k) for r in runs for k in range(max(1, restarts))]
 
     best = None
@@ -243,15 +228,11 @@ def finetune(
     )
     write_predictions(out / "predictions.jsonl", task, task.dev, preds, raw)
 
-    extra = {}
     for split, exs in task.extra_eval.items():
         feats = encode(task, tok, exs, r.max_seq_length)
         m, p, rw = evaluate(model, task, exs, feats, r, tok.pad_token_id)
-        extra[split] = {"metrics": m, "examples": len(exs)}
+        result[split] = {"metrics": m, "examples": len(exs)}
         write_predictions(out / f"predictions_{split}.jsonl", task, exs, p, rw)
-
-    if extra:
-        result.update(extra)
     for name, exs in task.predict_sets.items():  # unlabelled test sets: the leaderboard files
         feats = encode(task, tok, exs, r.max_seq_length)
         raw = predict_features(model, feats, task.kind, r.eval_batch_size, tok.pad_token_id, r.progress)
@@ -303,13 +284,6 @@ def _examples_seen(r: Settings, train_feats: list, losses: list) -> float:
     if r.max_steps:
         return len(losses) * r.batch_size * r.grad_accum * dist_info()[1]
     return len(train_feats) * r.epochs
-
-
-def read_best(run_dir: Path) -> dict | None:
-    """The kept best evaluation of a run (``best/best.json``), if any."""
-    if not (run_dir / BEST_DIR / "best.json").is_file():
-        return None
-    return json.loads((run_dir / BEST_DIR / "best.json").read_text(encoding="utf-8"))
 
 
 def _run_name(n: int, r: Settings) -> str:

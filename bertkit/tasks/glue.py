@@ -190,8 +190,6 @@ def read_glue(task: GlueTask | str, data_dir: str | Path, split: str = "train") 
         ia = _col(header, a_key, path)
         ib = _col(header, b_key, path) if b_key is not None else None
         il = None if is_test else _col(header, task.label, path)
-        if header is None and not is_test:
-            il = task.label
         iid = _col(header, task.test_id, path) if is_test and header and task.test_id in header else None
         need = max(i for i in (ia, ib, il, iid) if i is not None)
         short = [n for n, row in enumerate(rows) if len(row) <= need]

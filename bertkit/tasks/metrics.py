@@ -39,6 +39,15 @@ def _f1(tp: int, fp: int, fn: int) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def _prf(correct: int, gold: int, predicted: int) -> dict[str, float]:
+    """Precision, recall and F1 from the counts of correct, gold and predicted entities."""
+    return {
+        "precision": correct / predicted if predicted else 0.0,
+        "recall": correct / gold if gold else 0.0,
+        "f1": _f1(correct, predicted - correct, gold - correct),
+    }
+
+
 def macro_f1(preds: Sequence, labels: Sequence) -> float:
     """Unweighted mean over the gold classes of each class's F1."""
     classes = sorted(set(labels), key=repr)
@@ -166,25 +175,17 @@ def conll_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -
         tokens += len(g)
         correct_tokens += sum(a == b for a, b in zip(g, p))
     T, G, P = sum(tp.values()), sum(n_gold.values()), sum(n_pred.values())
-    out = {
-        "precision": T / P if P else 0.0,
-        "recall": T / G if G else 0.0,
-        "f1": _f1(T, P - T, G - T),
+    return {
+        **_prf(T, G, P),
         "accuracy": correct_tokens / tokens if tokens else 0.0,
         "gold_entities": G,
         "predicted_entities": P,
         "correct_entities": T,
-        "per_type": {},
+        "per_type": {
+            typ: {**_prf(tp[typ], n_gold[typ], n_pred[typ]), "support": n_gold[typ]}
+            for typ in sorted(set(n_gold) | set(n_pred))
+        },
     }
-    for typ in sorted(set(n_gold) | set(n_pred)):
-        t, g_, p_ = tp[typ], n_gold[typ], n_pred[typ]
-        out["per_type"][typ] = {
-            "precision": t / p_ if p_ else 0.0,
-            "recall": t / g_ if g_ else 0.0,
-            "f1": _f1(t, p_ - t, g_ - t),
-            "support": g_,
-        }
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- tasks

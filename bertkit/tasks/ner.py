@@ -50,14 +50,10 @@ def read_conll(path: str | Path, tag_column: int = -1, require_tags: bool = True
                 if sentences:
                     doc += 1
                 continue
-            if len(parts) < 2:
-                if require_tags:
-                    raise UserError(f"{path} line {lineno}: expected 'word ... TAG', got {line!r}")
-                words.append(parts[0])
-                tags.append("O")
-                continue
+            if len(parts) < 2 and require_tags:
+                raise UserError(f"{path} line {lineno}: expected 'word ... TAG', got {line!r}")
             words.append(parts[0])
-            tags.append(parts[tag_column])
+            tags.append(parts[tag_column] if len(parts) > 1 else "O")  # no tag column: "O" (unlabelled input)
     flush()
     if not sentences:
         raise UserError(f"{path} is empty: no sentences found")

@@ -230,10 +230,9 @@ def read_squad_examples(
                                 f"{where} question {qid!r}: 'answers' is empty; for SQuAD v1.1 every "
                                 "question needs an answer (use --version 2.0 for unanswerable questions)"
                             )
-                        span = _answer_word_span(
+                        start, end = _answer_word_span(
                             answers[0], context, char_to_word, f"{where} question {qid!r}"
                         )
-                        start, end = span
                         actual = " ".join(doc_tokens[max(start, 0) : end + 1])
                         cleaned = " ".join(answers[0]["text"].split())
                         if start < 0 or actual.find(cleaned) == -1:
@@ -433,9 +432,7 @@ def convert_examples_to_features(
                 all_toks, all_ids, tok_to_orig, orig_to_tok = _wordpiece_document(ex.doc_tokens, wp)
             windows_key = None
 
-        tok_start = tok_end = None
-        if is_training and ex.is_impossible:
-            tok_start = tok_end = -1
+        tok_start = tok_end = -1  # the answer's document sub-tokens (training, answerable questions)
         if is_training and not ex.is_impossible and bpe:
             tok_start, tok_end = squad_bpe.answer_tokens(doc, *(ex.answer_chars or (0, 0)))
         elif is_training and not ex.is_impossible:

@@ -44,6 +44,7 @@ from bertkit.model_card import write_model_card
 from bertkit.sentence.batching import pad
 from bertkit.tasks import squad as S
 from bertkit.tasks import squad_postprocess as P
+from bertkit.tasks.encoding import length_batches
 from bertkit.tasks.squad_metrics import evaluate
 
 log = logging.getLogger("bertkit")
@@ -107,8 +108,6 @@ def predict_logits(
     progress: bool = True,
 ) -> list[P.RawResult]:
     """Start/end logits of every window over its real tokens (batches sorted by length)."""
-    from bertkit.tasks.encoding import length_batches
-
     model.eval()
     device = next(model.parameters()).device
     results: list[P.RawResult | None] = [None] * len(feats)
@@ -146,12 +145,12 @@ def _check_settings(**v: Any) -> None:
     ):
         if v[name] <= 0:
             raise UserError(f"--{name.replace('_', '-')} {v[name]}: must be positive")
-    if v["max_seq_length"] - min(v["max_query_length"], v["max_seq_length"]) - 3 < 1:
+    window = v["max_seq_length"] - min(v["max_query_length"], v["max_seq_length"]) - 3
+    if window < 1:
         raise UserError(
             f"--max-seq-length {v['max_seq_length']} leaves no room for the context after "
             f"--max-query-length {v['max_query_length']} and 3 special tokens"
         )
-    window = v["max_seq_length"] - min(v["max_query_length"], v["max_seq_length"]) - 3
     if v["doc_stride"] > window:  # not an error: like run_squad.py the step is capped at the window's length
         logging.getLogger("bertkit").warning(
             "--doc-stride %d is larger than the context window of %d tokens left by a %d-token question "
@@ -167,7 +166,7 @@ def run(args: Any) -> dict:
     from bertkit.architectures import display_name, head_class
     from bertkit.tasks.outputs import plot_losses
     from bertkit.tasks.spec import Settings
-    from bertkit.tasks.training import train
+    from bertkit.tasks.training import read_best, train
     from bertkit.tokenizer import Tokenizer
     from bertkit.train.distributed import init_distributed
 
@@ -268,6 +267,23 @@ def run(args: Any) -> dict:
     metrics = evaluate(dev_data, preds.predictions, version=version, na_probs=preds.null_odds if v2 else None)
     eval_s = time.time() - t2
 
+    dev_source = getattr(args, "dev", None) or f"last {args.dev_articles} articles of {args.train}"
+    hyperparameters = {
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "max_seq_length": max_seq_length,
+        "doc_stride": doc_stride,
+        "max_query_length": max_query_length,
+        "n_best_size": n_best_size,
+        "max_answer_length": max_answer_length,
+        "weight_decay": weight_decay,
+        "warmup_ratio": warmup_ratio,
+        "grad_accum": settings.grad_accum,
+        "max_steps": settings.max_steps,
+        "precision": precision,
+    }
     if rank == 0:  # under torchrun rank 0 writes the outputs
         out.mkdir(parents=True, exist_ok=True)
         P.write_predictions(preds, out, v2)
@@ -279,12 +295,10 @@ def run(args: Any) -> dict:
             tok.save_pretrained(tmp)
             write_model_card(
                 tmp, title=f"SQuAD v{version}: a fine-tuned {display_name(model_dir)}", kind="qa", task=f"squad-v{version}",
-                data={"train": args.train, "train questions": len(train_ex),
-                      "dev": getattr(args, "dev", None) or f"last {args.dev_articles} articles of {args.train}",
+                data={"train": args.train, "train questions": len(train_ex), "dev": dev_source,
                       "dev questions": len(dev_ex)},
-                hyperparameters={"epochs": epochs, "batch_size": batch_size, "lr": lr, "seed": seed,
-                                 "max_seq_length": max_seq_length, "doc_stride": doc_stride,
-                                 "grad_accum": settings.grad_accum, "precision": precision},
+                hyperparameters={k: hyperparameters[k] for k in ("epochs", "batch_size", "lr", "seed",
+                                 "max_seq_length", "doc_stride", "grad_accum", "precision")},
                 metrics=metrics, base_model=str(model_dir),
             )  # fmt: skip
         plot_losses(
@@ -304,28 +318,11 @@ def run(args: Any) -> dict:
         "dev_features": len(dev_feats),
         "data": {
             "train": str(args.train),
-            "dev": str(args.dev)
-            if getattr(args, "dev", None)
-            else f"last {args.dev_articles} articles of {args.train}",
+            "dev": str(dev_source),
             "train_articles": len(train_data["data"]),
             "dev_articles": len(dev_data["data"]),
         },
-        "hyperparameters": {
-            "epochs": epochs,
-            "batch_size": batch_size,
-            "lr": lr,
-            "seed": seed,
-            "max_seq_length": max_seq_length,
-            "doc_stride": doc_stride,
-            "max_query_length": max_query_length,
-            "n_best_size": n_best_size,
-            "max_answer_length": max_answer_length,
-            "weight_decay": weight_decay,
-            "warmup_ratio": warmup_ratio,
-            "grad_accum": settings.grad_accum,
-            "max_steps": settings.max_steps,
-            "precision": precision,
-        },
+        "hyperparameters": hyperparameters,
         "steps": len(losses),
         "first_loss": sum(losses[:k]) / k,
         "final_loss": sum(losses[-k:]) / k,
@@ -333,8 +330,6 @@ def run(args: Any) -> dict:
         "model_dir": str(out / "model"),
     }
     if settings.keep_best:
-        from bertkit.tasks.finetune import read_best
-
         result["best"] = read_best(out)
     if v2:
         # The search must see every question's best non-null answer: on predictions.json (as the official

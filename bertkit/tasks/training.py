@@ -61,10 +61,8 @@ class BestKeeper:
         self.metric = metric
         self.is_main = is_main
         self.state_fn = state_fn or (lambda m: m.state_dict())
-        self.best: dict | None = None
-        if resume and (self.dir / "best.json").is_file():
-            self.best = json.loads((self.dir / "best.json").read_text(encoding="utf-8"))
-        elif is_main and self.dir.exists():
+        self.best = read_best(out_dir) if resume else None
+        if self.best is None and is_main and self.dir.exists():
             shutil.rmtree(self.dir)  # an earlier, unrelated run's best must not win
 
     def update(self, model: nn.Module, step: int, scores: dict) -> bool:
@@ -95,6 +93,13 @@ class BestKeeper:
         state = load_file(self.dir / "model.safetensors", device=str(next(model.parameters()).device))
         model.load_state_dict(state)
         return self.best
+
+
+def read_best(run_dir: Path) -> dict | None:
+    """The kept best evaluation of a run (``best/best.json``), if any."""
+    if not (run_dir / BEST_DIR / "best.json").is_file():
+        return None
+    return json.loads((run_dir / BEST_DIR / "best.json").read_text(encoding="utf-8"))
 
 
 def train(
