@@ -229,7 +229,9 @@ def main(argv=None) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--batch-size", dest="batch_size", type=int, default=32)
     p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--mixed", nargs="*", default=["auto"], help="bf16 rows on a CPU with native bf16: auto, bf16")
+    p.add_argument(
+        "--mixed", nargs="*", default=["auto"], help="bf16 rows on a CPU with native bf16: auto, bf16"
+    )
     for row in run(p.parse_args(argv)):
         print(json.dumps(row), flush=True)
 
