@@ -246,12 +246,12 @@ def remeasure_speed(
 ) -> dict[str, Any]:  # fmt: skip
     """:func:`compare_speed` of a finished distillation's teacher and student (``OUT/model``) alone, without
     training: to time them again when the machine is quiet."""
+    from .architectures import head_class
     from .tasks.encoding import encode
-    from .tasks.finetune import model_class
     from .tokenizer import Tokenizer
 
-    teacher = model_class(task.kind, teacher_dir).from_pretrained(teacher_dir).eval()
-    student = model_class(task.kind, student_dir).from_pretrained(student_dir).eval()
+    teacher = head_class(task.kind, teacher_dir).from_pretrained(teacher_dir).eval()
+    student = head_class(task.kind, student_dir).from_pretrained(student_dir).eval()
     tok = Tokenizer.from_pretrained(teacher_dir)
     dev_feats = encode(task, tok, task.dev, max_seq_length)
     models = {"teacher": teacher, "student": student}
@@ -269,9 +269,9 @@ def distill_task(
     """Distil a fine-tuned sequence- or token-classification teacher into ``student`` (see
     :func:`parse_student`) on ``task`` (a :class:`bertkit.tasks.spec.TaskData`); writes ``OUT/model``,
     ``OUT/metrics.json``."""
+    from .architectures import head_class
     from .tasks.encoding import collate, encode
     from .tasks.evaluation import evaluate
-    from .tasks.finetune import model_class
     from .tasks.spec import Settings
     from .tokenizer import Tokenizer
 
@@ -283,7 +283,7 @@ def distill_task(
     if not 0 <= s.alpha <= 1 or not s.temperature > 0:
         raise UserError("--alpha must be in [0, 1] and --temperature > 0")
     out_dir = Path(out_dir)
-    teacher = model_class(task.kind, teacher_dir).from_pretrained(teacher_dir).eval()
+    teacher = head_class(task.kind, teacher_dir).from_pretrained(teacher_dir).eval()
     if getattr(teacher, "crf", None) is not None:
         raise UserError(f"{teacher_dir}: a CRF teacher cannot be distilled yet; fine-tune it without --crf")
     if teacher.config.num_labels != len(task.labels):

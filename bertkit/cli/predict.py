@@ -101,11 +101,10 @@ def run_features(args: argparse.Namespace) -> dict:
 
 
 def run_predict(args: argparse.Namespace) -> dict:
-    from bertkit.architectures import head_of, load_config
+    from bertkit.architectures import head_class, head_of, load_config
     from bertkit.io import atomic_write
     from bertkit.tasks.encoding import encode
     from bertkit.tasks.evaluation import predict_features
-    from bertkit.tasks.finetune import model_class
     from bertkit.tasks.spec import TaskData
     from bertkit.tokenizer import Tokenizer
 
@@ -129,7 +128,7 @@ def run_predict(args: argparse.Namespace) -> dict:
     kind = kinds[head]
     max_seq_length = args.max_seq_length or 128
     tok = Tokenizer.from_pretrained(model_dir)
-    model = model_class(kind, model_dir).from_pretrained(model_dir).eval()
+    model = head_class(kind, model_dir).from_pretrained(model_dir).eval()
     labels = (
         [config.id2label[i] for i in sorted(config.id2label)]
         if config.id2label

@@ -38,8 +38,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertkit.architectures import display_name, load_config
-from bertkit.architectures import head_class as model_class  # the head of a task kind, by the folder
+from bertkit.architectures import display_name, head_class, load_config
 from bertkit.config import BertConfig
 from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
@@ -81,7 +80,7 @@ def build_model(task: TaskData, model_dir: str | Path, settings: Settings) -> nn
         raise UserError(
             f"--crf: {model_dir} is a {config.what} model; the CRF layer is BERT's token head only"
         )
-    cls = model_class(task.kind, model_dir)
+    cls = head_class(task.kind, model_dir)
     return cls.from_pretrained(model_dir, config=config, ignore_mismatched_sizes=True)
 
 
