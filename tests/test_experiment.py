@@ -1141,8 +1141,9 @@ def test_the_study_matrix_has_a_modernbert_arm_of_bert_minis_size():
 
 def test_the_study_headline_chain_continues_the_electra_modernbert_arm_link_by_link():
     """The chain the four-GLUE-task rule picked: the ELECTRA-with-ModernBERT arm's recipe, each link continued
-    from the one before in whole steps of 32 x 128 tokens, one CPU-hour apart at the start and twenty at the
-    end, and the [curve] drawn through exactly these links."""
+    from the one before in whole steps of 32 x 128 tokens, the first three one CPU-hour apart at the early
+    estimate of the cost, the last two sized from the 5h link's measured cost to end near 10 and 20 CPU-hours,
+    and the [curve] drawn through exactly these links."""
     study = load_matrix(Path(__file__).resolve().parents[1] / "experiments" / "pretrain-study.toml")
     arm = study.cell("pretrain/electra-modernbert-mini-3h").spec
     links = study.raw["curve"]["models"]
@@ -1153,7 +1154,16 @@ def test_the_study_headline_chain_continues_the_electra_modernbert_arm_link_by_l
     assert [by_name[n].get("continue_from") for n in links] == [None, *links[:-1]]
     tokens = [by_name[n]["tokens"] for n in links]
     assert all(t % (32 * 128) == 0 for t in tokens)
-    assert sum(tokens) == 20 * tokens[0]  # 1 + 1 + 3 + 5 + 10 CPU-hours at the first link's rate
+    assert tokens[:3] == [tokens[0], tokens[0], 3 * tokens[0]]  # 1 + 1 + 3 CPU-hours at the first link's rate
+    # The 10h and 20h links: the 5h link's CPU per token (its result file) carries the chain from where the
+    # first three links' own CPU-seconds left it to about 10, then about 20 CPU-hours.
+    results = Path(__file__).resolve().parents[1] / "experiments" / "results" / "pretrain-study"
+    done = [json.loads((results / f"pretrain__{name}.json").read_text()) for name in links[:3]]
+    at_5h = sum(r["train_cpu_s"] for r in done) / 3600
+    per_token = done[2]["train_cpu_s"] / 3600 / done[2]["tokens"]
+    at_10h = at_5h + tokens[3] * per_token
+    at_20h = at_10h + tokens[4] * per_token
+    assert 9.5 < at_10h < 10.5 and 19 < at_20h <= 20, (at_10h, at_20h)
 
 
 def test_the_studys_bf16_copy_is_the_committed_model_and_is_fine_tuned_only_on_squad():
