@@ -147,6 +147,31 @@ def test_half_written_snapshot_is_ignored(tmp_path):
     again.close()
 
 
+def test_a_save_that_fails_while_truncating_the_log_keeps_the_log_and_the_store_writable(
+    tmp_path, monkeypatch
+):
+    rng = np.random.default_rng(4)
+    x = clustered(60, 8, rng)
+    store = VectorStore.create(tmp_path / "t", 8, "flat")
+    store.add(x[:30], list(range(30)))
+    rows = store._con.execute("SELECT COUNT(*) FROM log").fetchone()[0]
+
+    def fail(key, value):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(store, "_put", fail)
+    with pytest.raises(OSError, match="disk full"):
+        store.save()
+    monkeypatch.undo()
+    # rolled back: the log keeps what the failed truncation deleted, and the next write can start its own
+    assert store._con.execute("SELECT COUNT(*) FROM log").fetchone()[0] == rows
+    store.add(x[30:], list(range(30, 60)))
+    store.close()
+    again = VectorStore.open(tmp_path / "t")
+    assert len(again) == 60 and again.search(x[45:46], 1)[0][0]["id"] == 45
+    again.close()
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     """Run ``bertkit ARGS`` in a subprocess (exit status, stdout, stderr as a user sees them)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
