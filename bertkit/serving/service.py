@@ -205,9 +205,8 @@ class InferenceService:
         with inference_autocast(self.precision, t_ids.device):
             model = self._int8_head if self.int8 else self.model
             out = model(t_ids, attention_mask=mask, token_type_ids=t_types)
-        first = (
-            out[0].float().cpu().numpy()
-        )  # the logits (a span head's start logits; out[1]: its end logits)
+        # out[0]: the logits (a span head's start logits; out[1] its end logits)
+        first = out[0].float().cpu().numpy()
         if task == "classify":
             return list(first)
         if task == "tokens":
