@@ -97,7 +97,6 @@ def test_conll_iob1_and_errors(tmp_path):
         read_conll(tmp_path / "bad.txt")
 
 
-
 def test_conll_without_tags_reads_words_as_O_only_when_tags_are_optional(tmp_path):
     p = tmp_path / "words.txt"
     p.write_text("John\nSmith NNP B-PER\n\nParis\n")
@@ -106,6 +105,7 @@ def test_conll_without_tags_reads_words_as_O_only_when_tags_are_optional(tmp_pat
     s = read_conll(p, require_tags=False)
     assert [x.words for x in s] == [["John", "Smith"], ["Paris"]]
     assert [x.tags for x in s] == [["O", "B-PER"], ["O"]]
+
 
 def test_classify_fields_and_errors(tmp_path):
     p = tmp_path / "t.jsonl"

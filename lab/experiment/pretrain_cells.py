@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -109,6 +111,22 @@ class _CpuClock:
         atomic_write_json(self.file, {"cpu_s": round(self.total(), 2), "step": mark[0]})
 
 
+def cell_settings(spec: dict, base: Path) -> str:
+    """The cell's settings as the JSON kept in RUN_DIR/cell.json, which decides whether a run resumes.
+
+    Files under the matrix's folder are named relative to it: the matrix resolves them to absolute
+    paths, and a checkout in another folder (a git worktree, a fresh clone) must still resume."""
+
+    def portable(value: Any) -> Any:
+        if isinstance(value, str) and os.path.isabs(value):
+            path = Path(value)
+            if path.is_relative_to(base):
+                return path.relative_to(base).as_posix()
+        return value
+
+    return json.dumps({k: portable(v) for k, v in spec.items()}, sort_keys=True, default=str)
+
+
 def run_pretrain(matrix, cell, out, done, progress) -> dict:
     from bertkit.pretrain import pretrain
     from bertkit.train.checkpoint import latest_checkpoint
@@ -118,7 +136,7 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
     if spec.get("runner") == "transformers":
         return run_transformers(matrix, cell, out, done, progress)
     cfg = _pretrain_config(matrix, cell, out, progress)
-    settings = json.dumps(cell.spec, sort_keys=True, default=str)
+    settings = cell_settings(cell.spec, matrix.base)
     same = (run_dir / "cell.json").is_file() and (run_dir / "cell.json").read_text() == settings
     resume = same and latest_checkpoint(run_dir) is not None
     if run_dir.is_dir() and not resume:
