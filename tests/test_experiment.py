@@ -1125,7 +1125,7 @@ def test_a_model_config_file_is_found_beside_the_matrix_and_a_missing_one_is_nam
 def test_a_cells_settings_read_the_same_from_a_checkout_in_another_folder(tmp_path):
     """cell.json decides whether a killed pre-training run resumes: a config beside the matrix is named
     relative to it, so a worktree or a fresh clone elsewhere resumes instead of starting over."""
-    from lab.experiment.pretrain_cells import cell_settings
+    from lab.experiment.pretrain_cells import run_settings
 
     text = MINIMAL + '[[model]]\nname = "mb"\nmodel_config = "configs/mb.json"\n'
     settings = []
@@ -1133,15 +1133,15 @@ def test_a_cells_settings_read_the_same_from_a_checkout_in_another_folder(tmp_pa
         (tmp_path / checkout / "configs").mkdir(parents=True)
         (tmp_path / checkout / "configs" / "mb.json").write_text('{"model_type": "modernbert"}')
         m = load_matrix(_write(tmp_path / checkout, text))
-        settings.append(json.loads(cell_settings(m.cell("pretrain/mb").spec, m.base)))
+        settings.append(json.loads(run_settings(m.cell("pretrain/mb").spec, m.base)))
     assert settings[0] == settings[1] and settings[0]["model_config"] == "configs/mb.json"
     # a setting that changed still reads as changed, and a file outside the matrix's folder keeps its path
     changed = load_matrix(_write(tmp_path / "one", text.replace("tokens = 1000", "tokens = 2000")))
-    assert cell_settings(changed.cell("pretrain/mb").spec, changed.base) != json.dumps(
+    assert run_settings(changed.cell("pretrain/mb").spec, changed.base) != json.dumps(
         settings[0], sort_keys=True
     )
     outside = {"model_config": str(tmp_path / "elsewhere.json")}
-    assert json.loads(cell_settings(outside, tmp_path / "one"))["model_config"] == str(
+    assert json.loads(run_settings(outside, tmp_path / "one"))["model_config"] == str(
         tmp_path / "elsewhere.json"
     )
 

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -20,6 +18,7 @@ from bertkit.errors import UserError
 from bertkit.io import atomic_write_json
 from lab.experiment.matrix import Cell, Matrix, prepare_cell_of, resolve
 from lab.experiment.paths import external_model_dir, model_shape, prepared_data
+from lab.experiment.results import portable
 from lab.mlm_eval import heldout_mlm
 
 CURVE_POINTS = 60
@@ -111,20 +110,10 @@ class _CpuClock:
         atomic_write_json(self.file, {"cpu_s": round(self.total(), 2), "step": mark[0]})
 
 
-def cell_settings(spec: dict, base: Path) -> str:
-    """The cell's settings as the JSON kept in RUN_DIR/cell.json, which decides whether a run resumes.
-
-    Files under the matrix's folder are named relative to it: the matrix resolves them to absolute
-    paths, and a checkout in another folder (a git worktree, a fresh clone) must still resume."""
-
-    def portable(value: Any) -> Any:
-        if isinstance(value, str) and os.path.isabs(value):
-            path = Path(value)
-            if path.is_relative_to(base):
-                return path.relative_to(base).as_posix()
-        return value
-
-    return json.dumps({k: portable(v) for k, v in spec.items()}, sort_keys=True, default=str)
+def run_settings(spec: dict, base: Path) -> str:
+    """The cell's settings as kept in RUN_DIR/cell.json, which decides whether a killed run resumes: files
+    under the matrix's folder named relative to it, so a checkout elsewhere (a worktree, a clone) resumes."""
+    return json.dumps(portable(spec, [base]), sort_keys=True, default=str)
 
 
 def run_pretrain(matrix, cell, out, done, progress) -> dict:
@@ -136,7 +125,7 @@ def run_pretrain(matrix, cell, out, done, progress) -> dict:
     if spec.get("runner") == "transformers":
         return run_transformers(matrix, cell, out, done, progress)
     cfg = _pretrain_config(matrix, cell, out, progress)
-    settings = cell_settings(cell.spec, matrix.base)
+    settings = run_settings(cell.spec, matrix.base)
     same = (run_dir / "cell.json").is_file() and (run_dir / "cell.json").read_text() == settings
     resume = same and latest_checkpoint(run_dir) is not None
     if run_dir.is_dir() and not resume:
