@@ -457,7 +457,12 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     elif rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(
-            run_config, {**dataclasses.asdict(cfg), "world_size": world, "choices": _machine_choices(device)}
+            run_config,
+            {
+                **dataclasses.asdict(cfg),
+                "world_size": world,
+                "choices": _machine_choices(device, cfg.precision),
+            },
         )
 
     def make_opt(m):
@@ -583,24 +588,29 @@ def pretrain(cfg: PretrainConfig, resume: bool = False, callbacks=()) -> dict:
     return results
 
 
-def _machine_choices(device: torch.device) -> dict[str, str | None]:
+def _machine_choices(device: torch.device, precision: str) -> dict[str, str | None]:
     """The per-machine choices a new run computes with, made now (from this machine's cache where
     ``bertkit tune`` or an earlier run recorded them; :mod:`bertkit.tuning`) so that the run config records
-    them: the fp32 GEMM backend on a CPU (None on a GPU, whose GEMMs are torch's)."""
-    from bertkit.kernels import gemm
+    them: the fp32 GEMM backend on a CPU (None on a GPU, whose GEMMs are torch's) and, where the run may
+    compute in bf16 on a CPU, how bf16 attention runs."""
+    from bertkit.kernels import attention, gemm
 
-    return {"linear": gemm.backend_name() if device.type == "cpu" else None}
+    if device.type != "cpu":
+        return {"linear": None}
+    bf16 = attention.bf16_attention() if precision != "fp32" else None
+    return {"linear": gemm.backend_name(), "bf16_attention": bf16}
 
 
 def _resume_choices(run_config: Path) -> None:
     """Compute with the choices ``run_config`` recorded (a run config from before they were: the machine's)."""
-    from bertkit.kernels import gemm
+    from bertkit.kernels import attention, gemm
 
     try:
         recorded = json.loads(read_text(run_config, "run config")).get("choices") or {}
     except (json.JSONDecodeError, AttributeError):
         raise UserError(f"{run_config}: not a run config bertkit wrote; start a new --out") from None
     gemm.resume_backend(recorded.get("linear"), source="the run config")
+    attention.resume_bf16_attention(recorded.get("bf16_attention"), source="the run config")
 
 
 def _shape_name(cfg: PretrainConfig, config: Any) -> str:

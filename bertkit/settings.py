@@ -19,6 +19,8 @@ Variable                          Values       Default          Meaning
                                                                 (:mod:`bertkit.train.precision`)
 ``BERTKIT_INFERENCE_PRECISION``   fp32|bf16    measured         what inference's ``--precision auto`` takes
                                                                 (:mod:`bertkit.inference_precision`)
+``BERTKIT_BF16_ATTENTION``        fp32|bf16    measured         how attention on bf16 inputs runs on the CPU
+                                                                (:mod:`bertkit.kernels.attention`)
 ``BERTKIT_CACHE_DIR``             path         see meaning      where the per-machine choices are cached
                                                                 (else ``$XDG_CACHE_HOME/bertkit``, else
                                                                 ``~/.cache/bertkit``; :mod:`bertkit.tuning`)
@@ -112,6 +114,7 @@ ONEDNN = Setting("BERTKIT_ONEDNN", flag_choice("torch", "onednn"))
 TOKENIZER_FAST_PATH = Setting("BERTKIT_TOKENIZER_FAST_PATH", flag_choice("off", "on"))
 PRECISION = Setting("BERTKIT_PRECISION", one_of("fp32", "bf16"))
 INFERENCE_PRECISION = Setting("BERTKIT_INFERENCE_PRECISION", one_of("fp32", "bf16"))
+BF16_ATTENTION = Setting("BERTKIT_BF16_ATTENTION", one_of("fp32", "bf16"))
 CACHE_DIR = Setting("BERTKIT_CACHE_DIR", Path)
 CHOICE_CACHE = Setting("BERTKIT_CHOICE_CACHE", parse_flag, default=True)
 KEEP_FREED_MEMORY = Setting("BERTKIT_KEEP_FREED_MEMORY", parse_flag, default=True)
@@ -123,6 +126,7 @@ ALL: tuple[Setting, ...] = (
     TOKENIZER_FAST_PATH,
     PRECISION,
     INFERENCE_PRECISION,
+    BF16_ATTENTION,
     CACHE_DIR,
     CHOICE_CACHE,
     KEEP_FREED_MEMORY,

@@ -300,4 +300,4 @@ def test_the_run_config_records_the_gemm_backend_and_a_resume_computes_with_it(
         resumed_on = gemm.backend_name()
     finally:
         gemm.use_backend(None)
-    assert recorded == {"linear": "torch"} and resumed_on == "torch"
+    assert recorded == {"linear": "torch", "bf16_attention": None} and resumed_on == "torch"

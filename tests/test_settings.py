@@ -58,7 +58,7 @@ def test_importing_bertkit_leaves_the_environment_unchanged():
 
 # ------------------------------------------------------------------------------- BERTKIT_* in one module
 
-NAME = re.compile(r"BERTKIT_[A-Z_]+")
+NAME = re.compile(r"BERTKIT_[A-Z0-9_]+")
 
 
 def test_only_the_settings_module_names_a_bertkit_variable():
@@ -71,9 +71,9 @@ def test_only_the_settings_module_names_a_bertkit_variable():
 
 
 def test_the_docstring_table_lists_every_variable_with_its_values_and_default():
-    table = re.findall(r"^``(BERTKIT_[A-Z_]+)``\s+(\S+)\s+(\S+)", settings.__doc__, re.M)
+    table = re.findall(r"^``(BERTKIT_[A-Z0-9_]+)``\s+(\S+)\s+(\S+)", settings.__doc__, re.M)
     rows = {name: (values, default) for name, values, default in table}
-    assert len(rows) == len(table) == len(settings.ALL) == 9
+    assert len(rows) == len(table) == len(settings.ALL) == 10
     assert set(rows) == {s.name for s in settings.ALL}
     for s in settings.ALL:
         values, default = rows[s.name]
@@ -98,7 +98,8 @@ def test_unset_or_blank_is_the_default_and_each_read_sees_the_environment_now(se
     assert setting.value() == setting.default
     monkeypatch.setenv(setting.name, "  ")
     assert setting.value() == setting.default
-    good = "/tmp/x" if setting is settings.CACHE_DIR else ("bf16" if "PRECISION" in setting.name else "0")
+    precision = "PRECISION" in setting.name or setting is settings.BF16_ATTENTION
+    good = "/tmp/x" if setting is settings.CACHE_DIR else ("bf16" if precision else "0")
     monkeypatch.setenv(setting.name, good)  # read per call: a change after import is seen
     assert setting.value() is not None and setting.value() != setting.default
 

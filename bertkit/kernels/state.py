@@ -42,7 +42,7 @@ def reference_ops() -> Iterator[None]:
         set_enabled(previous)
 
 
-def _eager_on_cpu(x: Tensor) -> bool:
+def eager_on_cpu(x: Tensor) -> bool:
     """The kernels on, ``x`` on the CPU, run eagerly: torch.compile and TorchScript tracing (and so the ONNX
     export) get the plain ops, which they fuse or export. Tracing is checked first, so nothing turns a traced
     size into a Python value."""
@@ -52,7 +52,7 @@ def _eager_on_cpu(x: Tensor) -> bool:
 
 def fast_ok(x: Tensor) -> bool:
     """Whether ``x`` may take bertkit's own CPU kernels: the kernels on, float32 on CPU, run eagerly."""
-    return _eager_on_cpu(x) and x.dtype == torch.float32
+    return eager_on_cpu(x) and x.dtype == torch.float32
 
 
 def mask_ok(x: Tensor) -> bool:
@@ -60,4 +60,4 @@ def mask_ok(x: Tensor) -> bool:
 
     The mask does not depend on the dtype, and under bf16 autocast the dropouts see bfloat16 activations,
     where ``F.dropout``'s ``bernoulli_`` is the largest op after the GEMMs of a MiniLM training step."""
-    return _eager_on_cpu(x) and x.dtype in (torch.float32, torch.bfloat16)
+    return eager_on_cpu(x) and x.dtype in (torch.float32, torch.bfloat16)

@@ -77,7 +77,7 @@ import torch.distributed as dist
 from torch import nn
 
 from bertkit.errors import UserError
-from bertkit.kernels import gemm
+from bertkit.kernels import attention, gemm
 from bertkit.kernels.freed_memory import keep_freed_memory
 from bertkit.train.checkpoint import (
     latest_checkpoint,
@@ -250,7 +250,8 @@ class Trainer:
     def choices(self) -> dict[str, str | None]:
         """The per-machine choices this run computes with: the fp32 GEMM backend (None while no fp32 GEMM
         has run) and the precision ("auto" until the first batch resolves it)."""
-        return {"linear": gemm.backend_chosen(), "precision": self.precision}
+        return {"linear": gemm.backend_chosen(), "precision": self.precision,
+                "bf16_attention": attention.bf16_attention_chosen()}  # fmt: skip
 
     def _autocast(self):
         return autocast(self.precision, self.device)
@@ -281,7 +282,11 @@ class Trainer:
             "world_size": self.world_size,
             "seed": self.seed,
             # the per-machine choices this run computed with (they round differently): a resume takes them
-            "choices": {"linear": gemm.backend_name(), "precision": self.precision},
+            "choices": {
+                "linear": gemm.backend_name(),
+                "precision": self.precision,
+                "bf16_attention": attention.bf16_attention_chosen(),
+            },  # fmt: skip
         }
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
@@ -296,6 +301,7 @@ class Trainer:
             ) from None
         choices = state.get("choices") or {"linear": state.get("gemm")}  # "gemm": an older checkpoint
         gemm.resume_backend(choices.get("linear"))
+        attention.resume_bf16_attention(choices.get("bf16_attention"))
         if self.precision == "auto":
             self.precision = resume_precision(choices.get("precision")) or "auto"
         if self.scheduler is not None and state.get("scheduler") is not None:
