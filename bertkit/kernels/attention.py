@@ -116,8 +116,8 @@ def resume_bf16_attention(recorded: str | None, source: str = "the checkpoint") 
         return
     pinned = settings.BF16_ATTENTION.value()
     if pinned is not None and pinned != recorded:
-        logger.warning("%s ran bf16 attention in %s; %s=%s keeps %s, so this resume is not bitwise the run it "
-                       "continues", source, recorded, settings.BF16_ATTENTION.name, pinned, pinned)  # fmt: skip
+        logger.warning("%s ran bf16 attention in %s; %s=%s keeps it in %s, so this resume is not bitwise the "
+                       "run it continues", source, recorded, settings.BF16_ATTENTION.name, pinned, pinned)  # fmt: skip
         return
     use_bf16_attention(recorded)
 
@@ -145,10 +145,8 @@ def decide_bf16_attention(force: bool = False) -> tuple[str, str]:
 
             return run
 
-        with (
-            torch.enable_grad(),
-            torch.autocast("cpu", enabled=False),
-        ):  # as in training, whatever the caller's
+        # with gradients and without autocast, as in training, whatever the caller's context
+        with torch.enable_grad(), torch.autocast("cpu", enabled=False):
             times = time_alternating({"bf16": step(False), "fp32": step(True)}, rounds=7)
         choice = min(times, key=times.__getitem__)
         return choice, {f"{name}_ms": round(t * 1e3, 3) for name, t in times.items()}
