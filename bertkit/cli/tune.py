@@ -13,10 +13,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tune",
         help="measure this machine's fast-path choices now and record them beside the cache",
         description=(
-            "Choose this machine's CPU fast paths (the fp32 GEMM backend, how bf16 attention runs, the "
-            "tokenizer's plain-text path) "
-            "and record them in the per-machine cache (kernels.json), so that no later command measures "
-            "them; prints the choices as JSON. A choice already recorded is kept unless --force."
+            "Choose this machine's CPU fast paths (the fp32 GEMM backend, how bf16 attention runs in "
+            "training, the tokenizer's plain-text path) and record them in the per-machine cache "
+            "(kernels.json), so that no later command measures them; prints the choices as JSON. A choice "
+            "already recorded is kept unless --force."
         ),
     )
     p.add_argument(
@@ -50,8 +50,8 @@ def decide_sample_fast_path(force: bool = False) -> tuple[str, str]:
 
 def make_choices(force: bool = False) -> dict[str, Any]:
     """Make this machine's choices that do not depend on a model (the fp32 GEMM backend, how bf16 attention
-    runs, the tokenizer's plain-text path) now, and record them in the cache: each is taken from the cache where it is recorded
-    there, measured otherwise (``force``: measured again). Returns :func:`bertkit.tuning.recorded_choices`
+    runs in training, the tokenizer's plain-text path) now, and record them in the cache: each is taken from
+    the cache where it is recorded there, measured otherwise (``force``: measured again). Returns :func:`bertkit.tuning.recorded_choices`
     with the choices made and where each came from ("sources"). The bf16-or-fp32 choices of ``--precision
     auto`` depend on the model and its batch shape: they are measured by the first run of each and recorded
     beside these. (Here, above the modules it asks, so that :mod:`bertkit.tuning` imports none of them.)"""

@@ -249,7 +249,8 @@ class Trainer:
 
     def choices(self) -> dict[str, str | None]:
         """The per-machine choices this run computes with: the fp32 GEMM backend (None while no fp32 GEMM
-        has run) and the precision ("auto" until the first batch resolves it)."""
+        has run), the precision ("auto" until the first batch resolves it) and how bf16 attention runs (None
+        while none has run)."""
         return {"linear": gemm.backend_chosen(), "precision": self.precision,
                 "bf16_attention": attention.bf16_attention_chosen()}  # fmt: skip
 
@@ -286,7 +287,7 @@ class Trainer:
                 "linear": gemm.backend_name(),
                 "precision": self.precision,
                 "bf16_attention": attention.bf16_attention_chosen(),
-            },  # fmt: skip
+            },
         }
 
     def load_state_dict(self, state: dict, data: bool = True) -> None:
