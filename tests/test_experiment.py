@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -1196,6 +1197,34 @@ def test_the_study_headline_chain_continues_the_electra_modernbert_arm_link_by_l
     per_step = {row["precision"]: row["cpu_s_per_step"] for row in cost["rows"]}
     at_20h = at_10h + tokens[4] * per_token * per_step["bf16"] / per_step["fp32"]
     assert 9.5 < at_10h < 10.5 and 15 < at_20h < 19, (at_10h, at_20h)
+
+
+def test_a_pretrained_folder_that_holds_other_weights_than_the_named_ones_is_refused(tmp_path):
+    """``pretrained_sha256`` guards a committed model's path, which a later model may take: another model in
+    the folder stops its cells instead of being fine-tuned in its place; the guard is no setting, so adding
+    it leaves every fingerprint as it was."""
+    from lab.experiment.paths import external_model_dir
+    from lab.experiment.results import cell_settings
+
+    folder = tmp_path / "published"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"the first model")
+    base = MINIMAL + '[[model]]\nname = "p"\npretrained = "published"\n'
+    plain = cell_settings(load_matrix(_write(tmp_path, base)))
+    sha = hashlib.sha256(b"the first model").hexdigest()
+    guarded = load_matrix(_write(tmp_path, base + f'pretrained_sha256 = "{sha}"\n'))
+    assert cell_settings(guarded) == plain
+    spec = next(m for m in guarded.raw["model"] if m["name"] == "p")
+    assert external_model_dir(guarded, spec).resolve() == folder.resolve()
+    (folder / "model.safetensors").write_bytes(b"a later model")
+    with pytest.raises(
+        UserError, match=r"model\.safetensors: sha256 \w+\.\.\., not the \w+\.\.\. that model p's"
+    ):
+        external_model_dir(guarded, spec)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="model p: no model.safetensors in"):
+        external_model_dir(guarded, spec)
 
 
 def test_the_studys_bf16_copy_is_the_committed_model_and_is_fine_tuned_only_on_squad():

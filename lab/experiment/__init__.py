@@ -8,7 +8,8 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
                                             text (lab.experiment.task_text) and its shards with the corpus
     pretrain/<model>                        one pre-training run per model (or: random init, an existing
                                             model, transformers' own pipeline in a subprocess); with
-                                            ``continue_from = "<model>"`` it starts from that model's weights
+                                            ``continue_from = "<model>"`` it starts from that model's weights;
+                                            ``pretrained_sha256`` pins an existing model's weights file
     finetune/<model>/<task>/lr<x>/seed<s>   the learning-rate grid (only when a task lists several rates)
     finetune/<model>/<task>/seed<s>         every model on every task, each seed (best grid rate on dev)
     features/<name>/<variant>/seed<s>       the feature-based approach (paper Table 7)

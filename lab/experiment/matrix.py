@@ -112,7 +112,7 @@ def _pretrain_cost(spec: dict, vocab_size: int) -> float:
 
 
 MODEL_KEYS = {"name", "objective", "preset", "random", "from", "head", "runner", "script", "same_cpu_as",
-              "pretrained", "package", "tokens", "model", "task_text", "continue_from"}  # fmt: skip
+              "pretrained", "pretrained_sha256", "package", "tokens", "model", "task_text", "continue_from"}  # fmt: skip
 
 
 TASK_KEYS = {"name", "kind", "task", "train", "dev", "test", "file", "dev_articles", "train_articles",

@@ -119,4 +119,25 @@ def external_model_dir(matrix: Matrix, spec: dict) -> Path:
             if hasattr(mod, "get_model_path")
             else Path(mod.__file__).parent / "model"
         )
-    return Path(resolve(matrix.base, spec["pretrained"]))
+    folder = Path(resolve(matrix.base, spec["pretrained"]))
+    if spec.get("pretrained_sha256"):
+        check_weights(folder, spec["name"], spec["pretrained_sha256"])
+    return folder
+
+
+def check_weights(folder: Path, name: str, sha256: str) -> None:
+    """Refuse a ``pretrained`` folder whose ``model.safetensors`` is not the file the matrix names (a
+    committed model replaced by a later one keeps its path): a fine-tuning of it would silently start from
+    another model. Raises :class:`UserError` naming the file and where the named one can still be found."""
+    from bertkit.data.shard_build import sha256_file
+
+    weights = folder / "model.safetensors"
+    if not weights.is_file():
+        raise UserError(f"model {name}: no model.safetensors in {folder}")
+    found = sha256_file(weights)
+    if found != sha256:
+        raise UserError(
+            f"{weights}: sha256 {found[:12]}..., not the {sha256[:12]}... that model {name}'s "
+            "pretrained_sha256 names: the folder now holds another model; restore the named one from the "
+            "git history (git log -- the folder) and point `pretrained` at it"
+        )

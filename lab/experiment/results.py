@@ -41,6 +41,10 @@ def results_dir(matrix: Matrix, override: str | None = None) -> Path:
     return Path(override) if override else matrix.base / "results" / matrix.name
 
 
+# a model's keys that guard an input rather than set what a cell computes: naming the committed weights a
+# `pretrained` folder must hold leaves the cells that already read them as they were
+MODEL_KEYS_NOT_IN_A_CELL = ("pretrained_sha256",)
+
 # a task's keys that choose which cells exist, not what one computes: the models, the seeds, and the rates
 # beyond the grid (an extension cell has its own rate; a seed cell's moved pick is checked at run time)
 TASK_KEYS_NOT_IN_A_CELL = ("models", "seeds", "lr_extend")
@@ -73,7 +77,8 @@ def cell_settings(matrix: Matrix) -> dict[str, str]:
     roots = [Path(os.path.normpath(p)) for p in (data_root(matrix).absolute(), matrix.base.absolute())]
     prints: dict[str, str] = {}
     for cell in matrix.cells:  # in run order: a cell's inputs come before it
-        text = json.dumps([portable(cell.spec, roots), [prints[n] for n in cell.needs]], sort_keys=True,
+        spec = {k: v for k, v in cell.spec.items() if k not in MODEL_KEYS_NOT_IN_A_CELL}
+        text = json.dumps([portable(spec, roots), [prints[n] for n in cell.needs]], sort_keys=True,
                           default=str)  # fmt: skip
         prints[cell.name] = hashlib.sha256(text.encode()).hexdigest()[:16]
     return prints
