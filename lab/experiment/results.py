@@ -51,11 +51,11 @@ TASK_KEYS_NOT_IN_A_CELL = ("models", "seeds", "lr_extend")
 
 
 def portable(value: Any, roots: list[Path], in_task: bool = False) -> Any:
-    """``value`` with absolute paths under ``roots`` made relative to them and a task's matrix-wide keys left
-    out: what a cell computes, the same on every machine and checkout."""
+    """``value`` with absolute paths under ``roots`` made relative to them, and a task's matrix-wide keys and a
+    model's input guards left out: what a cell computes, the same on every machine and checkout."""
     if isinstance(value, dict):
         return {k: portable(v, roots, in_task=k in ("task", "tasks")) for k, v in value.items()
-                if not (in_task and k in TASK_KEYS_NOT_IN_A_CELL)}  # fmt: skip
+                if not (in_task and k in TASK_KEYS_NOT_IN_A_CELL) and k not in MODEL_KEYS_NOT_IN_A_CELL}  # fmt: skip
     if isinstance(value, list | tuple):
         return [portable(v, roots, in_task) for v in value]
     if isinstance(value, str) and os.path.isabs(value):
@@ -77,8 +77,7 @@ def cell_settings(matrix: Matrix) -> dict[str, str]:
     roots = [Path(os.path.normpath(p)) for p in (data_root(matrix).absolute(), matrix.base.absolute())]
     prints: dict[str, str] = {}
     for cell in matrix.cells:  # in run order: a cell's inputs come before it
-        spec = {k: v for k, v in cell.spec.items() if k not in MODEL_KEYS_NOT_IN_A_CELL}
-        text = json.dumps([portable(spec, roots), [prints[n] for n in cell.needs]], sort_keys=True,
+        text = json.dumps([portable(cell.spec, roots), [prints[n] for n in cell.needs]], sort_keys=True,
                           default=str)  # fmt: skip
         prints[cell.name] = hashlib.sha256(text.encode()).hexdigest()[:16]
     return prints
