@@ -1227,23 +1227,28 @@ def test_a_pretrained_folder_that_holds_other_weights_than_the_named_ones_is_ref
         external_model_dir(guarded, spec)
 
 
-def test_the_studys_bf16_copy_is_the_committed_model_and_is_fine_tuned_only_on_squad():
-    """electra-modernbert-mini-3h-bf16 fine-tunes the published copy under models/ (the one that survives a
-    change of machine), on the task the fp32 arm has no result for, and is kept apart from the fp32 arm."""
-    from lab.experiment import task_models
+def test_the_studys_bf16_copy_names_the_3h_weights_and_refuses_the_model_that_replaced_them():
+    """electra-modernbert-mini-3h-bf16 fine-tuned the 3h model as once published under models/ (the copy that
+    survived a change of machine), on SQuAD only, where the fp32 arm had no result. Its cells are finished, and
+    the folder now holds the chain's 20h model: the arm's sha256 refuses it, so a re-run cannot silently start
+    from the later model, and the error points to the git history where the 3h weights still are."""
+    from bertkit.data.shard_build import sha256_file
+    from lab.experiment import results_dir, task_models
     from lab.experiment.paths import external_model_dir
 
     root = Path(__file__).resolve().parents[1]
     study = load_matrix(root / "experiments" / "pretrain-study.toml")
     spec = next(m for m in study.raw["model"] if m["name"] == "electra-modernbert-mini-3h-bf16")
-    folder = external_model_dir(study, spec).resolve()
+    folder = (study.base / spec["pretrained"]).resolve()
     assert folder == (root / "models" / "bertkit-electra-modernbert-mini").resolve()
-    assert (folder / "model.safetensors").is_file() and "electra-modernbert-mini-3h" in (
-        folder / "README.md"
-    ).read_text()
     tuned_on = [t["name"] for t in study.raw["task"] if spec["name"] in task_models(study.raw, t)]
     assert tuned_on == ["SQuAD-v1.1"]
-    assert "pretrain/electra-modernbert-mini-3h-bf16" in {c.name for c in study.cells}
+    cells = [c for c in study.cells if c.name.split("/")[1:2] == [spec["name"]]]
+    assert len(cells) == 6 and all((results_dir(study) / c.result_name).is_file() for c in cells)
+    assert sha256_file(folder / "model.safetensors") != spec["pretrained_sha256"]
+    assert "electra-modernbert-mini-20h" in (folder / "README.md").read_text()
+    with pytest.raises(UserError, match="git history"):
+        external_model_dir(study, spec)
 
 
 def test_a_random_arm_takes_the_shape_of_its_model_config(tmp_path, tiny_data):
