@@ -1234,12 +1234,13 @@ def test_the_studys_bf16_copy_names_the_3h_weights_and_refuses_the_model_that_re
     from the later model, and the error points to the git history where the 3h weights still are."""
     from bertkit.data.shard_build import sha256_file
     from lab.experiment import results_dir, task_models
+    from lab.experiment.matrix import resolve
     from lab.experiment.paths import external_model_dir
 
     root = Path(__file__).resolve().parents[1]
     study = load_matrix(root / "experiments" / "pretrain-study.toml")
     spec = next(m for m in study.raw["model"] if m["name"] == "electra-modernbert-mini-3h-bf16")
-    folder = (study.base / spec["pretrained"]).resolve()
+    folder = Path(resolve(study.base, spec["pretrained"])).resolve()  # where the guard looks
     assert folder == (root / "models" / "bertkit-electra-modernbert-mini").resolve()
     tuned_on = [t["name"] for t in study.raw["task"] if spec["name"] in task_models(study.raw, t)]
     assert tuned_on == ["SQuAD-v1.1"]
