@@ -248,8 +248,10 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
         primary = pretrain_score["value"] if cell.name == "pretrain/a" else 50.0
         # a timing in the metrics (as the vocabulary cell's) differs in every sitting: not a difference
         metrics = {"loss": primary / 10, "seconds": time.monotonic()}
+        # a pre-training's own CPU clock, over all its sittings: another on each build
+        costs = {"train_cpu_s": 7200.0 * primary / 50} if cell.kind == "pretrain" else {}
         return {"primary": primary, "metrics": metrics, "seed": cell.spec.get("seed"),
-                "hyperparameters": {"lr": cell.spec.get("lr")}}  # fmt: skip
+                "hyperparameters": {"lr": cell.spec.get("lr")}, **costs}  # fmt: skip
 
     monkeypatch.setattr(experiment_cells, "run_cell", fake_run_cell)
     thread_calls = []  # recorded, not applied: --threads must not change the later tests' thread count
@@ -278,6 +280,9 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
     pre = records["pretrain/a"]
     assert pre["same_result"] is False and records["vocab"]["same_result"] is True
     assert (pre["kept"]["primary"], pre["rebuilt"]["primary"]) == (50.0, 50.5)
+    # what each build cost is kept (the budget counts rebuilds), and is no difference in itself
+    assert (pre["kept"]["train_cpu_s"], pre["rebuilt"]["train_cpu_s"]) == (7200.0, 7272.0)
+    assert "cpu_s" in records["vocab"]["rebuilt"] and "train_cpu_s" not in records["vocab"]["rebuilt"]
     assert json.loads((res / "pretrain__a.json").read_text())["primary"] == 50.0  # the kept result stays
     assert (
         "pretrain/a rebuilt, NOT the same result (primary 50.0 -> 50.5; metrics {'loss': 5.0} -> {'loss': 5.05})"
@@ -305,6 +310,10 @@ def test_a_rebuild_says_whether_it_measured_the_same_and_what_read_it(tmp_path, 
         f"NOT the same result (primary 50.0 -> 50.5); kept: {kept_threads} thread(s)" in lines["pretrain/a"]
     )
     assert "; 4 result file(s) read the rebuild" in lines["pretrain/a"]
+    assert (
+        ", 2.00 CPU-hours; rebuilt: " in lines["pretrain/a"]
+        and ", 2.02 CPU-hours; 4 result" in lines["pretrain/a"]
+    )
     assert ": the same result, bitwise the same output; " in lines["vocab"]  # the same vocab.txt
 
     # yet another fresh machine rebuilds pretrain/a again for one cell: the rest of its grid follows it onto

@@ -30,6 +30,9 @@ from lab.experiment.matrix import Cell, Matrix
 MEASURED = ("primary", "metrics", "tokens", "steps")
 DIGEST = "output_sha256"
 PROVENANCE = ("threads", "commit", "cpu", "torch", "finished")
+# what a build cost: kept beside the measurements so that a study's CPU-hours count its rebuilds too. A
+# pre-training's `train_*` keys span all its sittings; `cpu_s` / `wall_s` only the sitting that finished it.
+COSTS = ("train_cpu_s", "train_wall_s", "cpu_s", "wall_s")
 
 
 def _varies_between_sittings(key: str) -> bool:
@@ -52,6 +55,17 @@ def same_result(record: dict) -> bool:
     )
 
 
+def _costs(result: dict) -> dict[str, float]:
+    """The :data:`COSTS` ``result`` has (a cell that trains nothing has no ``train_*``)."""
+    return {k: result[k] for k in COSTS if result.get(k) is not None}
+
+
+def build_cpu_s(side: dict) -> float | None:
+    """The CPU-seconds one side of a rebuild record took: its training's, over all its sittings, where it
+    trained, else its finishing sitting's; None for records written before the costs were kept."""
+    return side.get("train_cpu_s", side.get("cpu_s"))
+
+
 def record_rebuild(
     res_dir: Path, out: Path, cell: Cell, kept: dict, rebuilt: dict, info: dict, threads: int
 ) -> dict:
@@ -63,8 +77,14 @@ def record_rebuild(
     record = {
         "cell": cell.name,
         "compared": compared,
-        "kept": {k: kept.get(k) for k in (*compared, *PROVENANCE)},
-        "rebuilt": {**{k: rebuilt.get(k) for k in compared}, **info, "threads": threads, "finished": now},
+        "kept": {k: kept.get(k) for k in (*compared, *PROVENANCE)} | _costs(kept),
+        "rebuilt": {
+            **{k: rebuilt.get(k) for k in compared},
+            **_costs(rebuilt),
+            **info,
+            "threads": threads,
+            "finished": now,
+        },  # fmt: skip
     }
     record["same_result"] = same_result(record)
     stem = Path(cell.result_name).stem

@@ -9,6 +9,7 @@ from pathlib import Path
 from lab.experiment import Matrix, seeds_of
 from lab.experiment.matrix import features_name
 from lab.experiment.rebuilds import (
+    build_cpu_s,
     build_read,
     differences,
     group_of,
@@ -85,6 +86,12 @@ def core_speed_text(results: dict[str, dict]) -> str:
     )
 
 
+def _cost(side: dict) -> str:
+    """ ", N CPU-hours" for one side of a rebuild record, or nothing where the record predates its costs."""
+    cpu_s = build_cpu_s(side)
+    return "" if cpu_s is None else f", {cpu_s / 3600:.2f} CPU-hours"
+
+
 def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
     """One line per rebuild record (:mod:`lab.experiment.rebuilds`): whether the rebuild measured what the
     kept result did, on which threads, CPU and commit each ran, and how many results read that build."""
@@ -100,9 +107,10 @@ def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
             outcome = f"NOT the same result ({'; '.join(moved) or 'its metrics differ'})"
         lines.append(
             f"- rebuilt `{record['cell']}` (its output was missing, a later cell read it): {outcome}; kept: "
-            f"{kept['threads']} thread(s), {kept['cpu']}, {kept['commit']}; rebuilt: {new['threads']} thread(s), "
-            f"{new['cpu']}, {new['commit']}, {new['finished'][:10]}; {readers} result file(s) read the rebuild "
-            "(they name it, and this build's time, under `rebuilt_inputs`)"
+            f"{kept['threads']} thread(s), {kept['cpu']}, {kept['commit']}{_cost(kept)}; rebuilt: "
+            f"{new['threads']} thread(s), {new['cpu']}, {new['commit']}, {new['finished'][:10]}{_cost(new)}; "
+            f"{readers} result file(s) read the rebuild (they name it, and this build's time, under "
+            "`rebuilt_inputs`)"
         )
     return lines
 
