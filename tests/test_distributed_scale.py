@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from children import child_env
-from test_pretrain_run import KILLER, TINY_MODEL, inproc, losses
+from test_pretrain_run import KILLER, STOPPER, TINY_MODEL, inproc, losses
 
 NO_DROPOUT = "[model]\nhidden_dropout_prob = 0.0\nattention_probs_dropout_prob = 0.0"
 # a dozen optimizer steps of 8 sequences of 64 tokens; two processes take 4 each, one process 2 x 4. On CPU
@@ -104,6 +105,29 @@ def test_fsdp_two_processes_match_one_and_save_an_ordinary_model(tmp_path, one_p
     loaded = model.state_dict()
     for k, v in ckpt["model"].items():
         assert torch.equal(v, loaded[k]), k
+
+
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path, tiny_data):
+    """torchrun's workers may not all receive a stop signal (or not at the same step): the ranks agree on the
+    step to stop after, checkpoint it together (FSDP gathers the shards) and exit 143; --resume goes on."""
+    argv = ["--data", tiny_data, "--config", config(tmp_path / "cfg.toml", dropout=False), "--distributed", "fsdp",
+            "--checkpoint-every", 4, "--eval-batches", 0, *COMMON]  # fmt: skip
+    run = tmp_path / "run"
+    script = tmp_path / "stopper.py"
+    script.write_text(STOPPER)
+    stopped = two_processes(["--out", run, *argv], script=[str(script), "6", "1"])  # SIGTERM to rank 1 only
+    assert stopped.returncode != 0
+    # a rank that stops a moment after the other may be ended by torchrun's own SIGTERM: no rank crashed
+    codes = set(re.findall(r"exitcode\s*:\s*(-?\d+)", stopped.stderr))
+    assert str(128 + signal.SIGTERM) in codes <= {str(128 + signal.SIGTERM), str(-signal.SIGTERM)}, (
+        stopped.stderr[-3000:]
+    )
+    assert losses(run)[-1][0] == 6
+    assert sorted(x.name for x in (run / "checkpoints").iterdir()) == ["step-00000004.pt", "step-00000006.pt"]
+    assert not (run / "model").exists()
+    resumed = two_processes(["--out", run, *argv, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [s for s, _ in losses(run)] == list(range(1, 13))
 
 
 def test_fsdp_resume_after_sigkill_equals_the_uninterrupted_run(tmp_path, tiny_data):

@@ -115,6 +115,25 @@ KILLER = textwrap.dedent(
     """
 )
 
+# `bertkit ARGV...` as a scheduler stops it: SIGTERM to the process (on the ranks named, under torchrun) once
+# step STOP_AT is logged
+STOPPER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from bertkit.cli import main
+    from bertkit.train import loop
+    stop_at, ranks = int(sys.argv[1]), sys.argv[2].split(",")
+    trainer_init = loop.Trainer.__init__
+    def with_stop(self, *args, callbacks=(), **kwargs):
+        def stop(rec):
+            if rec["step"] == stop_at and os.environ.get("RANK", "0") in ranks:
+                os.kill(os.getpid(), signal.SIGTERM)
+        trainer_init(self, *args, callbacks=[*callbacks, stop], **kwargs)
+    loop.Trainer.__init__ = with_stop
+    sys.exit(main(sys.argv[3:]))
+    """
+)
+
 
 def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, data_dir):
     cfg = write_config(tmp_path / "cfg.toml")  # dropout stays on: RNG states must be restored
@@ -145,6 +164,35 @@ def test_sigkill_and_resume_gives_bitwise_identical_losses(tmp_path, data_dir):
     a = load_file(run / "model" / "model.safetensors")
     b = load_file(tmp_path / "ref" / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_sigterm_checkpoints_the_step_it_finished_and_resume_is_bitwise(tmp_path, data_dir):
+    """`bertkit pretrain` sent SIGTERM after step 6 (periodic checkpoints every 4): it finishes the step, writes
+    its checkpoint, says so in one line and exits 143 without a model; --resume equals the unstopped run."""
+    cfg = write_config(tmp_path / "cfg.toml")  # dropout on: RNG states must be restored
+    common = ["--data", data_dir, "--config", cfg, "--steps", 10, "--batch-size", 8, "--max-seq-length", 64,
+              "--lr", 1e-3, "--log-every", 1, "--checkpoint-every", 4, "--eval-every", 5, "--eval-batches", 1,
+              "--quiet", "--valid-documents", 2, "--grad-accum", 2]  # fmt: skip
+    inproc(["--out", tmp_path / "ref", *common])
+
+    run = tmp_path / "stopped"
+    script = tmp_path / "stopper.py"
+    script.write_text(STOPPER)
+    p = subprocess.run([sys.executable, script, "6", "0", "pretrain", "--out", str(run), *map(str, common)],
+                       env=env1(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 128 + signal.SIGTERM, p.stderr[-3000:]
+    checkpoint = run / "checkpoints" / "step-00000006.pt"
+    assert f"bertkit pretrain: stopped by SIGTERM after step 6; its checkpoint is {checkpoint};" in p.stderr
+    assert sorted(x.name for x in (run / "checkpoints").iterdir()) == ["step-00000004.pt", checkpoint.name]
+    assert losses(run)[-1][0] == 6
+    assert not (run / "model").exists() and not (run / "results.json").exists()  # a stopped run is no result
+
+    resumed = cli(["--out", run, *common, "--resume"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert losses(run) == losses(tmp_path / "ref")  # bitwise
+    assert (run / "model" / "model.safetensors").read_bytes() == (
+        tmp_path / "ref" / "model" / "model.safetensors"
+    ).read_bytes()
 
 
 def test_two_process_ddp_matches_one_process(tmp_path, data_dir):

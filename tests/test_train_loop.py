@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import threading
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from bertkit.train import (
     param_groups,
     warmup_steps_of_ratio,
 )
+from bertkit.train.stop import StopSignals, TrainingStopped
 
 
 class ToyData:
@@ -359,3 +362,72 @@ def test_a_new_run_into_a_checkpointed_dir_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="--resume"):  # the CLI prints it and exits 2
         make_trainer(tmp_path, steps=4, checkpoint_every=2).fit()
     assert make_trainer(tmp_path, steps=4, checkpoint_every=2).fit(resume=True)["steps"] == 4
+
+
+def test_a_stop_signal_checkpoints_the_step_in_progress_and_resume_is_bitwise(tmp_path):
+    """SIGTERM mid-run (a reclaimed spot machine, a scheduler's limit): the step in progress finishes, a
+    checkpoint of it is written between the periodic ones, and fit raises TrainingStopped, which an
+    ``except Exception`` does not swallow; resuming equals the uninterrupted run."""
+    full = make_trainer(tmp_path / "full", steps=12, grad_accum=2)
+    full.fit()
+
+    def terminate_after_step_7(rec):
+        if rec["step"] == 7:
+            signal.raise_signal(signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    stopped = make_trainer(
+        tmp_path / "cut", steps=12, grad_accum=2, checkpoint_every=5, callbacks=[terminate_after_step_7]
+    )
+    with pytest.raises(TrainingStopped) as info:
+        try:
+            stopped.fit()
+        except Exception:  # noqa: BLE001 - what a job runner around many runs does
+            pytest.fail("TrainingStopped was caught as an Exception")
+    cut = tmp_path / "cut" / "checkpoints"
+    assert (info.value.step, info.value.exit_status, info.value.checkpoint) == (
+        7,
+        143,
+        cut / "step-00000007.pt",
+    )
+    assert "stopped by SIGTERM after step 7" in str(info.value)
+    assert [p.name for _, p in list_checkpoints(tmp_path / "cut")] == ["step-00000005.pt", "step-00000007.pt"]
+    assert signal.getsignal(signal.SIGTERM) is before  # the run's handler is gone with the run
+
+    again = make_trainer(tmp_path / "cut", steps=12, grad_accum=2, checkpoint_every=5, seed=99)  # other init
+    assert again.fit(resume=True)["resumed_from"].endswith("step-00000007.pt")
+    assert read_losses(tmp_path / "full" / "metrics.jsonl") == read_losses(tmp_path / "cut" / "metrics.jsonl")
+    for p, q in zip(full.model.parameters(), again.model.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.fixture
+def ctrl_c_interrupts():
+    """Python's own Ctrl-C handler, whatever this process inherited (a background job ignores SIGINT)."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
+def test_stop_signals_take_the_first_signal_and_leave_the_second_to_its_old_handler(ctrl_c_interrupts):
+    """Ctrl-C once asks for a stop; Ctrl-C again interrupts at once, as without bertkit. Outside the main
+    thread (where handlers cannot be set) and when disabled nothing changes."""
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stop:
+        assert signal.getsignal(signal.SIGINT) is not before[0]
+        signal.raise_signal(signal.SIGINT)
+        assert stop.requested == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)  # the first SIGTERM: recorded, the first request kept
+        assert stop.requested == signal.SIGINT
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+    with StopSignals(enabled=False) as off:
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert off.requested is None
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(StopSignals().__enter__().requested))
+    thread.start()
+    thread.join()
+    assert seen == [None] and (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before

@@ -186,9 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         where = f"{e.filename}: " if e.filename else ""
         return _fail(args.command, f"{where}{e.strerror or e}")
-    except KeyboardInterrupt:
-        print(f"bertkit {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # a training stopped by SIGTERM / SIGINT (bertkit.train.stop) says where
+        print(f"bertkit {args.command}: {e or 'interrupted'}", file=sys.stderr)  # its checkpoint is
+        return getattr(e, "exit_status", 130)
     if result is not None:
         try:
             print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -15,6 +15,7 @@ from bertkit.train.optim import (
     warmup_steps_of_ratio,
 )
 from bertkit.train.options import Checkpointing, Numerics, Parallel, Reporting, Schedule
+from bertkit.train.stop import StopSignals, TrainingStopped
 
 __all__ = [
     "Batches",
@@ -28,7 +29,9 @@ __all__ = [
     "Parallel",
     "Reporting",
     "Schedule",
+    "StopSignals",
     "Trainer",
+    "TrainingStopped",
     "build_optimizer",
     "latest_checkpoint",
     "linear_schedule",

@@ -43,6 +43,10 @@ Resume: ``fit(resume=True)`` loads the newest checkpoint, truncates ``metrics.js
 checkpointed step, and continues; on CPU with the same seed the losses are bitwise those of an
 uninterrupted run (the test kills a run with SIGKILL).
 
+Stop: while ``fit`` runs with checkpoints on, SIGTERM or SIGINT lets the step in progress finish, writes its
+checkpoint (every rank stops after the same step) and raises :class:`~bertkit.train.stop.TrainingStopped`, a
+``KeyboardInterrupt`` that says where the checkpoint is; a second signal acts as it would without the trainer.
+
 Non-finite loss: with ``Numerics(nonfinite="skip")`` (default) a step whose loss or gradient norm is not finite is
 skipped (no optimizer update; counted in ``nonfinite_steps``); after ``max_nonfinite`` consecutive ones,
 or at the first one with ``nonfinite="stop"``, :class:`NonFiniteLossError` explains what to try. The
@@ -66,6 +70,7 @@ import json
 import logging
 import math
 import os
+import signal
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -103,6 +108,7 @@ from bertkit.train.precision import (
     make_scaler,
     resume_precision,
 )
+from bertkit.train.stop import StopSignals, TrainingStopped
 from bertkit.train.window import LogWindow
 
 logger = logging.getLogger("bertkit")
@@ -111,6 +117,7 @@ __all__ = [
     "CheckpointsExistError",
     "NonFiniteLossError",
     "Trainer",
+    "TrainingStopped",
     "default_loss_fn",
     "default_tokens_fn",
     "to_device",
@@ -246,6 +253,7 @@ class Trainer:
         self.last_eval: dict | None = None
         self._tb = None
         self.is_main = self.rank == 0
+        self._saved: tuple[int, Path | None] | None = None  # the step and path of the newest checkpoint
 
     def choices(self) -> dict[str, str | None]:
         """The per-machine choices this run computes with: the fp32 GEMM backend (None while no fp32 GEMM
@@ -343,6 +351,7 @@ class Trainer:
             path = save_checkpoint(self.out_dir, self.step, state, keep_last=self.checkpointing.keep_last)
         if self.world_size > 1:
             dist.barrier()
+        self._saved = (self.step, path)
         return path
 
     # -- logging -------------------------------------------------------------------------------------------
@@ -420,63 +429,86 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = float("nan")
         stopped = None
+        signalled = None
         self._window.start_clock()  # set-up and loading are not training time
+        # SIGTERM / SIGINT: finish the step, checkpoint it, stop (bertkit.train.stop); only a run that
+        # checkpoints can be resumed, so only such a run catches them
+        signals = StopSignals(enabled=self.checkpoint_every > 0)
         try:
-            while self.step < self.max_steps:
-                drawn = self._forward_backward(data)
-                if drawn is None:
-                    stopped = "data exhausted"
-                    break
-                step_loss, metrics_step, pairs_step, tokens = drawn
-                if self.scaler is not None:
-                    self.scaler.unscale_(self.optimizer)
-                grad_norm = self._clip(params)
-                finite = all_ranks_ok(
-                    math.isfinite(step_loss) and math.isfinite(grad_norm), self.world_size, self.device
-                )
-                lr = self.optimizer.param_groups[0]["lr"]
-                if self.scaler is not None:
-                    # The scaler skips the update itself when the unscaled gradients hold inf/NaN, and lowers
-                    # its scale; it must see every step (or its next unscale_ refuses to run).
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
-                elif finite:
-                    self.optimizer.step()
-                if finite or (self.scaler is not None and math.isfinite(step_loss)):
-                    self._consecutive_bad = 0  # (a gradient overflow under fp16 is the scaler's business)
-                else:
-                    self._bad_step(step_loss, grad_norm, lr)
-                if self.scheduler is not None:
-                    with warnings.catch_warnings():  # a skipped step must not shift the schedule
-                        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
-                        self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.step += 1
-                if finite:
-                    mets_avg: dict = {k: v[0] / max(v[1], 1) for k, v in metrics_step.items()}
-                    mets_avg.update(pairs_step)
-                    self._window.add(step_loss, mets_avg, tokens)
-                if self.step % self.log_every == 0 or self.step == self.max_steps:
-                    rec = self._flush_window(lr, grad_norm)
-                    self.last_record = rec
-                    self._write("metrics.jsonl", rec)
-                    self._tb_log("train", rec)
-                    for cb in self.callbacks:
-                        cb(rec)
+            with signals:
+                while self.step < self.max_steps:
+                    drawn = self._forward_backward(data)
+                    if drawn is None:
+                        stopped = "data exhausted"
+                        break
+                    step_loss, metrics_step, pairs_step, tokens = drawn
+                    if self.scaler is not None:
+                        self.scaler.unscale_(self.optimizer)
+                    grad_norm = self._clip(params)
+                    finite = all_ranks_ok(
+                        math.isfinite(step_loss) and math.isfinite(grad_norm), self.world_size, self.device
+                    )
+                    lr = self.optimizer.param_groups[0]["lr"]
+                    if self.scaler is not None:
+                        # The scaler skips the update itself when the unscaled gradients hold inf/NaN, and lowers
+                        # its scale; it must see every step (or its next unscale_ refuses to run).
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                    elif finite:
+                        self.optimizer.step()
+                    if finite or (self.scaler is not None and math.isfinite(step_loss)):
+                        self._consecutive_bad = 0  # (a gradient overflow under fp16 is the scaler's business)
+                    else:
+                        self._bad_step(step_loss, grad_norm, lr)
+                    if self.scheduler is not None:
+                        with warnings.catch_warnings():  # a skipped step must not shift the schedule
+                            warnings.filterwarnings(
+                                "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                            )
+                            self.scheduler.step()
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.step += 1
+                    if finite:
+                        mets_avg: dict = {k: v[0] / max(v[1], 1) for k, v in metrics_step.items()}
+                        mets_avg.update(pairs_step)
+                        self._window.add(step_loss, mets_avg, tokens)
+                    if self.step % self.log_every == 0 or self.step == self.max_steps:
+                        rec = self._flush_window(lr, grad_norm)
+                        self.last_record = rec
+                        self._write("metrics.jsonl", rec)
+                        self._tb_log("train", rec)
+                        for cb in self.callbacks:
+                            cb(rec)
+                        if bar is not None:
+                            post = {"loss": f"{rec['loss']:.4f}"}
+                            if rec.get("tokens_per_s"):
+                                post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
+                            bar.set_postfix(post, refresh=False)
                     if bar is not None:
-                        post = {"loss": f"{rec['loss']:.4f}"}
-                        if rec.get("tokens_per_s"):
-                            post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
-                        bar.set_postfix(post, refresh=False)
-                if bar is not None:
-                    bar.update(1)
-                if self.eval_every and self.step % self.eval_every == 0 and self.step != self.max_steps:
-                    self.evaluate()
-                if self.checkpoint_every and self.step % self.checkpoint_every == 0:
-                    self.save()
+                        bar.update(1)
+                    if self.eval_every and self.step % self.eval_every == 0 and self.step != self.max_steps:
+                        self.evaluate()
+                    if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+                        self.save()
+                    # every rank stops after the same step, whichever received the signal; a signal in the
+                    # last step lets the run finish, which is all a resume would do
+                    done = self.step >= self.max_steps
+                    if (
+                        signals.enabled
+                        and not done
+                        and not all_ranks_ok(signals.requested is None, self.world_size, self.device)
+                    ):
+                        signalled = signals.requested or signal.SIGTERM
+                        break
         finally:
             if bar is not None:
                 bar.close()
+        if signalled is not None:
+            if self._saved is None or self._saved[0] != self.step:
+                self.save()
+            if self._tb is not None:
+                self._tb.close()
+            raise TrainingStopped(signalled, self.step, self._saved[1] if self._saved else None)
         trained = self.step > first_step
         if (
             trained
