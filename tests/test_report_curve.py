@@ -75,3 +75,29 @@ def test_the_random_init_starts_the_chain_and_one_schedule_models_stand_beside_i
 def test_an_unknown_curve_key_is_one_line_naming_it():
     with pytest.raises(UserError, match=r"\[curve\]: unknown key\(s\) strat"):
         curve_points(_results(), {"models": ["a"], "tasks": ["SST-2"], "strat": "random"})
+
+
+def test_the_published_anchors_are_named_in_the_legend_with_their_lines(tmp_path, monkeypatch):
+    """Each anchor is a dashed line named in its panel's legend (text beside the line ran into the points'
+    labels), the higher anchor first; a panel without anchors or one-schedule points still has its legend."""
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda fig, *a, **k: drawn.append(fig))
+    res = {**_results(), "finetune/a/STS-B/seed1": {"primary": 40.0}}
+    spec = {"models": ["a", "b"], "tasks": ["SST-2", "STS-B"],
+            "anchors": {"SST-2": {"Tiny": 83.2, "Mini": 85.9}}}  # fmt: skip
+    quality_curve(SimpleNamespace(raw={"curve": spec}), res, tmp_path / "page.md")
+    sst2, stsb = drawn[0].axes
+    assert [t.get_text() for t in sst2.get_legend().get_texts()] == [
+        "Mini: 85.9",
+        "Tiny: 83.2",
+        "bertkit chain",
+    ]
+    assert sorted(
+        line.get_ydata()[0] for line in sst2.get_lines() if line.get_label().startswith(("Mini", "Tiny"))
+    ) == [83.2, 85.9]
+    assert [t.get_text() for t in stsb.get_legend().get_texts()] == ["bertkit chain"]
+    assert all(
+        "Tiny" not in t.get_text() for ax in (sst2, stsb) for t in ax.texts
+    )  # no text beside the lines

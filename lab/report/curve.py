@@ -16,6 +16,7 @@ its learning rate afresh.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -101,22 +102,22 @@ def _plot(points: dict[str, list], anchors: dict[str, dict[str, float]], path: P
             xs = [p[1] for p in chain]
             ys = [p[2][0] for p in chain]
             ax.errorbar(xs, ys, yerr=[p[2][1] for p in chain], marker="o", capsize=3, label="bertkit chain")
-            for x, y in zip(xs, ys):
-                ax.annotate(
-                    f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8
-                )
+            # neighbouring points (the random init, the first link) often score alike: their labels alternate
+            # above the line and below it to the right
+            for i, (x, y) in enumerate(zip(xs, ys)):
+                ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(5, -12) if i % 2 else (0, 6),
+                            ha="left" if i % 2 else "center", fontsize=8)  # fmt: skip
         for i, (model, x, (y, std), _) in enumerate(p for p in points[task] if p[3] == "one schedule"):
             ax.errorbar([x], [y], yerr=[std], marker="s", ls="none", capsize=3, color=f"C{i + 1}",
                         label=f"{model} (one schedule)")  # fmt: skip
             ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(8, -3), fontsize=8)
-        if any(p[3] == "one schedule" for p in points[task]):
+        # the published anchors are named in the legend, not beside their lines, where the points' own labels
+        # would run into them
+        task_anchors = sorted((anchors.get(task) or {}).items(), key=lambda kv: -kv[1])
+        for (label, value), style in zip(task_anchors, itertools.cycle(("--", ":", "-."))):
+            ax.axhline(value, ls=style, lw=1, color="grey", label=f"{label}: {value}")
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="lower right")
-        # anchors close together (BERT-Tiny's and BERT-Mini's STS-B) label one line above it, the next below
-        for i, (label, value) in enumerate(sorted((anchors.get(task) or {}).items(), key=lambda kv: kv[1])):
-            ax.axhline(value, ls="--", lw=1, color="grey")
-            ax.annotate(f"{label}: {value}", (0, value), xycoords=("axes fraction", "data"), fontsize=8,
-                        xytext=(4, 3 if i % 2 else -3), textcoords="offset points",
-                        va="bottom" if i % 2 else "top")  # fmt: skip
         ax.set_xlim(left=-0.04 * ax.get_xlim()[1])  # from no pre-training at all, its point drawn whole
         ax.set_xlabel("pre-training CPU-hours")
         ax.set_title(task)
