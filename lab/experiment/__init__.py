@@ -21,8 +21,10 @@ skipped, unless the config has changed what it computes since: each result recor
 cell's settings and its inputs' (``settings``; paths relative to the data root, so machines and checkouts
 agree), and a changed cell stops the run with an error until ``--rerun-changed`` runs it and everything
 downstream again (old result files move to ``RESULTS/replaced/``). A killed pre-training cell resumes from
-its newest checkpoint (the Trainer resumes bitwise on CPU); a killed fine-tuning cell (minutes) starts again. Run outputs (models, logs) go to ``--out`` (default
-``runs/<name>``). When a pending cell needs the model of a finished cell that is absent from ``--out`` (a
+its newest checkpoint (the Trainer resumes bitwise on CPU), and so does a fine-tuning cell (every
+``CHECKPOINT_EVERY`` steps of :mod:`lab.experiment.finetune_cells`) whose settings and starting weights are
+unchanged; its result counts the seconds of every sitting. SIGTERM or Ctrl-C stops a runner after
+checkpointing the step in progress. Run outputs (models, logs) go to ``--out`` (default ``runs/<name>``). When a pending cell needs the model of a finished cell that is absent from ``--out`` (a
 fresh machine), that cell is run again to rebuild it; its committed result file is kept.
 
 Paths in the config resolve against the config file's directory; ``data_root`` (default

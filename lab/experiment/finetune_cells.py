@@ -13,9 +13,16 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import UserError
+from bertkit.io import atomic_write
+from lab.experiment.cpu_ledger import CpuLedger
 from lab.experiment.grid import settle_rate
 from lab.experiment.matrix import Matrix
 from lab.experiment.paths import data_root, model_dir_for, model_shape, root_model
+from lab.experiment.results import portable
+
+# optimizer steps between a fine-tuning cell's checkpoints: a cell stopped by SIGTERM checkpoints at once, one
+# killed outright (a session's end) at the last of these; either resumes there in its next sitting
+CHECKPOINT_EVERY = 250
 
 
 def run_finetune(matrix, cell, out, done, progress) -> dict:
@@ -37,24 +44,14 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
                 "predictions_sha256")  # fmt: skip
         return {**common, **{k: r[k] for k in keep if k in r}, "from_cell": rate["from_cell"]}
     work = out / cell.name
-    shutil.rmtree(work, ignore_errors=True)  # a killed fine-tuning run starts again (minutes)
+    resume = resume_or_start(work, run_identity(matrix, cell, lr, model_dir))
     torch.manual_seed(spec["seed"])
     kind = t["kind"]
-    if kind == "squad":
-        r = _squad(matrix, t, model_dir, work, lr, spec["seed"], progress)
-        primary = r["metrics"]["f1"]
-    else:
-        from bertkit.tasks.finetune import finetune
-        from bertkit.tasks.spec import Settings
-
-        task = _task_data(matrix, t)
-        s = Settings(epochs=float(t.get("epochs", 3)), batch_size=int(t.get("batch_size", 32)), lr=lr,
-                     max_seq_length=int(t.get("max_seq_length", 128)), seed=int(spec["seed"]),
-                     warmup_ratio=float(t.get("warmup_ratio", 0.1)), max_train_examples=t.get("max_train_examples"),
-                     eval_batch_size=int(t.get("eval_batch_size", 128)), progress=progress,
-                     freeze_encoder=bool(t.get("freeze_encoder", False)))  # fmt: skip
-        r = finetune(task, model_dir, work, s)
-        primary = 100 * r["metrics"][task.main_metric]
+    with CpuLedger(work / "cpu.json") as ledger:
+        r, primary = _train(matrix, t, model_dir, work, lr, int(spec["seed"]), progress, resume)
+    common["cpu_s"], common["wall_s"] = ledger.totals()  # every sitting's, not only this one's
+    if ledger.sittings > 1:
+        common["sittings"] = ledger.sittings
     metrics = {k: (round(100 * v, 2) if kind != "squad" and isinstance(v, float) else v)
                for k, v in r["metrics"].items() if not isinstance(v, dict)}  # fmt: skip
     result = {**common, "primary": round(primary, 2), "metrics": metrics, "examples": r.get("examples"),
@@ -71,6 +68,52 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
             }
     shutil.rmtree(work, ignore_errors=True)  # scores kept in the result; the fine-tuned weights are not
     return result
+
+
+def run_identity(matrix: Matrix, cell, lr: float, model_dir: Path) -> str:
+    """What a fine-tuning run computes from: the cell's settings (portable across checkouts), the rate it
+    settled on and the weights it starts from (a rebuilt model is another start)."""
+    weights = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                weights.update(block)
+    identity = {"cell": portable(cell.spec, [matrix.base]), "lr": lr, "weights_sha256": weights.hexdigest()}
+    return json.dumps(identity, sort_keys=True, default=str)
+
+
+def resume_or_start(work: Path, identity: str) -> bool:
+    """Whether the fine-tuning run in ``work`` continues where an earlier sitting stopped: it has a checkpoint
+    and the same :func:`run_identity`. Otherwise ``work`` is emptied and marked with ``identity``."""
+    marker = work / "run.json"
+    if marker.is_file() and marker.read_text(encoding="utf-8") == identity and any(work.rglob("step-*.pt")):
+        return True
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with atomic_write(marker, "w") as f:
+        f.write(identity)
+    return False
+
+
+def _train(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, progress: bool,
+           resume: bool) -> tuple[dict, float]:  # fmt: skip
+    """Fine-tune (checkpointing every :data:`CHECKPOINT_EVERY` steps; ``resume``: from the newest checkpoint
+    under ``work``); the run's summary and its primary score."""
+    if t["kind"] == "squad":
+        r = _squad(matrix, t, model_dir, work, lr, seed, progress, resume)
+        return r, r["metrics"]["f1"]
+    from bertkit.tasks.finetune import finetune
+    from bertkit.tasks.spec import Settings
+
+    task = _task_data(matrix, t)
+    s = Settings(epochs=float(t.get("epochs", 3)), batch_size=int(t.get("batch_size", 32)), lr=lr,
+                 max_seq_length=int(t.get("max_seq_length", 128)), seed=seed,
+                 checkpoint_every=CHECKPOINT_EVERY, resume=resume,
+                 warmup_ratio=float(t.get("warmup_ratio", 0.1)), max_train_examples=t.get("max_train_examples"),
+                 eval_batch_size=int(t.get("eval_batch_size", 128)), progress=progress,
+                 freeze_encoder=bool(t.get("freeze_encoder", False)))  # fmt: skip
+    r = finetune(task, model_dir, work, s)
+    return r, 100 * r["metrics"][task.main_metric]
 
 
 def predictions_digest(work: Path, kind: str) -> str | None:
@@ -141,7 +184,8 @@ def squad_train_part(matrix: Matrix, t: dict) -> dict:
     return split_articles(load_squad_json(file), dev_articles, train_articles)[0]
 
 
-def _squad(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, progress: bool) -> dict:
+def _squad(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, progress: bool,
+           resume: bool) -> dict:  # fmt: skip
     from bertkit.tasks.squad_train import run
 
     _, file, dev_articles, train_articles = train_source(matrix, t)
@@ -152,7 +196,7 @@ def _squad(matrix, t: dict, model_dir: Path, work: Path, lr: float, seed: int, p
         lr=lr, max_seq_length=int(t.get("max_seq_length", 256)), seed=int(seed), doc_stride=int(t.get("doc_stride", 128)),
         max_query_length=int(t.get("max_query_length", 64)), n_best_size=20, max_answer_length=30, null_score_diff_threshold=0.0,
         eval_batch_size=int(t.get("eval_batch_size", 64)), warmup_ratio=float(t.get("warmup_ratio", 0.1)),
-        quiet=not progress, checkpoint_every=0, resume=False, precision="fp32", weight_decay=0.01,
+        quiet=not progress, checkpoint_every=CHECKPOINT_EVERY, resume=resume, precision="fp32", weight_decay=0.01,
     )  # fmt: skip
     return run(args)
 
