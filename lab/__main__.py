@@ -87,9 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"{PROG} {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # a pre-training stopped by a signal says where its checkpoint is
-        print(f"{PROG} {args.command}: {e or 'interrupted'}", file=sys.stderr)
-        return getattr(e, "exit_status", 130)
+    except KeyboardInterrupt as e:  # a cell's training stopped by a signal says where its checkpoint is
+        if hasattr(e, "exit_status"):
+            print(f"{PROG} {args.command}: {e}; run the same command to continue", file=sys.stderr)
+            return e.exit_status
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
     print(json.dumps(result, indent=2, ensure_ascii=False))
     # a matrix whose cells failed did not succeed: a script or scheduler must see it (the summary says which)
     return 1 if args.command == "experiment" and result.get("failed") else 0

@@ -163,6 +163,33 @@ def test_the_cli_exits_1_when_a_cell_failed_and_still_prints_its_summary(tmp_pat
     assert _printed_summary(capsys.readouterr().out)["ran"] == ["finetune/a+bilstm/SST-2/seed2"]
 
 
+def test_a_cell_stopped_by_a_signal_stops_the_runner_and_says_where_it_resumes(tmp_path, monkeypatch, capsys):
+    """SIGTERM during a cell's training (bertkit.train.stop): the runner does not take it for a failed cell
+    and go on to the next one; it releases the cell's lock, says where the checkpoint is and exits 143."""
+    import signal
+
+    from bertkit.train.stop import TrainingStopped
+    from lab.experiment import cells as experiment_cells
+
+    def stopped_at(matrix, cell, out, done, info, progress=True) -> dict:
+        if cell.name == "pretrain/a":
+            raise TrainingStopped(signal.SIGTERM, 7, out / "pretrain/a/checkpoints/step-00000007.pt")
+        return _scores_fifty(matrix, cell, out, done, info, progress)
+
+    monkeypatch.setattr(experiment_cells, "run_cell", stopped_at)
+    cfg, out, res = _write(tmp_path, MINIMAL), tmp_path / "out", tmp_path / "res"
+    assert lab_main(["experiment", str(cfg), "--out", str(out), "--results", str(res), "--quiet"]) == 143
+    checkpoint = out / "pretrain/a/checkpoints/step-00000007.pt"
+    assert (
+        f"python -m lab experiment: stopped by SIGTERM after step 7; its checkpoint is {checkpoint}; run the same "
+        "command to continue" in capsys.readouterr().err
+    )
+    assert (out / "locks").is_dir() and not any((out / "locks").glob("*.lock"))  # free for the next sitting
+    assert not (res / "pretrain__a.json").exists() and not any(
+        res.glob("finetune__*")
+    )  # nothing ran after it
+
+
 def _failing_at(name: str):
     """A fake ``run_cell`` that fails the cell ``name`` and scores every other one as :func:`_scores_fifty`."""
 

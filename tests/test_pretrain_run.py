@@ -182,7 +182,10 @@ def test_sigterm_checkpoints_the_step_it_finished_and_resume_is_bitwise(tmp_path
                        env=env1(), capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 128 + signal.SIGTERM, p.stderr[-3000:]
     checkpoint = run / "checkpoints" / "step-00000006.pt"
-    assert f"bertkit pretrain: stopped by SIGTERM after step 6; its checkpoint is {checkpoint};" in p.stderr
+    assert (
+        f"bertkit pretrain: stopped by SIGTERM after step 6; its checkpoint is {checkpoint}; run the same command "
+        "with --resume to continue" in p.stderr
+    )
     assert sorted(x.name for x in (run / "checkpoints").iterdir()) == ["step-00000004.pt", checkpoint.name]
     assert losses(run)[-1][0] == 6
     assert not (run / "model").exists() and not (run / "results.json").exists()  # a stopped run is no result

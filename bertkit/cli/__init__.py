@@ -187,8 +187,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         return _fail(args.command, f"{where}{e.strerror or e}")
     except KeyboardInterrupt as e:  # a training stopped by SIGTERM / SIGINT (bertkit.train.stop) says where
-        print(f"bertkit {args.command}: {e or 'interrupted'}", file=sys.stderr)  # its checkpoint is
-        return getattr(e, "exit_status", 130)
+        if hasattr(e, "exit_status"):  # its checkpoint is, and how to go on from it
+            print(
+                f"bertkit {args.command}: {e}; run the same command with --resume to continue",
+                file=sys.stderr,
+            )
+            return e.exit_status
+        print(f"bertkit {args.command}: interrupted", file=sys.stderr)
+        return 130
     if result is not None:
         try:
             print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -30,10 +30,7 @@ class TrainingStopped(KeyboardInterrupt):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
         self.exit_status = 128 + signum
         where = f"its checkpoint is {checkpoint}" if checkpoint else "rank 0 wrote its checkpoint"
-        super().__init__(
-            f"stopped by {signal.Signals(signum).name} after step {step}; {where}; run the same command with "
-            "--resume (fit(resume=True)) to continue"
-        )
+        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; {where}")
 
 
 class StopSignals:
