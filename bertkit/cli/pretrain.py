@@ -103,7 +103,9 @@ def register(subparsers) -> None:
     p.add_argument("--whole-word-mask", action="store_true", default=None)
     p.add_argument("--seed", type=int)
     p.add_argument("--log-every", type=A.positive_int)
-    p.add_argument("--checkpoint-every", type=A.non_negative_int)
+    p.add_argument("--checkpoint-every", type=A.non_negative_int,
+                   help="steps between checkpoints (default 200; 0: none); with checkpoints, SIGTERM or Ctrl-C "
+                   "checkpoints the step in progress and stops, and --resume continues from it")  # fmt: skip
     p.add_argument("--keep-last", type=A.non_negative_int)
     p.add_argument("--eval-every", type=A.non_negative_int)
     p.add_argument("--eval-batches", type=A.non_negative_int)

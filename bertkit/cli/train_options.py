@@ -17,7 +17,8 @@ def add_trainer_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="write a resumable checkpoint every N steps under OUT/checkpoints (with --restarts/--search: "
-        "OUT/runs/RUN/checkpoints; default 0: none)",
+        "OUT/runs/RUN/checkpoints; default 0: none); with checkpoints, SIGTERM or Ctrl-C checkpoints the step in "
+        "progress and stops",
     )
     p.add_argument(
         "--resume",
