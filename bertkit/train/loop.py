@@ -427,7 +427,6 @@ class Trainer:
         data = iter(self.train_batches) if not hasattr(self.train_batches, "__next__") else self.train_batches
         self.wrapped.train()
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = float("nan")
         stopped = None
         signalled = None
         self._window.start_clock()  # set-up and loading are not training time
@@ -441,64 +440,9 @@ class Trainer:
                     if drawn is None:
                         stopped = "data exhausted"
                         break
-                    step_loss, metrics_step, pairs_step, tokens = drawn
-                    if self.scaler is not None:
-                        self.scaler.unscale_(self.optimizer)
-                    grad_norm = self._clip(params)
-                    finite = all_ranks_ok(
-                        math.isfinite(step_loss) and math.isfinite(grad_norm), self.world_size, self.device
-                    )
-                    lr = self.optimizer.param_groups[0]["lr"]
-                    if self.scaler is not None:
-                        # The scaler skips the update itself when the unscaled gradients hold inf/NaN, and lowers
-                        # its scale; it must see every step (or its next unscale_ refuses to run).
-                        self.scaler.step(self.optimizer)
-                        self.scaler.update()
-                    elif finite:
-                        self.optimizer.step()
-                    if finite or (self.scaler is not None and math.isfinite(step_loss)):
-                        self._consecutive_bad = 0  # (a gradient overflow under fp16 is the scaler's business)
-                    else:
-                        self._bad_step(step_loss, grad_norm, lr)
-                    if self.scheduler is not None:
-                        with warnings.catch_warnings():  # a skipped step must not shift the schedule
-                            warnings.filterwarnings(
-                                "ignore", "Detected call of `lr_scheduler.step", UserWarning
-                            )
-                            self.scheduler.step()
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.step += 1
-                    if finite:
-                        mets_avg: dict = {k: v[0] / max(v[1], 1) for k, v in metrics_step.items()}
-                        mets_avg.update(pairs_step)
-                        self._window.add(step_loss, mets_avg, tokens)
-                    if self.step % self.log_every == 0 or self.step == self.max_steps:
-                        rec = self._flush_window(lr, grad_norm)
-                        self.last_record = rec
-                        self._write("metrics.jsonl", rec)
-                        self._tb_log("train", rec)
-                        for cb in self.callbacks:
-                            cb(rec)
-                        if bar is not None:
-                            post = {"loss": f"{rec['loss']:.4f}"}
-                            if rec.get("tokens_per_s"):
-                                post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
-                            bar.set_postfix(post, refresh=False)
-                    if bar is not None:
-                        bar.update(1)
-                    if self.eval_every and self.step % self.eval_every == 0 and self.step != self.max_steps:
-                        self.evaluate()
-                    if self.checkpoint_every and self.step % self.checkpoint_every == 0:
-                        self.save()
-                    # every rank stops after the same step, whichever received the signal; a signal in the
-                    # last step lets the run finish, which is all a resume would do
-                    done = self.step >= self.max_steps
-                    if (
-                        signals.enabled
-                        and not done
-                        and not all_ranks_ok(signals.requested is None, self.world_size, self.device)
-                    ):
-                        signalled = signals.requested or signal.SIGTERM
+                    self._update(drawn, params, bar)
+                    signalled = self._agreed_stop(signals)
+                    if signalled is not None:
                         break
         finally:
             if bar is not None:
@@ -542,6 +486,67 @@ class Trainer:
             "curves_png": str(png) if png else None,
             "out_dir": str(self.out_dir),
         }
+
+    def _update(self, drawn: tuple[float, dict, dict, int], params: list[torch.Tensor], bar: Any) -> None:
+        """One optimizer step from the gradients :meth:`_forward_backward` left (``drawn``: its summary),
+        then this step's log record, evaluation and checkpoint as they fall due."""
+        step_loss, metrics_step, pairs_step, tokens = drawn
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = self._clip(params)
+        finite = all_ranks_ok(
+            math.isfinite(step_loss) and math.isfinite(grad_norm), self.world_size, self.device
+        )
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.scaler is not None:
+            # The scaler skips the update itself when the unscaled gradients hold inf/NaN, and lowers
+            # its scale; it must see every step (or its next unscale_ refuses to run).
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        elif finite:
+            self.optimizer.step()
+        if finite or (self.scaler is not None and math.isfinite(step_loss)):
+            self._consecutive_bad = 0  # (a gradient overflow under fp16 is the scaler's business)
+        else:
+            self._bad_step(step_loss, grad_norm, lr)
+        if self.scheduler is not None:
+            with warnings.catch_warnings():  # a skipped step must not shift the schedule
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+                self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        if finite:
+            mets_avg: dict = {k: v[0] / max(v[1], 1) for k, v in metrics_step.items()}
+            mets_avg.update(pairs_step)
+            self._window.add(step_loss, mets_avg, tokens)
+        if self.step % self.log_every == 0 or self.step == self.max_steps:
+            rec = self._flush_window(lr, grad_norm)
+            self.last_record = rec
+            self._write("metrics.jsonl", rec)
+            self._tb_log("train", rec)
+            for cb in self.callbacks:
+                cb(rec)
+            if bar is not None:
+                post = {"loss": f"{rec['loss']:.4f}"}
+                if rec.get("tokens_per_s"):
+                    post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
+                bar.set_postfix(post, refresh=False)
+        if bar is not None:
+            bar.update(1)
+        if self.eval_every and self.step % self.eval_every == 0 and self.step != self.max_steps:
+            self.evaluate()
+        if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+            self.save()
+
+    def _agreed_stop(self, signals: StopSignals) -> int | None:
+        """The stop signal every rank acts on after this step, or None. One all-reduce, so a request that
+        reached one rank stops all after the same step; one in the last step lets the run finish, which is
+        all a resume would do."""
+        if not signals.enabled or self.step >= self.max_steps:
+            return None
+        if all_ranks_ok(signals.requested is None, self.world_size, self.device):
+            return None
+        return signals.requested or signal.SIGTERM
 
     def _begin(self, resume: bool) -> str | None:
         """Restore the newest checkpoint (``resume``) or start afresh; returns the checkpoint resumed from."""
