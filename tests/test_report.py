@@ -988,6 +988,40 @@ def test_budget_line_sets_each_stage_against_the_budget(tmp_path):
     assert "cells not yet run" in line
 
 
+def test_a_budgeted_report_says_where_the_cpu_hours_went_model_by_model(tmp_path):
+    """With ``budget_cpu_hours``, a table splits the CPU-hours by model (pre-training, fine-tuning; diagnostic
+    models marked), the shared data cells and the rebuilds, whose cost only their records hold."""
+    cfg, res = _fixture(tmp_path)
+    _extend(
+        cfg,
+        '[[model]]\nname = "wide"\nobjective = "mlm"\n',
+        top='diagnostics = ["wide"]\nbudget_cpu_hours = 1.5',
+    )
+    for i, (cell, s) in enumerate([("pretrain/wide", 3600.0), ("finetune/wide/SST-2/seed1", 1800.0),
+                                   ("vocab", 720.0), ("prepare", 1080.0)]):  # fmt: skip
+        (res / f"w{i}.json").write_text(json.dumps({"cell": cell, "kind": cell.split("/")[0], "cpu_s": s}))
+    (res / "rebuilt").mkdir()
+    for i, rebuilt in enumerate([{"train_cpu_s": 5400.0, "cpu_s": 60.0}, {}]):  # the second: an older record
+        record = {"cell": "pretrain/wide", "compared": ["primary"], "kept": {"primary": 1.0, "threads": 1, "cpu": "c", "commit": "w"},
+                  "rebuilt": {"primary": 1.0, "threads": 1, "cpu": "c", "commit": "x", "finished": f"2026-01-0{i + 1}T00:00:00Z", **rebuilt}}  # fmt: skip
+        (res / "rebuilt" / f"pretrain__wide__{i}.json").write_text(json.dumps(record))
+    text = _render(cfg, res)
+    table = text[text.index("| where the CPU-hours went |") :].split("\n\n")[0].splitlines()
+    assert "| `wide` (diagnostic) | 1.00 | 0.50 | 1.50 |" in table
+    fine = 10 * len(SCORES[("mlm+nsp-mini", "SST-2")]) + 10 * len(SCORES[("mlm+nsp-mini", "SQuAD-v1.1")])
+    row = next(x for x in table if x.startswith("| `mlm+nsp-mini` |"))
+    assert row.startswith(f"| `mlm+nsp-mini` | {120 / 3600:.2f} | {fine / 3600:.2f} |"), row
+    assert "| vocabulary and shards | 0.50 | | 0.50 |" in table
+    assert (
+        "| rebuilds on another machine (1 older record(s) without their cost not summed) | | | 1.50 |"
+        in table
+    )
+    every = sum(
+        json.loads(p.read_text()).get("cpu_s", 0) for p in res.glob("*.json")
+    )  # no reused seed cells here
+    assert table[-1] == f"| all | | | {(every + 5400) / 3600:.2f} |"
+
+
 @pytest.mark.parametrize("value", ["0", "-1", '"six"', "true"])
 def test_budget_must_be_a_positive_number(tmp_path, value):
     from lab.experiment import load_matrix

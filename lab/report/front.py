@@ -69,7 +69,40 @@ def provenance(matrix: Matrix, results: dict[str, dict], config_arg: str, folder
         *mixed_build_lines(matrix, results, rebuilds),
         f"- seeds: {_seeds_line(matrix)} (mean ± sample std over seeds; a single seed shows its score alone)",
         "",
+        *(cpu_by_model(matrix, results, rebuilds) if budget else []),
     ]
+
+
+def cpu_by_model(matrix: Matrix, results: dict[str, dict], rebuilds: list[dict]) -> list[str]:
+    """Where a budgeted matrix's CPU-hours went: a table of each model's pre-training and fine-tuning (every
+    task, Table 7 too; diagnostic models marked), the shared data cells, and the rebuilds, whose cost the
+    kept result files do not hold (records written before their cost was kept are counted, not summed)."""
+    extra = diagnostic_models(matrix)
+    rows: dict[str, list[float]] = {}  # model -> [pre-training, fine-tuning]
+    data = 0.0
+    for cell, r in results.items():
+        kind, model = cell.split("/")[0], _model_of(cell)
+        if not model:  # vocab, prepare: what every model reads
+            data += _cpu_s(r)
+            continue
+        rows.setdefault(model, [0.0, 0.0])[kind in ("finetune", "features")] += _cpu_s(r)
+    order = [m["name"] for m in matrix.raw["model"]]
+    lines = ["| where the CPU-hours went | pre-training | fine-tuning | total |", "| --- | --- | --- | --- |"]
+    for model in sorted(rows, key=lambda m: order.index(m) if m in order else len(order)):
+        pre, fine = (x / 3600 for x in rows[model])
+        name = f"`{model}`" + (" (diagnostic)" if model in extra else "")
+        lines.append(f"| {name} | {pre:.2f} | {fine:.2f} | {pre + fine:.2f} |")
+    lines.append(f"| vocabulary and shards | {data / 3600:.2f} | | {data / 3600:.2f} |")
+    costs = [build_cpu_s(r["rebuilt"]) for r in rebuilds]
+    known = [c for c in costs if c is not None]
+    if rebuilds:
+        unknown = len(costs) - len(known)
+        note = f" ({unknown} older record(s) without their cost not summed)" if unknown else ""
+        lines.append(
+            f"| rebuilds on another machine{note} | | | {f'{sum(known) / 3600:.2f}' if known else '—'} |"
+        )
+    total = sum(sum(v) for v in rows.values()) + data + sum(known)
+    return [*lines, f"| all | | | {total / 3600:.2f} |", ""]
 
 
 def core_speed_text(results: dict[str, dict]) -> str:
