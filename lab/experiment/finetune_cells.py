@@ -74,7 +74,7 @@ def run_identity(matrix: Matrix, cell, lr: float, model_dir: Path) -> str:
     """What a fine-tuning run computes from: the cell's settings (portable across checkouts), the rate it
     settled on and the weights it starts from (a rebuilt model is another start)."""
     weights = hashlib.sha256()
-    for path in sorted(model_dir.glob("*.safetensors")):
+    for path in sorted([*model_dir.glob("*.safetensors"), *model_dir.glob("*.bin")]):
         with path.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 weights.update(block)
