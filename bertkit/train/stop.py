@@ -46,7 +46,9 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if self.enabled and threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._receive) for s in STOP_SIGNALS}
+            # None: a handler set outside Python (an embedding program's); the default is what it can get back
+            previous = {s: signal.signal(s, self._receive) for s in STOP_SIGNALS}
+            self._previous = {s: signal.SIG_DFL if h is None else h for s, h in previous.items()}
         return self
 
     def _receive(self, signum: int, frame: FrameType | None) -> None:
