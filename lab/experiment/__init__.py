@@ -15,7 +15,7 @@ A matrix (``experiments/*.toml``) names a corpus, models and tasks; it expands i
     features/<name>/<variant>/seed<s>       the feature-based approach (paper Table 7)
 
 Each finished cell writes one small JSON file ``RESULTS/<cell with / -> __>.json`` (scores, seed, tokens seen,
-wall and CPU time, commit, torch, CPU model; see DESIGN.md "Wave 2 additions"), by default into
+wall and CPU time, commit, torch, CPU model; the schema is in ``lab/notes/CONTRACT-internal.md``), by default into
 ``results/<matrix name>/`` beside the config file, which is committed. A cell whose result file exists is
 skipped, unless the config has changed what it computes since: each result records a fingerprint of the
 cell's settings and its inputs' (``settings``; paths relative to the data root, so machines and checkouts
