@@ -117,7 +117,6 @@ __all__ = [
     "CheckpointsExistError",
     "NonFiniteLossError",
     "Trainer",
-    "TrainingStopped",
     "default_loss_fn",
     "default_tokens_fn",
     "to_device",
