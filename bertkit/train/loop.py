@@ -252,7 +252,6 @@ class Trainer:
         self.last_eval: dict | None = None
         self._tb = None
         self.is_main = self.rank == 0
-        self._saved: tuple[int, Path | None] | None = None  # the step and path of the newest checkpoint
 
     def choices(self) -> dict[str, str | None]:
         """The per-machine choices this run computes with: the fp32 GEMM backend (None while no fp32 GEMM
@@ -350,7 +349,6 @@ class Trainer:
             path = save_checkpoint(self.out_dir, self.step, state, keep_last=self.checkpointing.keep_last)
         if self.world_size > 1:
             dist.barrier()
-        self._saved = (self.step, path)
         return path
 
     # -- logging -------------------------------------------------------------------------------------------
@@ -447,11 +445,12 @@ class Trainer:
             if bar is not None:
                 bar.close()
         if signalled is not None:
-            if self._saved is None or self._saved[0] != self.step:
+            if self.step % self.checkpoint_every:  # else this step's periodic checkpoint is written already
                 self.save()
             if self._tb is not None:
                 self._tb.close()
-            raise TrainingStopped(signalled, self.step, self._saved[1] if self._saved else None)
+            checkpoint = dict(list_checkpoints(self.out_dir)).get(self.step) if self.is_main else None
+            raise TrainingStopped(signalled, self.step, checkpoint)
         trained = self.step > first_step
         if (
             trained

@@ -73,12 +73,12 @@ def run_finetune(matrix, cell, out, done, progress) -> dict:
 def run_identity(matrix: Matrix, cell, lr: float, model_dir: Path) -> str:
     """What a fine-tuning run computes from: the cell's settings (portable across checkouts), the rate it
     settled on and the weights it starts from (a rebuilt model is another start)."""
-    weights = hashlib.sha256()
-    for path in sorted([*model_dir.glob("*.safetensors"), *model_dir.glob("*.bin")]):
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                weights.update(block)
-    identity = {"cell": portable(cell.spec, [matrix.base]), "lr": lr, "weights_sha256": weights.hexdigest()}
+    from bertkit.data.shard_build import sha256_file
+
+    weights = {
+        p.name: sha256_file(p) for p in sorted([*model_dir.glob("*.safetensors"), *model_dir.glob("*.bin")])
+    }
+    identity = {"cell": portable(cell.spec, [matrix.base]), "lr": lr, "weights_sha256": weights}
     return json.dumps(identity, sort_keys=True, default=str)
 
 

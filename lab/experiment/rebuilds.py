@@ -60,12 +60,6 @@ def _costs(result: dict) -> dict[str, float]:
     return {k: result[k] for k in COSTS if result.get(k) is not None}
 
 
-def build_cpu_s(side: dict) -> float | None:
-    """The CPU-seconds one side of a rebuild record took: its training's, over all its sittings, where it
-    trained, else its finishing sitting's; None for records written before the costs were kept."""
-    return side.get("train_cpu_s", side.get("cpu_s"))
-
-
 def record_rebuild(
     res_dir: Path, out: Path, cell: Cell, kept: dict, rebuilt: dict, info: dict, threads: int
 ) -> dict:

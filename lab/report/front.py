@@ -9,7 +9,6 @@ from pathlib import Path
 from lab.experiment import Matrix, seeds_of
 from lab.experiment.matrix import features_name
 from lab.experiment.rebuilds import (
-    build_cpu_s,
     build_read,
     differences,
     group_of,
@@ -93,7 +92,7 @@ def cpu_by_model(matrix: Matrix, results: dict[str, dict], rebuilds: list[dict])
         name = f"`{model}`" + (" (diagnostic)" if model in extra else "")
         lines.append(f"| {name} | {pre:.2f} | {fine:.2f} | {pre + fine:.2f} |")
     lines.append(f"| vocabulary and shards | {data / 3600:.2f} | | {data / 3600:.2f} |")
-    costs = [build_cpu_s(r["rebuilt"]) for r in rebuilds]
+    costs = [_build_cpu_s(r["rebuilt"]) for r in rebuilds]
     known = [c for c in costs if c is not None]
     if rebuilds:
         unknown = len(costs) - len(known)
@@ -121,8 +120,14 @@ def core_speed_text(results: dict[str, dict]) -> str:
 
 def _cost(side: dict) -> str:
     """ ", N CPU-hours" for one side of a rebuild record, or nothing where the record predates its costs."""
-    cpu_s = build_cpu_s(side)
+    cpu_s = _build_cpu_s(side)
     return "" if cpu_s is None else f", {cpu_s / 3600:.2f} CPU-hours"
+
+
+def _build_cpu_s(side: dict) -> float | None:
+    """One side of a rebuild record's CPU seconds by the rule the result files follow (:func:`_cpu_s`); None
+    for a record written before its costs were kept."""
+    return _cpu_s(side) if "cpu_s" in side or "train_cpu_s" in side else None
 
 
 def rebuild_lines(results: dict[str, dict], records: list[dict]) -> list[str]:
